@@ -1,0 +1,193 @@
+"""Starts the engine's world: which devices and processes exist, who shares a host, and the
+shared memory between processes of a host.
+
+Contract:
+- init() is idempotent and thread-safe; ops call it when they are first lowered, so users
+  need not. In a multi-process job it must run after jax.distributed.initialize(), and every
+  process must reach it (each process lowers the same program, so they do).
+- Settings (read once, from the environment, identical on all processes):
+  JACCL_TIMEOUT   seconds any wait may last before it fails (default 120)
+  JACCL_FRAME_KB  payload of one transport frame in KiB (default 512)
+  JACCL_SLOTS     frames in flight per channel (default 4)
+  JACCL_SPIN_US   busy-wait before sleeping (default 50, 0 when ranks outnumber cores)
+  JACCL_HOST_ID   overrides host detection (processes with equal ids share memory)
+  JACCL_JOB_ID    names the job's shared-memory segments (jaccl-run sets it)
+- Processes exchange their facts through JAX's key-value store; each process of a host
+  creates one segment (/dev/shm/jaccl-<job>-<process>, mode 0600), maps its host peers'
+  segments and unlinks its own as soon as all of them have mapped it, so nothing is left in
+  /dev/shm even if a process is killed later.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import os
+import secrets
+import socket
+import threading
+
+import jax
+
+from ._ext import engine
+
+_lock = threading.Lock()
+_world: "WorldInfo | None" = None
+
+_KV_PREFIX = "jaccl/v1"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    timeout_s: float
+    frame_bytes: int
+    slots: int
+    spin_us: int | None
+
+    @staticmethod
+    def from_env() -> "Settings":
+        spin = os.environ.get("JACCL_SPIN_US")
+        return Settings(
+            timeout_s=float(os.environ.get("JACCL_TIMEOUT", "120")),
+            frame_bytes=int(float(os.environ.get("JACCL_FRAME_KB", "512")) * 1024) // 64 * 64,
+            slots=int(os.environ.get("JACCL_SLOTS", "4")),
+            spin_us=int(spin) if spin else None,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class WorldInfo:
+    process_index: int
+    process_count: int
+    job_tag: str
+    hosts: tuple[str, ...]  # host id of every process
+    settings: Settings
+
+    @property
+    def host_count(self) -> int:
+        return len(set(self.hosts))
+
+
+def host_id() -> str:
+    """Processes with the same id can share memory: same machine, same network namespace."""
+    explicit = os.environ.get("JACCL_HOST_ID")
+    if explicit:
+        return explicit
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = "noboot"
+    try:
+        netns = os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        netns = 0
+    return f"{socket.gethostname()}/{boot}/{netns}"
+
+
+def init() -> WorldInfo:
+    """Initialises jax_jaccl for this process (idempotent) and returns what it found."""
+    global _world
+    with _lock:
+        if _world is None:
+            _world = _start()
+            atexit.register(shutdown)
+        return _world
+
+
+def is_initialized() -> bool:
+    return _world is not None
+
+
+def shutdown() -> None:
+    """Releases the engine (shared memory mappings). Ops cannot run afterwards."""
+    global _world
+    with _lock:
+        if _world is not None:
+            engine.shutdown()
+            _world = None
+
+
+def _start() -> WorldInfo:
+    settings = Settings.from_env()
+    if settings.frame_bytes < 4096 or settings.slots < 2:
+        raise ValueError("jaccl: JACCL_FRAME_KB must be >= 4 and JACCL_SLOTS >= 2")
+    devices = jax.devices()
+    me, count = jax.process_index(), jax.process_count()
+    device_table = [(int(d.id), int(d.process_index)) for d in devices]
+    mine = {"pid": os.getpid(), "host": host_id(), "frame_bytes": settings.frame_bytes,
+            "slots": settings.slots}
+    if count == 1:
+        infos = [mine]
+        job_tag = os.environ.get("JACCL_JOB_ID") or secrets.token_hex(6)
+    else:
+        infos, job_tag = _exchange(me, count, mine, settings.timeout_s)
+    hosts = tuple(info["host"] for info in infos)
+    on_my_host = sum(1 for _, p in device_table if hosts[p] == hosts[me])
+    spin = settings.spin_us
+    if spin is None:
+        spin = 50 if on_my_host <= (os.cpu_count() or 1) else 0
+    engine.init_world(
+        my_process=me,
+        processes=[(i, int(info["pid"]), info["host"]) for i, info in enumerate(infos)],
+        devices=device_table,
+        job_tag=job_tag,
+        payload_bytes=settings.frame_bytes,
+        num_slots=settings.slots,
+        timeout_s=settings.timeout_s,
+        spin_us=spin,
+    )
+    try:
+        if count == 1:
+            engine.attach_peers()
+        else:
+            _attach(me, hosts, settings.timeout_s)
+    except BaseException:
+        engine.shutdown()
+        raise
+    return WorldInfo(me, count, job_tag, hosts, settings)
+
+
+def _exchange(me: int, count: int, mine: dict, timeout_s: float):
+    from ._kv import KeyValueStore
+
+    kv = KeyValueStore()
+    if me == 0:
+        job_tag = os.environ.get("JACCL_JOB_ID") or secrets.token_hex(6)
+        kv.set(f"{_KV_PREFIX}/job", job_tag)
+    else:
+        job_tag = kv.get(f"{_KV_PREFIX}/job", timeout_s)
+    mine = dict(mine, job=job_tag)
+    kv.set(f"{_KV_PREFIX}/{job_tag}/process/{me}", json.dumps(mine))
+    infos = [json.loads(kv.get(f"{_KV_PREFIX}/{job_tag}/process/{p}", timeout_s)) for p in range(count)]
+    for p, info in enumerate(infos):
+        for key in ("frame_bytes", "slots"):
+            if info[key] != mine[key]:
+                raise ValueError(
+                    f"jaccl: process {p} has {key}={info[key]} but process {me} has {mine[key]}: "
+                    "set the same JACCL_FRAME_KB / JACCL_SLOTS on every process")
+    return infos, job_tag
+
+
+def _attach(me: int, hosts: tuple, timeout_s: float) -> None:
+    """Maps the host peers' segments, then unlinks ours once every peer has mapped it."""
+    from ._kv import KeyValueStore
+
+    kv = KeyValueStore()
+    prefix = f"{_KV_PREFIX}/{_job_tag_of(kv, timeout_s)}"
+    peers = [p for p, h in enumerate(hosts) if h == hosts[me] and p != me]
+    try:
+        kv.set(f"{prefix}/created/{me}", "1")
+        for p in peers:
+            kv.get(f"{prefix}/created/{p}", timeout_s)
+        engine.attach_peers()
+        kv.set(f"{prefix}/attached/{me}", "1")
+        for p in peers:
+            kv.get(f"{prefix}/attached/{p}", timeout_s)
+    finally:
+        engine.unlink_own_segment()
+
+
+def _job_tag_of(kv, timeout_s: float) -> str:
+    return kv.get(f"{_KV_PREFIX}/job", timeout_s)

@@ -1,0 +1,1 @@
+"""One module per primitive: public function, abstract eval, lowering, AD and batching rules."""

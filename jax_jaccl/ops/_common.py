@@ -1,0 +1,107 @@
+"""What every jaccl collective shares: argument checks at trace time, the device groups a
+mesh axis defines, and the lowering to an effectful FFI custom call.
+
+Contract:
+- normalize_axes/check_axes/check_dtype raise ValueError or TypeError saying what to change.
+- group_table(ctx, axes) returns the global device ids of every group, in rank order, computed
+  from the concrete mesh the op is lowered for (rank = jax.lax.axis_index over `axes`).
+- lower_collective() makes sure the engine is initialised, then emits a custom call with
+  has_side_effect=True (XLA must neither drop nor merge collectives).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+from jax.interpreters.mlir import ir
+
+from .. import _compat, bootstrap
+
+SUPPORTED_DTYPES = tuple(np.dtype(d) for d in (
+    "float16", jax.numpy.bfloat16, "float32", "float64", "int8", "int16", "int32", "int64",
+    "uint8", "uint16", "uint32", "uint64", "bool"))
+
+
+def normalize_axes(axis_name) -> tuple:
+    axes = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+    if not axes:
+        raise ValueError("jaccl: axis_name must name at least one mesh axis")
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"jaccl: axis_name {axis_name!r} repeats an axis")
+    return axes
+
+
+def check_axes(axes: tuple, api: str) -> int:
+    """Checks that `axes` are mesh axes of the enclosing shard_map; returns the group size."""
+    sizes = _compat.axis_env_sizes()
+    missing = [a for a in axes if a not in sizes]
+    if missing:
+        bound = ", ".join(repr(a) for a in sizes) or "none"
+        raise ValueError(
+            f"jaccl.{api}: axis {missing[0]!r} is not a mesh axis of the enclosing jax.shard_map "
+            f"(bound axes: {bound}); call it inside shard_map over a mesh with that axis")
+    return math.prod(sizes[a] for a in axes)
+
+
+def check_dtype(dtype, api: str, op: str | None = None) -> None:
+    dtype = np.dtype(dtype)
+    if dtype not in SUPPORTED_DTYPES:
+        names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+        raise TypeError(f"jaccl.{api}: dtype {dtype} is not supported (supported: {names})")
+    if dtype == np.bool_ and op in ("sum", "prod"):
+        raise TypeError(f"jaccl.{api}: op={op!r} on bool is not defined; use op='max' (any) or "
+                        "op='min' (all), or cast to int32 first")
+
+
+def check_choice(value, allowed, what: str, api: str) -> None:
+    if value not in allowed:
+        raise ValueError(f"jaccl.{api}: unknown {what} {value!r}; choose one of {', '.join(allowed)}")
+
+
+def canonical_axis(axis: int, ndim: int, what: str, api: str) -> int:
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"jaccl.{api}: {what}={axis} is out of range for an array of rank "
+                         f"{ndim if ndim else 0}")
+    return axis % ndim
+
+
+def group_table(ctx, axes: tuple) -> tuple[np.ndarray, int]:
+    axis_context = ctx.module_context.axis_context
+    mesh = getattr(axis_context, "mesh", None)
+    devices = getattr(mesh, "devices", None)
+    if devices is None:
+        raise ValueError(
+            "jaccl: collectives must be lowered inside jax.shard_map over a concrete "
+            "jax.sharding.Mesh (one with devices), not an abstract mesh")
+    names = list(mesh.axis_names)
+    ids = np.vectorize(lambda d: d.id, otypes=[np.int64])(np.asarray(devices))
+    collective = [names.index(a) for a in axes]
+    others = [i for i in range(ids.ndim) if i not in collective]
+    group_size = math.prod(ids.shape[i] for i in collective)
+    table = np.transpose(ids, others + collective).reshape(-1, group_size)
+    return table, group_size
+
+
+def lower_collective(ctx, x, *, target: str, axes: tuple, aliases=None, **attributes):
+    bootstrap.init()
+    table, group_size = group_table(ctx, axes)
+    attributes = {k: np.int64(v) for k, v in attributes.items()}
+    lowering = jax.ffi.ffi_lowering(target, has_side_effect=True,
+                                    operand_output_aliases=aliases)
+    return lowering(ctx, x, groups=ir.DenseI64ArrayAttr.get([int(v) for v in table.ravel()]),
+                    group_size=np.int64(group_size), **attributes)
+
+
+def named_axis_effects(axes: tuple) -> set:
+    return {_compat.NamedAxisEffect(a) for a in axes}
+
+
+def refuse_vmap_axis(axis_data, axes: tuple, api: str) -> None:
+    if getattr(axis_data, "name", None) in axes:
+        raise NotImplementedError(
+            f"jaccl.{api}: axis {axis_data.name!r} is a jax.vmap axis; jaccl collectives run over "
+            "mesh axes of jax.shard_map (use jax.lax collectives over vmap axes)")
+
+

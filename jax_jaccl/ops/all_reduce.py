@@ -1,0 +1,102 @@
+"""jaccl.all_reduce: jax.lax.psum / pmax / pmin (and a product) over mesh axes, computed by
+the jaccl engine. Rules in a row, then the registration block (as jax/_src/lax/parallel.py).
+"""
+
+from __future__ import annotations
+
+
+import jax
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+from .. import _compat
+from .._enums import ALGORITHMS, ALL_REDUCE_ALGORITHMS, REDUCE_OPS
+from . import _common
+
+
+def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto"):
+    """Reduces `x` over the mesh axis (or tuple of axes) `axis_name`; every member of a group
+    gets the same result, bitwise. Semantics of jax.lax.psum (op='sum'), pmax ('max'), pmin
+    ('min'); op='prod' multiplies. float16/bfloat16 accumulate in float32.
+
+    algorithm: 'auto' (naive up to 32 KiB, mesh scatter-gather above), 'naive', 'mesh', 'ring'
+    (bidirectional) or 'ring_oneway'. The result is written over the input buffer when XLA
+    can donate it (input_output_aliases), so large reductions do not page-fault a new buffer.
+    """
+    axes = _common.normalize_axes(axis_name)
+    _common.check_choice(op, REDUCE_OPS, "op", "all_reduce")
+    _common.check_choice(algorithm, ALL_REDUCE_ALGORITHMS, "algorithm", "all_reduce")
+
+    def bind(leaf):
+        _common.check_dtype(leaf.dtype if hasattr(leaf, "dtype") else jax.numpy.asarray(leaf).dtype,
+                            "all_reduce", op)
+        size = _common.check_axes(axes, "all_reduce")
+        if not isinstance(leaf, _compat.Tracer):
+            return _constant(jax.numpy.asarray(leaf), op, size)
+        leaf = _compat.make_varying(leaf, axes)
+        return all_reduce_p.bind(leaf, axes=axes, op=op, algorithm=algorithm)
+
+    return jax.tree_util.tree_map(bind, x)
+
+
+def _constant(x, op, size):
+    if op == "sum":
+        return x * size
+    if op == "prod":
+        return x ** size
+    return x
+
+
+def _abstract_eval(x, *, axes, op, algorithm):
+    varying = _compat.varying_axes(x)
+    if _compat.check_vma_enabled():
+        varying = varying - set(axes)
+    return _compat.with_varying(x, varying), _common.named_axis_effects(axes)
+
+
+def _lowering(ctx, x, *, axes, op, algorithm):
+    return _common.lower_collective(ctx, x, target="jaccl_all_reduce", axes=axes, aliases={0: 0},
+                                    op=REDUCE_OPS[op], algorithm=ALGORITHMS[algorithm])
+
+
+def _jvp(primals, tangents, *, axes, op, algorithm):
+    if op != "sum":
+        raise NotImplementedError(
+            f"jaccl.all_reduce: differentiation is defined for op='sum' only, not {op!r} "
+            "(as for jax.lax.pmax/pmin)")
+    (x,), (t,) = primals, tangents
+    y = all_reduce_p.bind(x, axes=axes, op=op, algorithm=algorithm)
+    if type(t) is ad.Zero:
+        return y, ad.Zero.from_primal_value(y)
+    return y, all_reduce_p.bind(t, axes=axes, op=op, algorithm=algorithm)
+
+
+def _transpose(ct, x, *, axes, op, algorithm):
+    # The sum over a group is linear. Under check_vma its output is invariant over `axes`, so
+    # the cotangent only needs to become varying again (pvary, as for jax.lax.psum); without
+    # check_vma every member holds a partial cotangent and the transpose is the sum itself.
+    if type(ct) is ad.Zero:
+        return [ad.Zero(x.aval)]
+    if _compat.check_vma_enabled():
+        return [_compat.pvary(ct, axes)]
+    return [all_reduce_p.bind(ct, axes=axes, op=op, algorithm=algorithm)]
+
+
+def _batcher(axis_data, vals_in, dims_in, *, axes, op, algorithm):
+    _common.refuse_vmap_axis(axis_data, axes, "all_reduce")
+    (x,), (d,) = vals_in, dims_in
+    return all_reduce_p.bind(x, axes=axes, op=op, algorithm=algorithm), d
+
+
+def _impl(x, **params):
+    raise ValueError("jaccl.all_reduce must be called inside jax.shard_map")
+
+
+all_reduce_p = Primitive("jaccl_all_reduce")
+all_reduce_p.def_impl(_impl)
+all_reduce_p.def_effectful_abstract_eval(_abstract_eval)
+mlir.register_lowering(all_reduce_p, _lowering, platform="cpu")
+ad.primitive_jvps[all_reduce_p] = _jvp
+ad.primitive_transposes[all_reduce_p] = _transpose
+batching.fancy_primitive_batchers[all_reduce_p] = _batcher
+

@@ -1,0 +1,102 @@
+"""jaccl.all_to_all: jax.lax.all_to_all over mesh axes, computed by the jaccl engine.
+The primitive always works tiled (split_axis shrinks by the group size, concat_axis grows);
+the untiled form is reshaped around it, as jax.lax does. Rules, then registration.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+from jax import lax
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+from .. import _compat
+from . import _common
+
+
+def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool = False):
+    """Splits `x` along `split_axis` into one block per group member, sends block i to member
+    i, and concatenates what arrives along `concat_axis` in member order (jax.lax.all_to_all
+    semantics, including tiled=False, where split_axis must equal the group size, is removed,
+    and a new axis of that size appears at concat_axis).
+    """
+    axes = _common.normalize_axes(axis_name)
+
+    def bind(leaf, split_axis=split_axis, concat_axis=concat_axis):
+        leaf = leaf if isinstance(leaf, _compat.Tracer) else jax.numpy.asarray(leaf)
+        _common.check_dtype(leaf.dtype, "all_to_all")
+        size = _common.check_axes(axes, "all_to_all")
+        if leaf.ndim == 0:
+            raise ValueError("jaccl.all_to_all: x must have at least one dimension")
+        split_axis = _common.canonical_axis(split_axis, leaf.ndim, "split_axis", "all_to_all")
+        concat_axis = _common.canonical_axis(concat_axis, leaf.ndim, "concat_axis", "all_to_all")
+        n = leaf.shape[split_axis]
+        if tiled and n % size:
+            raise ValueError(
+                f"jaccl.all_to_all: split_axis {split_axis} has size {n}, which the group size "
+                f"{size} of axis {axis_name!r} does not divide")
+        if not tiled:
+            if n != size:
+                raise ValueError(
+                    f"jaccl.all_to_all: with tiled=False split_axis {split_axis} must equal the "
+                    f"group size {size} of axis {axis_name!r}, got {n}")
+            if split_axis < concat_axis:
+                concat_axis += 1
+                leaf = lax.expand_dims(leaf, (concat_axis,))
+            elif concat_axis < split_axis:
+                leaf = lax.expand_dims(leaf, (concat_axis,))
+                split_axis += 1
+        leaf = _compat.make_varying(leaf, axes)
+        out = all_to_all_p.bind(leaf, axes=axes, split_axis=split_axis, concat_axis=concat_axis,
+                                axis_size=size)
+        if not tiled and split_axis != concat_axis:
+            out = lax.squeeze(out, (split_axis,))
+        return out
+
+    return jax.tree_util.tree_map(bind, x)
+
+
+def _abstract_eval(x, *, axes, split_axis, concat_axis, axis_size):
+    shape = list(x.shape)
+    shape[split_axis] //= axis_size
+    shape[concat_axis] *= axis_size
+    return (_compat.with_varying(x, _compat.varying_axes(x), shape=tuple(shape), weak_type=False),
+            _common.named_axis_effects(axes))
+
+
+def _lowering(ctx, x, *, axes, split_axis, concat_axis, axis_size):
+    (aval_in,), (aval_out,) = ctx.avals_in, ctx.avals_out
+    return _common.lower_collective(ctx, x, target="jaccl_all_to_all", axes=axes,
+                                    outer_in=math.prod(aval_in.shape[:split_axis]),
+                                    outer_out=math.prod(aval_out.shape[:concat_axis]))
+
+
+def _transpose(ct, x, *, axes, split_axis, concat_axis, axis_size):
+    if type(ct) is ad.Zero:
+        return [ad.Zero(x.aval)]
+    return [all_to_all_p.bind(ct, axes=axes, split_axis=concat_axis, concat_axis=split_axis,
+                              axis_size=axis_size)]
+
+
+def _batcher(axis_data, vals_in, dims_in, *, axes, split_axis, concat_axis, axis_size):
+    _common.refuse_vmap_axis(axis_data, axes, "all_to_all")
+    (x,), (d,) = vals_in, dims_in
+    if d is not batching.not_mapped:
+        split_axis += d <= split_axis
+        concat_axis += d <= concat_axis
+    return all_to_all_p.bind(x, axes=axes, split_axis=split_axis, concat_axis=concat_axis,
+                             axis_size=axis_size), d
+
+
+def _impl(x, **params):
+    raise ValueError("jaccl.all_to_all must be called inside jax.shard_map")
+
+
+all_to_all_p = Primitive("jaccl_all_to_all")
+all_to_all_p.def_impl(_impl)
+all_to_all_p.def_effectful_abstract_eval(_abstract_eval)
+mlir.register_lowering(all_to_all_p, _lowering, platform="cpu")
+ad.deflinear2(all_to_all_p, _transpose)
+batching.fancy_primitive_batchers[all_to_all_p] = _batcher

@@ -1,0 +1,76 @@
+// all_gather: rank r's input becomes block r of every rank's output (strided
+// along the gather dimension when it is not the leading one).
+//
+// mesh (default): rank r sends its input to every peer at once, copies it
+// into its own block, and stores each peer's stream into that peer's block.
+//
+// ring: ring.h's all-gather, the input split in halves between two
+// directions.
+#include "collectives/collectives.h"
+#include "collectives/ring.h"
+#include "collectives/streams.h"
+
+namespace jaccl {
+namespace {
+
+void mesh(Call& call, const Buffers& b) {
+  const int n = call.member->size, r = call.member->rank;
+  const Dtype elem = call.dtype;
+  const size_t esize = dtype_size(elem);
+  Region in = Region::contiguous(b.in, esize, b.in_count);
+  auto block = [&](int q) { return Region::block(b.out, esize, b.out_count, b.outer_out, n, q); };
+  Phase phase;
+  for (int q = 0; q < n; ++q) {
+    Task t;
+    t.count = b.in_count;
+    if (q == r) {
+      t.srcs = {Endpoint::local(in, elem)};
+      t.sinks = {Endpoint::local(block(r), elem)};
+      phase.push_back(std::move(t));
+      continue;
+    }
+    t.srcs = {Endpoint::local(in, elem)};
+    t.sinks = {send_to(call, q, stream_tag(2, 0, r), elem)};
+    phase.push_back(std::move(t));
+    Task store;
+    store.count = b.in_count;
+    store.srcs = {receive_from(call, q, stream_tag(2, 0, q), elem)};
+    store.sinks = {Endpoint::local(block(q), elem)};
+    phase.push_back(std::move(store));
+  }
+  std::vector<Phase> phases{std::move(phase)};
+  run_phases(call, phases);
+}
+
+void ring(Call& call, const Buffers& b) {
+  const int n = call.member->size, r = call.member->rank, dirs = ring_directions(call);
+  const Dtype elem = call.dtype;
+  const size_t esize = dtype_size(elem), count = b.in_count;
+  Region in = Region::contiguous(b.in, esize, count);
+  Phase phase;
+  Task own;
+  own.count = count;
+  own.srcs = {Endpoint::local(in, elem)};
+  own.sinks = {Endpoint::local(Region::block(b.out, esize, b.out_count, b.outer_out, n, r), elem)};
+  phase.push_back(std::move(own));
+  for (int d = 0; d < dirs; ++d) {
+    const size_t begin = part_start(count, dirs, d), len = part_start(count, dirs, d + 1) - begin;
+    BlockOf out_block = [&, begin, len](int q) {
+      return Region::block(b.out, esize, b.out_count, b.outer_out, n, q).slice(begin, len);
+    };
+    add_ring_all_gather(call, phase, 2, d, in.slice(begin, len), -1, out_block);
+  }
+  std::vector<Phase> phases{std::move(phase)};
+  run_phases(call, phases);
+}
+
+}  // namespace
+
+void all_gather(Call& call, const Buffers& b) {
+  call.algorithm = choose_algorithm(CollectiveKind::kAllGather, call.algorithm,
+                                    b.out_count * dtype_size(call.dtype), call.member->size);
+  if (call.algorithm == Algorithm::kMesh) return mesh(call, b);
+  return ring(call, b);
+}
+
+}  // namespace jaccl

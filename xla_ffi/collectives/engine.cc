@@ -1,0 +1,299 @@
+#include "collectives/engine.h"
+
+#include <algorithm>
+#include <map>
+#include <cstring>
+#include <sstream>
+
+#include "comm/world.h"
+#include "common/error.h"
+#include "transport/doorbell.h"
+
+namespace jaccl {
+namespace {
+
+constexpr double kHealthCheckSeconds = 0.01;
+constexpr int kMaxSleepUs = 10000;
+
+std::string describe_frame(const FrameHeader& h) {
+  std::ostringstream out;
+  out << kind_name(static_cast<CollectiveKind>(h.kind)) << " #" << h.seq << " of "
+      << dtype_name(static_cast<Dtype>(h.dtype)) << "[" << h.op_count << "] ("
+      << reduce_op_name(static_cast<ReduceOp>(h.redop)) << ", "
+      << algorithm_name(static_cast<Algorithm>(h.algorithm)) << ", communicator "
+      << std::hex << h.comm << std::dec << "), stream " << h.tag << " of " << h.stream_count
+      << " elements at " << h.offset;
+  return out.str();
+}
+
+struct TaskState {
+  Task* task = nullptr;
+  size_t done = 0;
+  size_t chunk = 0;
+  std::vector<int> channel_after;
+  std::vector<const Frame*> in_frames;
+  std::vector<Frame*> out_frames;
+  std::vector<Operand> operands;
+  std::vector<void*> sink_ptrs;
+  bool complete() const { return done == task->count; }
+};
+
+class PhaseRunner {
+ public:
+  PhaseRunner(const Call& call, Phase& phase, const Deadline& deadline)
+      : call_(call), deadline_(deadline), states_(phase.size()) {
+    std::map<std::pair<Channel*, bool>, int> last_user;
+    for (size_t i = 0; i < phase.size(); ++i) {
+      TaskState& s = states_[i];
+      Task& t = phase[i];
+      s.task = &t;
+      size_t wire_bytes = 0, capacity = 0;
+      auto visit = [&](const Endpoint& e, bool is_sink) {
+        if (e.channel == nullptr) return;
+        size_t bytes = dtype_size(e.dtype);
+        JACCL_CHECK(wire_bytes == 0 || wire_bytes == bytes, "mixed wire types in one task");
+        wire_bytes = bytes;
+        capacity = e.channel->payload_capacity();
+        auto key = std::make_pair(e.channel, is_sink);
+        auto it = last_user.find(key);
+        if (it != last_user.end() && it->second != static_cast<int>(i)) {
+          s.channel_after.push_back(it->second);
+        }
+        last_user[key] = static_cast<int>(i);
+      };
+      for (const Endpoint& e : t.srcs) visit(e, false);
+      for (const Endpoint& e : t.sinks) visit(e, true);
+      s.chunk = std::max<size_t>(1, wire_bytes ? capacity / wire_bytes : t.count);
+      s.in_frames.assign(t.srcs.size(), nullptr);
+      s.out_frames.assign(t.sinks.size(), nullptr);
+      s.operands.resize(t.srcs.size());
+      s.sink_ptrs.resize(t.sinks.size());
+    }
+  }
+
+  void run() {
+    Doorbell* bell = call_.member->doorbell;
+    Clock::time_point last_progress = Clock::now();
+    Clock::time_point last_check = last_progress;
+    for (;;) {
+      uint32_t seen = bell->seq.load(std::memory_order_acquire);
+      bool all_complete = true, progressed = false;
+      blocked_.clear();
+      for (TaskState& s : states_) {
+        if (s.complete()) continue;
+        if (step(s)) progressed = true;
+        if (!s.complete()) all_complete = false;
+      }
+      if (all_complete) return;
+      Clock::time_point now = Clock::now();
+      if (progressed) {
+        last_progress = now;
+        continue;
+      }
+      if (std::chrono::duration<double>(now - last_check).count() >= kHealthCheckSeconds) {
+        last_check = now;
+        check_health();
+      }
+      int idle_us = static_cast<int>(
+          std::chrono::duration_cast<std::chrono::microseconds>(now - last_progress).count());
+      int spin_us = std::max(0, call_.world->config().spin_us - idle_us);
+      wait_for_ring(bell, seen, spin_us, kMaxSleepUs);
+    }
+  }
+
+ private:
+  std::string describe_rank(int rank) const {
+    return call_.comm->describe_rank(*call_.member, rank);
+  }
+
+  std::string describe_call() const {
+    std::ostringstream out;
+    out << kind_name(call_.kind) << " #" << call_.seq << " of " << dtype_name(call_.dtype) << "["
+        << call_.op_count << "] (" << reduce_op_name(call_.op) << ", "
+        << algorithm_name(call_.algorithm) << ")";
+    return out.str();
+  }
+
+  void check_health() {
+    std::string waiting;
+    std::sort(blocked_.begin(), blocked_.end());
+    blocked_.erase(std::unique(blocked_.begin(), blocked_.end()), blocked_.end());
+    for (int peer : blocked_) {
+      Channel* in = call_.member->from[peer];
+      Channel* out = call_.member->to[peer];
+      std::string failure = in ? in->failure() : std::string();
+      if (failure.empty() && out) failure = out->failure();
+      if (!failure.empty()) {
+        throw_error(ErrorKind::kPeerFailure, "in ", describe_call(), " on ",
+                    describe_rank(call_.member->rank), ": connection to ", describe_rank(peer),
+                    " failed: ", failure);
+      }
+      waiting += (waiting.empty() ? "" : ", ") + describe_rank(peer);
+    }
+    try {
+      call_.world->check_health(call_.member->processes);
+    } catch (const Error& e) {
+      throw Error(ErrorKind::kPeerFailure,
+                  std::string(e.what()) + " (during " + describe_call() + " on " +
+                      describe_rank(call_.member->rank) + ")");
+    }
+    if (deadline_.expired()) {
+      throw_error(ErrorKind::kTimeout, "timed out after ", deadline_.seconds(), " s (JACCL_TIMEOUT) in ",
+                  describe_call(), " on ", describe_rank(call_.member->rank), ": waiting for ",
+                  waiting.empty() ? std::string("local work") : waiting);
+    }
+  }
+
+  void check_frame(const Frame* frame, const Endpoint& e, const Task& t, size_t offset,
+                   size_t n) const {
+    const FrameHeader& h = frame->header;
+    const Communicator::Member& m = *call_.member;
+    bool same_call = h.magic == kFrameMagic && h.comm == static_cast<uint32_t>(call_.comm->id()) &&
+                     h.seq == call_.seq && h.kind == static_cast<uint8_t>(call_.kind) &&
+                     h.dtype == static_cast<uint8_t>(call_.dtype) &&
+                     h.redop == static_cast<uint8_t>(call_.op) &&
+                     h.algorithm == static_cast<uint8_t>(call_.algorithm) &&
+                     h.op_count == call_.op_count && h.src_rank == static_cast<uint32_t>(e.peer);
+    bool same_stream = h.tag == e.tag && h.stream_count == t.count && h.offset == offset &&
+                       h.nbytes == n * dtype_size(e.dtype);
+    if (same_call && same_stream) return;
+    if (h.magic != kFrameMagic) {
+      throw_error(ErrorKind::kMismatch, "corrupt frame from ", describe_rank(e.peer), " to ",
+                  describe_rank(m.rank), " in ", describe_call());
+    }
+    FrameHeader expected = h;
+    expected.comm = static_cast<uint32_t>(call_.comm->id());
+    expected.seq = call_.seq;
+    expected.kind = static_cast<uint8_t>(call_.kind);
+    expected.dtype = static_cast<uint8_t>(call_.dtype);
+    expected.redop = static_cast<uint8_t>(call_.op);
+    expected.algorithm = static_cast<uint8_t>(call_.algorithm);
+    expected.op_count = call_.op_count;
+    expected.tag = e.tag;
+    expected.stream_count = t.count;
+    expected.offset = offset;
+    throw_error(ErrorKind::kMismatch, "ranks disagree: ", describe_rank(m.rank), " is in ",
+                describe_frame(expected), " but ", describe_rank(e.peer), " sent ",
+                describe_frame(h),
+                ". Every rank of a group must run the same collectives, in the same order, "
+                "with the same shapes, dtypes and options");
+  }
+
+  // Advances `s` by one chunk; false when an input or output is not ready.
+  bool step(TaskState& s) {
+    Task& t = *s.task;
+    const size_t a = s.done, n = std::min(s.chunk, t.count - a), b = a + n;
+    for (int j : s.channel_after) {
+      if (!states_[j].complete()) return false;
+    }
+    for (int j : t.after) {
+      const TaskState& d = states_[j];
+      if (d.done < std::min(b, d.task->count)) return false;
+    }
+    for (size_t i = 0; i < t.srcs.size(); ++i) {
+      const Endpoint& e = t.srcs[i];
+      if (e.channel == nullptr) continue;
+      const Frame* f = e.channel->try_peek();
+      if (f == nullptr) {
+        blocked_.push_back(e.peer);
+        return false;
+      }
+      check_frame(f, e, t, a, n);
+      s.in_frames[i] = f;
+    }
+    for (size_t i = 0; i < t.sinks.size(); ++i) {
+      const Endpoint& e = t.sinks[i];
+      if (e.channel == nullptr) continue;
+      Frame* f = e.channel->try_reserve();
+      if (f == nullptr) {
+        blocked_.push_back(e.peer);
+        return false;
+      }
+      s.out_frames[i] = f;
+    }
+    compute(s, a, n);
+    for (size_t i = 0; i < t.sinks.size(); ++i) {
+      const Endpoint& e = t.sinks[i];
+      if (e.channel == nullptr) continue;
+      FrameHeader& h = s.out_frames[i]->header;
+      h.magic = kFrameMagic;
+      h.comm = static_cast<uint32_t>(call_.comm->id());
+      h.seq = call_.seq;
+      h.kind = static_cast<uint8_t>(call_.kind);
+      h.dtype = static_cast<uint8_t>(call_.dtype);
+      h.redop = static_cast<uint8_t>(call_.op);
+      h.algorithm = static_cast<uint8_t>(call_.algorithm);
+      h.src_rank = static_cast<uint32_t>(call_.member->rank);
+      h.tag = e.tag;
+      h.op_count = call_.op_count;
+      h.stream_count = t.count;
+      h.offset = a;
+      h.nbytes = static_cast<uint32_t>(n * dtype_size(e.dtype));
+      std::memset(h.reserved, 0, sizeof h.reserved);
+      e.channel->commit();
+    }
+    for (const Endpoint& e : t.srcs) {
+      if (e.channel != nullptr) e.channel->release();
+    }
+    s.done = b;
+    return true;
+  }
+
+  // Combines elements [a, a + n) of the task's sources into its sinks, one
+  // contiguous run at a time (strided regions break a chunk into runs).
+  void compute(TaskState& s, size_t a, size_t n) {
+    Task& t = *s.task;
+    size_t p = 0;
+    while (p < n) {
+      size_t run = n - p;
+      for (size_t i = 0; i < t.srcs.size(); ++i) {
+        const Endpoint& e = t.srcs[i];
+        const void* ptr;
+        if (e.channel) {
+          ptr = s.in_frames[i]->payload() + p * dtype_size(e.dtype);
+        } else {
+          size_t r;
+          ptr = e.memory.at(a + p, &r);
+          run = std::min(run, r);
+        }
+        s.operands[i] = Operand{ptr, e.dtype};
+      }
+      for (size_t i = 0; i < t.sinks.size(); ++i) {
+        const Endpoint& e = t.sinks[i];
+        if (e.channel) {
+          s.sink_ptrs[i] = s.out_frames[i]->payload() + p * dtype_size(e.dtype);
+        } else {
+          size_t r;
+          s.sink_ptrs[i] = e.memory.at(a + p, &r);
+          run = std::min(run, r);
+        }
+      }
+      const Endpoint& first = t.sinks[0];
+      combine(call_.op, call_.dtype, s.sink_ptrs[0], first.dtype, s.operands.data(),
+              static_cast<int>(s.operands.size()), run);
+      for (size_t i = 1; i < t.sinks.size(); ++i) {
+        convert(call_.dtype, s.sink_ptrs[i], t.sinks[i].dtype, s.sink_ptrs[0], first.dtype, run);
+      }
+      p += run;
+    }
+  }
+
+  const Call& call_;
+  const Deadline& deadline_;
+  std::vector<TaskState> states_;
+  std::vector<int> blocked_;
+};
+
+}  // namespace
+
+void run_phases(const Call& call, std::vector<Phase>& phases) {
+  Deadline deadline(call.timeout_s);
+  for (Phase& phase : phases) {
+    for (Task& t : phase) {
+      JACCL_CHECK(!t.srcs.empty() && !t.sinks.empty(), "task without source or sink");
+    }
+    PhaseRunner(call, phase, deadline).run();
+  }
+}
+
+}  // namespace jaccl

@@ -1,0 +1,89 @@
+// The pipelined chunk engine: the one loop every algorithm runs on.
+//
+// An algorithm describes a collective as phases of tasks. A task moves
+// `count` elements from its sources to its sinks, chunk by chunk. A source or
+// sink is local memory (a Region) or a stream over a Channel. Per chunk the
+// task combines its sources in the order listed (a copy when there is one
+// source, a reduction otherwise) and writes the result to every sink. Frames
+// are used in place: a reduction reads a received frame and writes straight
+// into the frame it forwards, so no staging copies exist.
+//
+// Schedule: within a phase every task advances one chunk whenever its inputs
+// are there and its outputs have room, round-robin, so sends to and receives
+// from all peers are in flight at once, each with up to num_slots frames.
+// A task that shares a channel with an earlier task of the phase starts after
+// it has finished (channels are FIFO); `after` lists tasks that must stay
+// ahead of this one element for element (a send that must read a buffer
+// before a reduction overwrites it). Phases run one after another.
+//
+// Waiting: when no task can move, the thread sleeps on its doorbell; every
+// ~10 ms without progress it checks the deadline, the peers' processes and
+// the abort board, and throws an Error naming the ranks it waits for. Every
+// received frame's header is checked against what this rank expects.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "collectives/kinds.h"
+#include "collectives/region.h"
+#include "comm/communicator.h"
+#include "common/clock.h"
+#include "common/dtype.h"
+#include "common/reduce.h"
+#include "transport/frame.h"
+
+namespace jaccl {
+
+class World;
+
+struct Endpoint {
+  Channel* channel = nullptr;  // a stream when set, local memory otherwise
+  Region memory;
+  Dtype dtype = Dtype::kF32;   // element type at this endpoint (T or its accumulator)
+  int peer = -1;               // the rank at the other end of the stream
+  uint32_t tag = 0;            // the stream's name within the collective
+
+  static Endpoint local(const Region& region, Dtype dtype) {
+    Endpoint e;
+    e.memory = region;
+    e.dtype = dtype;
+    return e;
+  }
+  static Endpoint stream(Channel* channel, int peer, uint32_t tag, Dtype dtype) {
+    Endpoint e;
+    e.channel = channel;
+    e.peer = peer;
+    e.tag = tag;
+    e.dtype = dtype;
+    return e;
+  }
+};
+
+struct Task {
+  std::vector<Endpoint> srcs;
+  std::vector<Endpoint> sinks;
+  size_t count = 0;
+  std::vector<int> after;  // indices of tasks (same phase) to stay behind, element for element
+};
+
+using Phase = std::vector<Task>;
+
+// One collective as the engine and its frame headers see it.
+struct Call {
+  World* world = nullptr;
+  Communicator* comm = nullptr;
+  Communicator::Member* member = nullptr;
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  Algorithm algorithm = Algorithm::kAuto;
+  Dtype dtype = Dtype::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  uint64_t op_count = 0;   // elements of this rank's input; all ranks must agree
+  uint32_t seq = 0;
+  double timeout_s = 120;
+};
+
+void run_phases(const Call& call, std::vector<Phase>& phases);
+
+}  // namespace jaccl

@@ -1,0 +1,28 @@
+#include "collectives/kinds.h"
+
+namespace jaccl {
+
+const char* kind_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return "all_reduce";
+    case CollectiveKind::kReduceScatter: return "reduce_scatter";
+    case CollectiveKind::kAllGather: return "all_gather";
+    case CollectiveKind::kAllToAll: return "all_to_all";
+    case CollectiveKind::kMoeDispatch: return "moe_dispatch";
+    case CollectiveKind::kMoeCombine: return "moe_combine";
+  }
+  return "unknown";
+}
+
+const char* algorithm_name(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kAuto: return "auto";
+    case Algorithm::kNaive: return "naive";
+    case Algorithm::kMesh: return "mesh";
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kRingOneWay: return "ring_oneway";
+  }
+  return "unknown";
+}
+
+}  // namespace jaccl

@@ -1,0 +1,31 @@
+// Names shared by Python, the handlers and the frame headers.
+//
+// Contract: the numeric values travel in frame headers and FFI attributes;
+// keep them stable and in sync with jax_jaccl/_enums.py.
+#pragma once
+
+#include <cstdint>
+
+namespace jaccl {
+
+enum class CollectiveKind : uint8_t {
+  kAllReduce = 1,
+  kReduceScatter = 2,
+  kAllGather = 3,
+  kAllToAll = 4,
+  kMoeDispatch = 5,
+  kMoeCombine = 6,
+};
+
+enum class Algorithm : uint8_t {
+  kAuto = 0,
+  kNaive = 1,       // everyone sends everything; latency bound messages
+  kMesh = 2,        // direct exchange with every peer at once (scatter-gather)
+  kRing = 3,        // bidirectional ring
+  kRingOneWay = 4,  // one-way ring
+};
+
+const char* kind_name(CollectiveKind kind);
+const char* algorithm_name(Algorithm algorithm);
+
+}  // namespace jaccl

@@ -1,0 +1,67 @@
+#include "comm/communicator.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "comm/world.h"
+#include "common/error.h"
+
+namespace jaccl {
+
+Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size_t size,
+                           int group_size)
+    : world_(world), id_(id), group_size_(group_size), table_(table, table + size) {
+  if (group_size <= 0 || size % group_size != 0) {
+    throw_error(ErrorKind::kInvalidArgument, "group table of ", size,
+                " devices does not split into groups of ", group_size);
+  }
+  for (size_t row = 0; row < size; row += group_size) {
+    for (int rank = 0; rank < group_size; ++rank) {
+      const int64_t device = table[row + rank];
+      if (!world.is_local(device)) continue;
+      if (members_.count(device)) {
+        throw_error(ErrorKind::kInvalidArgument, "device ", device, " appears twice in a group table");
+      }
+      Member m;
+      m.rank = rank;
+      m.size = group_size;
+      m.devices.assign(table + row, table + row + group_size);
+      m.to.resize(group_size, nullptr);
+      m.from.resize(group_size, nullptr);
+      for (int r = 0; r < group_size; ++r) {
+        if (r == rank) continue;
+        m.to[r] = world.channel(device, m.devices[r]);
+        m.from[r] = world.channel(m.devices[r], device);
+        int p = world.device(m.devices[r]).process;
+        if (p != world.my_process() &&
+            std::find(m.processes.begin(), m.processes.end(), p) == m.processes.end()) {
+          m.processes.push_back(p);
+        }
+      }
+      m.doorbell = world.doorbell(device);
+      members_.emplace(device, std::move(m));
+    }
+  }
+}
+
+bool Communicator::matches(const int64_t* table, size_t size, int group_size) const {
+  return group_size == group_size_ && size == table_.size() &&
+         std::equal(table_.begin(), table_.end(), table);
+}
+
+Communicator::Member& Communicator::member(int64_t device) {
+  auto it = members_.find(device);
+  if (it == members_.end()) {
+    throw_error(ErrorKind::kInvalidArgument, "device ", device,
+                " is not in this collective's groups (is the mesh the one the op was traced with?)");
+  }
+  return it->second;
+}
+
+std::string Communicator::describe_rank(const Member& member, int rank) const {
+  std::ostringstream out;
+  out << "rank " << rank << " (" << world_.describe_device(member.devices[rank]) << ")";
+  return out.str();
+}
+
+}  // namespace jaccl

@@ -1,0 +1,53 @@
+// A set of disjoint groups of devices that run collectives together: the
+// groups a mesh axis (or tuple of axes) cuts the mesh into.
+//
+// Contract: built from a table of global device ids, group_size per row, in
+// rank order; every process builds the same table at trace time, so the id
+// (a hash of the table) is the same everywhere. Each local device sees its own
+// group through a Member view: its rank, the channels to and from every other
+// rank, and its collective sequence number. A Member is used only by the
+// thread running that device's program, so it needs no lock.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "transport/doorbell.h"
+#include "transport/transport.h"
+
+namespace jaccl {
+
+class World;
+
+class Communicator {
+ public:
+  struct Member {
+    int rank = 0;
+    int size = 1;
+    std::vector<int64_t> devices;   // the group, in rank order
+    std::vector<Channel*> to;       // to[r]: frames for rank r (nullptr for self)
+    std::vector<Channel*> from;     // from[r]: frames from rank r
+    std::vector<int> processes;     // processes of the other ranks, for health checks
+    Doorbell* doorbell = nullptr;   // this device's
+    uint32_t seq = 0;               // collectives run so far
+  };
+
+  Communicator(World& world, uint64_t id, const int64_t* table, size_t size, int group_size);
+
+  uint64_t id() const { return id_; }
+  bool matches(const int64_t* table, size_t size, int group_size) const;
+  // The view of a local device; throws if the device is in no group.
+  Member& member(int64_t device);
+  std::string describe_rank(const Member& member, int rank) const;
+
+ private:
+  World& world_;
+  uint64_t id_;
+  int group_size_;
+  std::vector<int64_t> table_;
+  std::unordered_map<int64_t, Member> members_;
+};
+
+}  // namespace jaccl

@@ -1,0 +1,289 @@
+#include "comm/world.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "comm/communicator.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "transport/ring_channel.h"
+
+namespace jaccl {
+namespace {
+
+std::unique_ptr<World>& world_slot() {
+  static std::unique_ptr<World> world;
+  return world;
+}
+
+// A process is alive while kill(pid, 0) finds it and it is not a zombie.
+bool pid_alive(int pid) {
+  if (pid <= 0) return true;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  auto close_paren = line.rfind(')');
+  if (close_paren == std::string::npos || close_paren + 2 >= line.size()) return true;
+  char state = line[close_paren + 2];
+  return state != 'Z' && state != 'X';
+}
+
+uint64_t hash_table(const int64_t* table, size_t size, int group_size) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(static_cast<uint64_t>(group_size));
+  for (size_t i = 0; i < size; ++i) mix(static_cast<uint64_t>(table[i]));
+  return h;
+}
+
+}  // namespace
+
+World& World::create(const WorldConfig& config) {
+  auto& slot = world_slot();
+  if (slot) throw_error(ErrorKind::kInvalidArgument, "the jaccl world is already initialised");
+  slot.reset(new World(config));
+  return *slot;
+}
+
+World* World::get() { return world_slot().get(); }
+
+World& World::require() {
+  World* world = get();
+  if (world == nullptr) {
+    throw_error(ErrorKind::kInvalidArgument,
+                "not initialised: call jax_jaccl.init() (jaccl ops call it when traced)");
+  }
+  return *world;
+}
+
+void World::destroy() { world_slot().reset(); }
+
+World::World(const WorldConfig& config) : config_(config) {
+  const int me = config_.my_process;
+  if (me < 0 || me >= static_cast<int>(config_.processes.size())) {
+    throw_error(ErrorKind::kInvalidArgument, "process index ", me, " out of range");
+  }
+  std::vector<size_t> per_process(config_.processes.size(), 0);
+  local_index_.resize(config_.devices.size());
+  for (size_t i = 0; i < config_.devices.size(); ++i) {
+    const DeviceInfo& d = config_.devices[i];
+    if (d.process < 0 || d.process >= static_cast<int>(config_.processes.size())) {
+      throw_error(ErrorKind::kInvalidArgument, "device ", d.id, " has bad process ", d.process);
+    }
+    device_index_[d.id] = i;
+    local_index_[i] = per_process[d.process]++;
+    if (same_host(d.process)) {
+      host_index_[d.id] = host_devices_.size();
+      host_devices_.push_back(d.id);
+    }
+  }
+  layout_ = HostSegmentLayout{per_process[me], host_devices_.size(), config_.num_slots,
+                              config_.payload_bytes};
+  bool shares_host = false;
+  for (const ProcessInfo& p : config_.processes) {
+    if (p.index != me && same_host(p.index)) shares_host = true;
+  }
+  const size_t bytes = layout_.total_bytes();
+  if (shares_host) {
+    own_segment_ = Segment::create("/jaccl-" + config_.job_tag + "-" + std::to_string(me), bytes);
+  } else {
+    own_segment_ = Segment::anonymous(bytes);
+  }
+  auto* header = static_cast<SegmentHeader*>(own_segment_.data());
+  header->magic = kSegmentMagic;
+  header->version = kSegmentVersion;
+  header->process = static_cast<uint32_t>(me);
+  header->pid = static_cast<int32_t>(getpid());
+  header->num_local_devices = static_cast<uint32_t>(layout_.num_local_devices);
+  header->num_host_devices = static_cast<uint32_t>(layout_.num_host_devices);
+  header->num_slots = static_cast<uint32_t>(layout_.num_slots);
+  header->payload_bytes = layout_.payload_bytes;
+  header->total_bytes = bytes;
+  peer_segments_.resize(config_.processes.size());
+  log(LogLevel::kInfo, "process ", me, " of ", config_.processes.size(), ": ",
+      per_process[me], " local devices, ", host_devices_.size(), " on this host, segment ",
+      shares_host ? own_segment_.name() : std::string("(private)"), " ", bytes >> 10, " KiB");
+}
+
+World::~World() {
+  // Communicators hold channel pointers; drop them before the channels.
+  communicators_.clear();
+  channels_.clear();
+}
+
+bool World::same_host(int process) const {
+  return config_.processes[process].host == config_.processes[config_.my_process].host;
+}
+
+const DeviceInfo& World::device(int64_t id) const {
+  auto it = device_index_.find(id);
+  if (it == device_index_.end()) {
+    throw_error(ErrorKind::kInvalidArgument, "device ", id, " is not part of this jaccl world");
+  }
+  return config_.devices[it->second];
+}
+
+size_t World::local_index(int64_t id) const {
+  device(id);
+  return local_index_[device_index_.at(id)];
+}
+
+size_t World::host_index(int64_t id) const {
+  auto it = host_index_.find(id);
+  if (it == host_index_.end()) {
+    throw_error(ErrorKind::kInvalidArgument, "device ", id, " is not on this host");
+  }
+  return it->second;
+}
+
+std::string World::describe_device(int64_t id) const {
+  const DeviceInfo& d = device(id);
+  const ProcessInfo& p = config_.processes[d.process];
+  std::ostringstream out;
+  out << "device " << id << ", process " << d.process << ", pid " << p.pid;
+  if (!same_host(d.process)) out << " on host " << p.host;
+  return out.str();
+}
+
+SegmentHeader* World::header_of(int process) const {
+  if (process == config_.my_process) return static_cast<SegmentHeader*>(own_segment_.data());
+  const Segment& segment = peer_segments_[process];
+  return segment.data() ? static_cast<SegmentHeader*>(segment.data()) : nullptr;
+}
+
+void World::attach_peers() {
+  JACCL_CHECK(!attached_, "attach_peers called twice");
+  for (const ProcessInfo& p : config_.processes) {
+    if (p.index == config_.my_process || !same_host(p.index)) continue;
+    size_t local = 0;
+    for (const DeviceInfo& d : config_.devices) local += d.process == p.index;
+    HostSegmentLayout layout{local, host_devices_.size(), config_.num_slots,
+                             config_.payload_bytes};
+    Segment segment = Segment::open("/jaccl-" + config_.job_tag + "-" + std::to_string(p.index),
+                                    layout.total_bytes());
+    auto* header = static_cast<SegmentHeader*>(segment.data());
+    if (header->magic != kSegmentMagic || header->version != kSegmentVersion ||
+        header->pid != p.pid || header->payload_bytes != config_.payload_bytes ||
+        header->num_slots != static_cast<uint32_t>(config_.num_slots)) {
+      throw_error(ErrorKind::kMismatch, "shared-memory segment of process ", p.index,
+                  " does not match this process's settings (pid ", header->pid, " vs ", p.pid,
+                  ", frame ", header->payload_bytes, " vs ", config_.payload_bytes,
+                  " bytes, ", header->num_slots, " vs ", config_.num_slots,
+                  " slots): set the same JACCL_* variables everywhere");
+    }
+    peer_segments_[p.index] = std::move(segment);
+  }
+  // One ring per ordered pair of devices on this host with a local end.
+  for (int64_t dst : host_devices_) {
+    int dst_process = device(dst).process;
+    auto* base = reinterpret_cast<unsigned char*>(header_of(dst_process));
+    for (int64_t src : host_devices_) {
+      if (src == dst) continue;
+      int src_process = device(src).process;
+      if (src_process != config_.my_process && dst_process != config_.my_process) continue;
+      void* memory = base + layout_.ring_offset(local_index(dst), host_index(src));
+      const char* kind = src_process == dst_process ? "local" : "shm";
+      channels_[src][dst] = std::make_unique<RingChannel>(
+          memory, config_.num_slots, config_.payload_bytes, doorbell(src), doorbell(dst), kind);
+    }
+  }
+  attached_ = true;
+}
+
+void World::unlink_own_segment() { own_segment_.unlink(); }
+
+Doorbell* World::doorbell(int64_t id) const {
+  const DeviceInfo& d = device(id);
+  auto* base = reinterpret_cast<unsigned char*>(header_of(d.process));
+  if (base == nullptr) {
+    throw_error(ErrorKind::kInvalidArgument, "no shared memory with ", describe_device(id));
+  }
+  return reinterpret_cast<Doorbell*>(base + layout_.doorbells_offset() +
+                                     local_index(id) * sizeof(Doorbell));
+}
+
+Channel* World::channel(int64_t src, int64_t dst) const {
+  auto row = channels_.find(src);
+  if (row != channels_.end()) {
+    auto it = row->second.find(dst);
+    if (it != row->second.end()) return it->second.get();
+  }
+  throw_error(ErrorKind::kInvalidArgument, "no transport from ", describe_device(src), " to ",
+              describe_device(dst),
+              same_host(device(src).process) && same_host(device(dst).process)
+                  ? ""
+                  : ": the devices are on different hosts and no network transport is built");
+}
+
+Communicator& World::communicator(const int64_t* table, size_t size, int group_size) {
+  const uint64_t id = hash_table(table, size, group_size);
+  std::lock_guard<std::mutex> lock(communicators_mutex_);
+  auto it = communicators_.find(id);
+  if (it != communicators_.end()) {
+    if (!it->second->matches(table, size, group_size)) {
+      throw_error(ErrorKind::kInternal, "communicator id collision");
+    }
+    return *it->second;
+  }
+  auto comm = std::make_unique<Communicator>(*this, id, table, size, group_size);
+  Communicator& ref = *comm;
+  communicators_[id] = std::move(comm);
+  return ref;
+}
+
+void World::raise_abort(const std::string& reason) {
+  AbortBoard& board = header_of(config_.my_process)->abort;
+  uint32_t expected = 0;
+  if (board.state.compare_exchange_strong(expected, 1)) {
+    std::snprintf(board.reason, sizeof board.reason, "%s", reason.c_str());
+    board.state.store(2, std::memory_order_release);
+    log(LogLevel::kWarn, "aborting: ", reason);
+  }
+  // Wake every device of this host so waiting threads see the abort now.
+  for (int64_t id : host_devices_) ring(doorbell(id));
+}
+
+bool World::aborted() const {
+  return header_of(config_.my_process)->abort.state.load(std::memory_order_acquire) != 0;
+}
+
+void World::check_health(const std::vector<int>& processes) const {
+  auto reason_of = [](const SegmentHeader* header) {
+    return header->abort.state.load(std::memory_order_acquire) == 2
+               ? std::string(header->abort.reason)
+               : std::string("(reason being written)");
+  };
+  const SegmentHeader* own = header_of(config_.my_process);
+  if (own->abort.state.load(std::memory_order_acquire) != 0) {
+    throw_error(ErrorKind::kPeerFailure, "this process stopped communicating after an earlier "
+                "failure: ", reason_of(own));
+  }
+  for (int p : processes) {
+    if (p == config_.my_process) continue;
+    const ProcessInfo& info = config_.processes[p];
+    if (!same_host(p)) continue;
+    const SegmentHeader* header = header_of(p);
+    if (header != nullptr && header->abort.state.load(std::memory_order_acquire) != 0) {
+      throw_error(ErrorKind::kPeerFailure, "process ", p, " (pid ", info.pid,
+                  ") failed: ", reason_of(header));
+    }
+    if (!pid_alive(info.pid)) {
+      throw_error(ErrorKind::kPeerFailure, "process ", p, " (pid ", info.pid,
+                  ") died");
+    }
+  }
+}
+
+}  // namespace jaccl

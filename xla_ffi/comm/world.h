@@ -1,0 +1,85 @@
+// The process-wide view of the job: who runs where, the memory shared with
+// the other processes of this host, the channels between devices, and the
+// abort board every process watches.
+//
+// Contract:
+// - create() runs once per process (from Python's bootstrap), then
+//   attach_peers() once every process of the host has created its segment,
+//   then unlink_own_segment() once they have all attached. Between those steps
+//   the bootstrap synchronises the processes through JAX's key-value store.
+// - After attach_peers() the World is read-only except for the abort board
+//   and the communicator cache, which are thread-safe; any device thread may
+//   use it concurrently.
+// - channel(src, dst) exists when at least one end is a local device and a
+//   transport reaches the other; otherwise it throws naming both devices.
+// - raise_abort() records the first failure of this process; check_health()
+//   throws if this process or any listed peer has aborted or died.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "comm/host_segment.h"
+#include "comm/world_config.h"
+#include "transport/shm/segment.h"
+#include "transport/transport.h"
+
+namespace jaccl {
+
+class Communicator;
+
+class World {
+ public:
+  static World& create(const WorldConfig& config);
+  static World* get();
+  static World& require();
+  static void destroy();
+
+  ~World();
+
+  void attach_peers();
+  void unlink_own_segment();
+  const std::string& own_segment_name() const { return own_segment_.name(); }
+
+  const WorldConfig& config() const { return config_; }
+  int my_process() const { return config_.my_process; }
+  const DeviceInfo& device(int64_t id) const;
+  bool is_local(int64_t id) const { return device(id).process == config_.my_process; }
+  bool same_host(int process) const;
+  std::string describe_device(int64_t id) const;
+
+  Channel* channel(int64_t src, int64_t dst) const;
+  Doorbell* doorbell(int64_t device) const;
+
+  Communicator& communicator(const int64_t* table, size_t size, int group_size);
+
+  void raise_abort(const std::string& reason);
+  bool aborted() const;
+  void check_health(const std::vector<int>& processes) const;
+
+ private:
+  explicit World(const WorldConfig& config);
+  SegmentHeader* header_of(int process) const;
+  size_t local_index(int64_t id) const;  // position among its process's devices
+  size_t host_index(int64_t id) const;   // position among the devices of this host
+
+  WorldConfig config_;
+  HostSegmentLayout layout_;
+  std::unordered_map<int64_t, size_t> device_index_;
+  std::vector<size_t> local_index_;      // by device index
+  std::vector<int64_t> host_devices_;    // devices of this host, world order
+  std::unordered_map<int64_t, size_t> host_index_;
+  Segment own_segment_;
+  std::vector<Segment> peer_segments_;   // by process index; empty when not on this host
+  std::unordered_map<int64_t, std::unordered_map<int64_t, std::unique_ptr<Channel>>> channels_;
+  bool attached_ = false;
+
+  std::mutex communicators_mutex_;
+  std::unordered_map<uint64_t, std::unique_ptr<Communicator>> communicators_;
+};
+
+}  // namespace jaccl

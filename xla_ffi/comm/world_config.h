@@ -1,0 +1,33 @@
+// What a process knows about the job when the engine starts: every process,
+// every device, and the engine settings all processes must share.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace jaccl {
+
+struct ProcessInfo {
+  int index = 0;
+  int pid = 0;
+  std::string host;  // processes with equal `host` share memory
+};
+
+struct DeviceInfo {
+  int64_t id = 0;    // XLA's global device id (what DeviceOrdinal reports)
+  int process = 0;   // index into WorldConfig::processes
+};
+
+struct WorldConfig {
+  int my_process = 0;
+  std::vector<ProcessInfo> processes;
+  std::vector<DeviceInfo> devices;
+  std::string job_tag;          // names this job's shared-memory segments
+  size_t payload_bytes = 512 * 1024;  // per frame
+  int num_slots = 4;            // frames in flight per channel
+  double timeout_s = 120.0;     // JACCL_TIMEOUT
+  int spin_us = 50;             // busy-wait before sleeping on a doorbell
+};
+
+}  // namespace jaccl

@@ -1,0 +1,50 @@
+// The engine's single error type.
+//
+// Contract: everything below handlers/ reports failure by throwing jaccl::Error;
+// handlers catch it and turn it into an XLA FFI error. Nothing aborts the
+// process. Messages start with "jaccl:" and name the ranks involved.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace jaccl {
+
+enum class ErrorKind {
+  kInvalidArgument,  // the caller passed something unusable
+  kMismatch,         // ranks disagree about the collective they are in
+  kTimeout,          // a peer did not make progress within the deadline
+  kPeerFailure,      // a peer died or aborted
+  kInternal,         // a system call or an invariant failed
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorKind kind, const std::string& message)
+      : std::runtime_error(message), kind_(kind) {}
+  ErrorKind kind() const { return kind_; }
+
+ private:
+  ErrorKind kind_;
+};
+
+// Builds a message from stream pieces: throw_error(kTimeout, "waited ", s, " s").
+template <typename... Parts>
+[[noreturn]] void throw_error(ErrorKind kind, const Parts&... parts) {
+  std::ostringstream out;
+  out << "jaccl: ";
+  (out << ... << parts);
+  throw Error(kind, out.str());
+}
+
+// Throws kInternal with strerror(errno) appended.
+[[noreturn]] void throw_system_error(const std::string& what);
+
+}  // namespace jaccl
+
+#define JACCL_CHECK(cond, ...)                                          \
+  do {                                                                  \
+    if (!(cond)) ::jaccl::throw_error(::jaccl::ErrorKind::kInternal,    \
+                                      "check failed: " #cond ": ", __VA_ARGS__); \
+  } while (0)

@@ -1,0 +1,29 @@
+// JACCL_DEBUG logging, in the manner of NCCL_DEBUG.
+//
+// Contract: JACCL_DEBUG=WARN (default) prints warnings only; INFO adds one line
+// per decision worth knowing (transport, algorithm); TRACE adds per-call lines.
+// log_once() prints a line at most once per key for the life of the process.
+// Thread-safe; lines go to stderr with a "jaccl <pid>" prefix.
+#pragma once
+
+#include <sstream>
+#include <string>
+
+namespace jaccl {
+
+enum class LogLevel { kNone = 0, kWarn = 1, kInfo = 2, kTrace = 3 };
+
+LogLevel log_level();
+void log_line(LogLevel level, const std::string& line);
+// Returns true the first time it sees `key` (so the caller logs once).
+bool first_time(const std::string& key);
+
+template <typename... Parts>
+void log(LogLevel level, const Parts&... parts) {
+  if (log_level() < level) return;
+  std::ostringstream out;
+  (out << ... << parts);
+  log_line(level, out.str());
+}
+
+}  // namespace jaccl

@@ -1,0 +1,191 @@
+#include "common/reduce.h"
+
+#include <cstring>
+#include <type_traits>
+
+#include "common/error.h"
+#include "common/half.h"
+
+namespace jaccl {
+namespace {
+
+// Storage type -> accumulator type.
+template <typename T> struct Acc { using type = T; };
+template <> struct Acc<bf16_t> { using type = float; };
+template <> struct Acc<f16_t> { using type = float; };
+
+template <typename A, typename T>
+inline A widen(T x) {
+  if constexpr (std::is_same_v<T, bf16_t> || std::is_same_v<T, f16_t>) return to_float(x);
+  else return static_cast<A>(x);
+}
+
+template <typename T, typename A>
+inline T narrow(A x) {
+  if constexpr (std::is_same_v<T, bf16_t>) return to_bf16(x);
+  else if constexpr (std::is_same_v<T, f16_t>) return to_f16(x);
+  else return static_cast<T>(x);
+}
+
+// Arithmetic that wraps for integers (no signed-overflow UB) and is plain for floats.
+template <ReduceOp kOp, typename A>
+inline A apply(A a, A b) {
+  if constexpr (kOp == ReduceOp::kSum || kOp == ReduceOp::kProd) {
+    if constexpr (std::is_integral_v<A>) {
+      using U = std::make_unsigned_t<A>;
+      U r = kOp == ReduceOp::kSum ? static_cast<U>(static_cast<U>(a) + static_cast<U>(b))
+                                  : static_cast<U>(static_cast<U>(a) * static_cast<U>(b));
+      return static_cast<A>(r);
+    } else {
+      return kOp == ReduceOp::kSum ? a + b : a * b;
+    }
+  } else if constexpr (kOp == ReduceOp::kMax) {
+    if constexpr (std::is_floating_point_v<A>) return (a > b || a != a) ? a : b;
+    else return a > b ? a : b;
+  } else {
+    if constexpr (std::is_floating_point_v<A>) return (a < b || a != a) ? a : b;
+    else return a < b ? a : b;
+  }
+}
+
+constexpr size_t kBlock = 512;
+
+// Loads n elements stored as T or as A into the accumulator block.
+template <typename T, typename A>
+inline void load_block(A* acc, const Operand& src, Dtype acc_dtype, size_t offset, size_t n) {
+  if (src.dtype == acc_dtype) {
+    std::memcpy(acc, static_cast<const A*>(src.data) + offset, n * sizeof(A));
+  } else {
+    const T* s = static_cast<const T*>(src.data) + offset;
+    for (size_t i = 0; i < n; ++i) acc[i] = widen<A>(s[i]);
+  }
+}
+
+template <ReduceOp kOp, typename T, typename A>
+inline void fold_block(A* acc, const Operand& src, Dtype acc_dtype, size_t offset, size_t n) {
+  if (src.dtype == acc_dtype) {
+    const A* s = static_cast<const A*>(src.data) + offset;
+    for (size_t i = 0; i < n; ++i) acc[i] = apply<kOp>(acc[i], s[i]);
+  } else {
+    const T* s = static_cast<const T*>(src.data) + offset;
+    for (size_t i = 0; i < n; ++i) acc[i] = apply<kOp>(acc[i], widen<A>(s[i]));
+  }
+}
+
+template <typename T, typename A>
+inline void store_block(void* dst, Dtype dst_dtype, Dtype acc_dtype, const A* acc, size_t offset,
+                        size_t n) {
+  if (dst_dtype == acc_dtype) {
+    std::memcpy(static_cast<A*>(dst) + offset, acc, n * sizeof(A));
+  } else {
+    T* d = static_cast<T*>(dst) + offset;
+    for (size_t i = 0; i < n; ++i) d[i] = narrow<T>(acc[i]);
+  }
+}
+
+template <ReduceOp kOp, typename T>
+void combine_typed(Dtype elem, void* dst, Dtype dst_dtype, const Operand* srcs, int num_srcs,
+                   size_t n) {
+  using A = typename Acc<T>::type;
+  const Dtype acc_dtype = accumulator_dtype(elem);
+  if constexpr (std::is_same_v<T, A>) {
+    // Storage and accumulator agree: the common two-operand case needs no staging.
+    if (num_srcs == 2) {
+      const T* a = static_cast<const T*>(srcs[0].data);
+      const T* b = static_cast<const T*>(srcs[1].data);
+      T* d = static_cast<T*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = apply<kOp>(a[i], b[i]);
+      return;
+    }
+  }
+  A acc[kBlock];
+  for (size_t offset = 0; offset < n; offset += kBlock) {
+    size_t m = n - offset < kBlock ? n - offset : kBlock;
+    load_block<T, A>(acc, srcs[0], acc_dtype, offset, m);
+    for (int k = 1; k < num_srcs; ++k) fold_block<kOp, T, A>(acc, srcs[k], acc_dtype, offset, m);
+    store_block<T, A>(dst, dst_dtype, acc_dtype, acc, offset, m);
+  }
+}
+
+template <typename T>
+void combine_op(ReduceOp op, Dtype elem, void* dst, Dtype dst_dtype, const Operand* srcs,
+                int num_srcs, size_t n) {
+  switch (op) {
+    case ReduceOp::kSum: return combine_typed<ReduceOp::kSum, T>(elem, dst, dst_dtype, srcs, num_srcs, n);
+    case ReduceOp::kProd: return combine_typed<ReduceOp::kProd, T>(elem, dst, dst_dtype, srcs, num_srcs, n);
+    case ReduceOp::kMax: return combine_typed<ReduceOp::kMax, T>(elem, dst, dst_dtype, srcs, num_srcs, n);
+    case ReduceOp::kMin: return combine_typed<ReduceOp::kMin, T>(elem, dst, dst_dtype, srcs, num_srcs, n);
+    default: throw_error(ErrorKind::kInvalidArgument, "unknown reduce op ", static_cast<int>(op));
+  }
+}
+
+template <typename T>
+void convert_typed(Dtype elem, void* dst, Dtype dst_dtype, const void* src, Dtype src_dtype,
+                   size_t n) {
+  using A = typename Acc<T>::type;
+  const Dtype acc_dtype = accumulator_dtype(elem);
+  if (dst_dtype == src_dtype) {
+    std::memcpy(dst, src, n * dtype_size(dst_dtype));
+  } else if (src_dtype == acc_dtype) {
+    const A* s = static_cast<const A*>(src);
+    T* d = static_cast<T*>(dst);
+    for (size_t i = 0; i < n; ++i) d[i] = narrow<T>(s[i]);
+  } else {
+    const T* s = static_cast<const T*>(src);
+    A* d = static_cast<A*>(dst);
+    for (size_t i = 0; i < n; ++i) d[i] = widen<A>(s[i]);
+  }
+}
+
+// Calls fn.template operator()<T>() with T the storage type of `elem`.
+template <typename Fn>
+void dispatch(Dtype elem, Fn&& fn) {
+  switch (elem) {
+    case Dtype::kBool: return fn(uint8_t{});
+    case Dtype::kI8: return fn(int8_t{});
+    case Dtype::kI16: return fn(int16_t{});
+    case Dtype::kI32: return fn(int32_t{});
+    case Dtype::kI64: return fn(int64_t{});
+    case Dtype::kU8: return fn(uint8_t{});
+    case Dtype::kU16: return fn(uint16_t{});
+    case Dtype::kU32: return fn(uint32_t{});
+    case Dtype::kU64: return fn(uint64_t{});
+    case Dtype::kF16: return fn(f16_t{});
+    case Dtype::kBF16: return fn(bf16_t{});
+    case Dtype::kF32: return fn(float{});
+    case Dtype::kF64: return fn(double{});
+    default: throw_error(ErrorKind::kInvalidArgument, "unsupported dtype ", static_cast<int>(elem));
+  }
+}
+
+}  // namespace
+
+const char* reduce_op_name(ReduceOp op) {
+  static const char* const kNames[] = {"sum", "prod", "max", "min"};
+  auto i = static_cast<size_t>(op);
+  return i < static_cast<size_t>(ReduceOp::kCount) ? kNames[i] : "unknown";
+}
+
+void combine(ReduceOp op, Dtype elem, void* dst, Dtype dst_dtype, const Operand* srcs,
+             int num_srcs, size_t n) {
+  if (n == 0) return;
+  if (num_srcs == 1) return convert(elem, dst, dst_dtype, srcs[0].data, srcs[0].dtype, n);
+  dispatch(elem, [&](auto tag) {
+    using T = decltype(tag);
+    combine_op<T>(op, elem, dst, dst_dtype, srcs, num_srcs, n);
+  });
+}
+
+void convert(Dtype elem, void* dst, Dtype dst_dtype, const void* src, Dtype src_dtype, size_t n) {
+  if (n == 0) return;
+  if (dst_dtype == src_dtype) {
+    if (dst != src) std::memcpy(dst, src, n * dtype_size(dst_dtype));
+    return;
+  }
+  dispatch(elem, [&](auto tag) {
+    using T = decltype(tag);
+    convert_typed<T>(elem, dst, dst_dtype, src, src_dtype, n);
+  });
+}
+
+}  // namespace jaccl

@@ -1,0 +1,34 @@
+// Element-wise reductions and conversions over contiguous arrays.
+//
+// Contract: combine() computes dst[i] = op(...op(op(srcs[0][i], srcs[1][i]), srcs[2][i])...)
+// in exactly that order, in the accumulator type of `elem` (float32 for
+// float16/bfloat16), and stores the result as dst_dtype. Every operand's dtype
+// is `elem` or accumulator_dtype(elem). dst may alias any operand element for
+// element (same position); other overlaps are not allowed. Integer sums and
+// products wrap around; max/min propagate NaN; bool max/min are or/and.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/dtype.h"
+
+namespace jaccl {
+
+enum class ReduceOp : uint8_t { kSum = 0, kProd, kMax, kMin, kCount };
+
+const char* reduce_op_name(ReduceOp op);
+
+struct Operand {
+  const void* data;
+  Dtype dtype;
+};
+
+void combine(ReduceOp op, Dtype elem, void* dst, Dtype dst_dtype, const Operand* srcs,
+             int num_srcs, size_t n);
+
+// dst = src converted; both dtypes are `elem` or its accumulator type.
+void convert(Dtype elem, void* dst, Dtype dst_dtype, const void* src, Dtype src_dtype,
+             size_t n);
+
+}  // namespace jaccl

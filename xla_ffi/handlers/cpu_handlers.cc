@@ -1,0 +1,201 @@
+// XLA FFI handlers for the CPU collectives: the only place where XLA buffers
+// become engine calls.
+//
+// Contract: one handler per collective, all with the same shape: the device
+// ordinal (XLA's global device id) finds the device's group and rank in the
+// communicator named by the `groups` table; the op runs to completion on the
+// calling device thread; any failure is returned as an ffi::Error (after
+// telling the peers through the abort board), never thrown or aborted.
+#include <cstring>
+#include <sstream>
+
+#include "collectives/collectives.h"
+#include "comm/world.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "handlers/cpu_handlers.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace jaccl {
+namespace {
+
+Dtype dtype_from_xla(ffi::DataType type) {
+  switch (type) {
+    case ffi::DataType::PRED: return Dtype::kBool;
+    case ffi::DataType::S8: return Dtype::kI8;
+    case ffi::DataType::S16: return Dtype::kI16;
+    case ffi::DataType::S32: return Dtype::kI32;
+    case ffi::DataType::S64: return Dtype::kI64;
+    case ffi::DataType::U8: return Dtype::kU8;
+    case ffi::DataType::U16: return Dtype::kU16;
+    case ffi::DataType::U32: return Dtype::kU32;
+    case ffi::DataType::U64: return Dtype::kU64;
+    case ffi::DataType::F16: return Dtype::kF16;
+    case ffi::DataType::BF16: return Dtype::kBF16;
+    case ffi::DataType::F32: return Dtype::kF32;
+    case ffi::DataType::F64: return Dtype::kF64;
+    default:
+      throw_error(ErrorKind::kInvalidArgument, "unsupported element type ",
+                  static_cast<int>(type));
+  }
+}
+
+ffi::ErrorCode error_code(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kInvalidArgument: return ffi::ErrorCode::kInvalidArgument;
+    case ErrorKind::kMismatch: return ffi::ErrorCode::kFailedPrecondition;
+    case ErrorKind::kTimeout: return ffi::ErrorCode::kDeadlineExceeded;
+    case ErrorKind::kPeerFailure: return ffi::ErrorCode::kUnavailable;
+    default: return ffi::ErrorCode::kInternal;
+  }
+}
+
+// Logs the transport and algorithm once per communicator, op and size class.
+void log_choice(const Call& call, size_t bytes) {
+  if (log_level() < LogLevel::kInfo) return;
+  int size_class = 0;
+  while ((size_t{1} << size_class) < bytes) ++size_class;
+  std::ostringstream key;
+  key << call.comm->id() << '/' << static_cast<int>(call.kind) << '/' << size_class << '/'
+      << call.member->rank;
+  if (!first_time(key.str())) return;
+  std::ostringstream transports;
+  for (size_t r = 0; r < call.member->to.size(); ++r) {
+    if (call.member->to[r]) transports << (transports.tellp() ? "," : "") << call.member->to[r]->kind();
+  }
+  log(LogLevel::kInfo, kind_name(call.kind), " ", bytes, " B (<= 2^", size_class, ") on rank ",
+      call.member->rank, "/", call.member->size, " of communicator ", std::hex, call.comm->id(),
+      std::dec, ": algorithm ", algorithm_name(call.algorithm), ", transports ",
+      transports.str().empty() ? "none" : transports.str());
+}
+
+}  // namespace
+
+ffi::Error run_collective(CollectiveKind kind, int64_t device, ffi::AnyBuffer in,
+                          ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
+                          int64_t group_size, int64_t op, int64_t algorithm, int64_t outer_in,
+                          int64_t outer_out) {
+  World* world = World::get();
+  try {
+    if (world == nullptr) World::require();
+    if (world->aborted()) world->check_health({});
+    Communicator& comm = world->communicator(groups.begin(), groups.size(),
+                                             static_cast<int>(group_size));
+    Communicator::Member& member = comm.member(device);
+    Call call;
+    call.world = world;
+    call.comm = &comm;
+    call.member = &member;
+    call.kind = kind;
+    call.dtype = dtype_from_xla(in.element_type());
+    call.op = static_cast<ReduceOp>(op);
+    call.op_count = in.element_count();
+    call.seq = member.seq++;
+    call.timeout_s = world->config().timeout_s;
+    Buffers buffers;
+    buffers.in = in.untyped_data();
+    buffers.out = out->untyped_data();
+    buffers.in_count = in.element_count();
+    buffers.out_count = out->element_count();
+    buffers.outer_in = static_cast<size_t>(outer_in);
+    buffers.outer_out = static_cast<size_t>(outer_out);
+    if (member.size == 1) {
+      if (buffers.out != buffers.in) std::memcpy(buffers.out, buffers.in, in.size_bytes());
+      return ffi::Error::Success();
+    }
+    const size_t bytes = std::max(in.size_bytes(), out->size_bytes());
+    call.algorithm = choose_algorithm(kind, static_cast<Algorithm>(algorithm), bytes, member.size);
+    log_choice(call, bytes);
+    switch (kind) {
+      case CollectiveKind::kAllReduce: all_reduce(call, buffers); break;
+      case CollectiveKind::kReduceScatter: reduce_scatter(call, buffers); break;
+      case CollectiveKind::kAllGather: all_gather(call, buffers); break;
+      case CollectiveKind::kAllToAll: all_to_all(call, buffers); break;
+      default: throw_error(ErrorKind::kInvalidArgument, "not a collective handler");
+    }
+    return ffi::Error::Success();
+  } catch (const Error& e) {
+    if (world != nullptr) world->raise_abort(e.what());
+    return ffi::Error(error_code(e.kind()), e.what());
+  } catch (const std::exception& e) {
+    std::string message = std::string("jaccl: internal error: ") + e.what();
+    if (world != nullptr) world->raise_abort(message);
+    return ffi::Error(ffi::ErrorCode::kInternal, message);
+  }
+}
+
+namespace {
+
+ffi::Error AllReduceImpl(int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out,
+                         ffi::Span<const int64_t> groups, int64_t group_size, int64_t op,
+                         int64_t algorithm) {
+  return run_collective(CollectiveKind::kAllReduce, device, x, out, groups, group_size, op,
+                        algorithm, 1, 1);
+}
+
+ffi::Error ReduceScatterImpl(int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out,
+                             ffi::Span<const int64_t> groups, int64_t group_size, int64_t op,
+                             int64_t algorithm, int64_t outer) {
+  return run_collective(CollectiveKind::kReduceScatter, device, x, out, groups, group_size, op,
+                        algorithm, outer, 1);
+}
+
+ffi::Error AllGatherImpl(int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out,
+                         ffi::Span<const int64_t> groups, int64_t group_size, int64_t algorithm,
+                         int64_t outer) {
+  return run_collective(CollectiveKind::kAllGather, device, x, out, groups, group_size,
+                        static_cast<int64_t>(ReduceOp::kSum), algorithm, 1, outer);
+}
+
+ffi::Error AllToAllImpl(int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out,
+                        ffi::Span<const int64_t> groups, int64_t group_size, int64_t outer_in,
+                        int64_t outer_out) {
+  return run_collective(CollectiveKind::kAllToAll, device, x, out, groups, group_size,
+                        static_cast<int64_t>(ReduceOp::kSum), 0, outer_in, outer_out);
+}
+
+}  // namespace
+}  // namespace jaccl
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_reduce, jaccl::AllReduceImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()                   // x
+                                  .Ret<ffi::AnyBuffer>()                   // reduced x
+                                  .Attr<ffi::Span<const int64_t>>("groups")  // device ids, rank order
+                                  .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("op")                     // ReduceOp
+                                  .Attr<int64_t>("algorithm"));            // Algorithm
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_reduce_scatter, jaccl::ReduceScatterImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<ffi::Span<const int64_t>>("groups")
+                                  .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("op")
+                                  .Attr<int64_t>("algorithm")
+                                  .Attr<int64_t>("outer"));  // elements before the scatter dim
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_gather, jaccl::AllGatherImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<ffi::Span<const int64_t>>("groups")
+                                  .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("algorithm")
+                                  .Attr<int64_t>("outer"));  // elements before the gather dim
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_to_all, jaccl::AllToAllImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<ffi::Span<const int64_t>>("groups")
+                                  .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("outer_in")    // elements before the split dim
+                                  .Attr<int64_t>("outer_out"));  // elements before the concat dim

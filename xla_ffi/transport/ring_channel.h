@@ -1,0 +1,55 @@
+// A Channel over a ring of frames in memory both ends can address: a
+// shared-memory segment between processes of one host, or the heap between
+// devices of one process.
+//
+// Layout at `memory` (ring_bytes() bytes, zero-initialised by the creator):
+// a RingControl (head and tail counters on their own cache lines), then
+// num_slots frames of frame_bytes each. The producer writes frame
+// head % num_slots and then advances head (release); the consumer reads frame
+// tail % num_slots once head > tail (acquire) and then advances tail. Either
+// side rings the other's doorbell after moving its counter.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "transport/doorbell.h"
+#include "transport/transport.h"
+
+namespace jaccl {
+
+struct RingControl {
+  alignas(64) std::atomic<uint32_t> head;  // frames published so far
+  alignas(64) std::atomic<uint32_t> tail;  // frames released so far
+};
+
+class RingChannel : public Channel {
+ public:
+  // Bytes a ring of num_slots frames with payload_bytes each occupies.
+  static size_t ring_bytes(int num_slots, size_t payload_bytes);
+
+  RingChannel(void* memory, int num_slots, size_t payload_bytes, Doorbell* producer_bell,
+              Doorbell* consumer_bell, const char* kind);
+
+  size_t payload_capacity() const override { return payload_bytes_; }
+  Frame* try_reserve() override;
+  void commit() override;
+  const Frame* try_peek() override;
+  void release() override;
+  const char* kind() const override { return kind_; }
+
+ private:
+  Frame* slot(uint32_t index) const;
+
+  RingControl* control_;
+  unsigned char* slots_;
+  int num_slots_;
+  size_t payload_bytes_;
+  size_t frame_bytes_;
+  Doorbell* producer_bell_;
+  Doorbell* consumer_bell_;
+  const char* kind_;
+};
+
+}  // namespace jaccl
