@@ -58,7 +58,7 @@ void ring(Call& call, const Buffers& b) {
     BlockOf out_block = [&, begin, len](int q) {
       return Region::block(b.out, esize, b.out_count, b.outer_out, n, q).slice(begin, len);
     };
-    add_ring_all_gather(call, phase, 2, d, in.slice(begin, len), -1, out_block);
+    add_ring_all_gather(call, phase, 2, d, in.slice(begin, len), out_block);
   }
   std::vector<Phase> phases{std::move(phase)};
   run_phases(call, phases);

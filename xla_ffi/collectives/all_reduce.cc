@@ -15,8 +15,7 @@
 //
 // ring (ring-only topologies): the buffer is split between two directions,
 // each running the ring reduce-scatter and then the ring all-gather of
-// ring.h over its half, all in one phase so the all-gather of a block starts
-// while later chunks are still being reduced.
+// ring.h over its half; the two directions run at once.
 #include <algorithm>
 
 #include "collectives/collectives.h"
@@ -100,7 +99,7 @@ void ring(Call& call, const Buffers& b) {
   const int n = call.member->size, r = call.member->rank, dirs = ring_directions(call);
   const Dtype elem = call.dtype;
   const size_t esize = dtype_size(elem), count = b.in_count;
-  Phase phase;
+  Phase scatter, gather;
   for (int d = 0; d < dirs; ++d) {
     const size_t begin = part_start(count, dirs, d), len = part_start(count, dirs, d + 1) - begin;
     auto block_of = [&, begin, len](const void* base) {
@@ -110,10 +109,10 @@ void ring(Call& call, const Buffers& b) {
       };
     };
     BlockOf in_block = block_of(b.in), out_block = block_of(b.out);
-    int final_task = add_ring_reduce_scatter(call, phase, 1, d, in_block, out_block(r));
-    add_ring_all_gather(call, phase, 2, d, out_block(r), final_task, out_block);
+    add_ring_reduce_scatter(call, scatter, 1, d, in_block, out_block(r));
+    add_ring_all_gather(call, gather, 2, d, out_block(r), out_block);
   }
-  std::vector<Phase> phases{std::move(phase)};
+  std::vector<Phase> phases{std::move(scatter), std::move(gather)};
   run_phases(call, phases);
 }
 

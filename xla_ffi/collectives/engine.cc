@@ -30,45 +30,89 @@ struct TaskState {
   Task* task = nullptr;
   size_t done = 0;
   size_t chunk = 0;
-  std::vector<int> channel_after;
+  size_t chunks_done = 0;
+  std::vector<int> orders;  // the ChannelOrders of the channels this task uses
   std::vector<const Frame*> in_frames;
   std::vector<Frame*> out_frames;
   std::vector<Operand> operands;
   std::vector<void*> sink_ptrs;
   bool complete() const { return done == task->count; }
+  size_t num_chunks() const { return (task->count + chunk - 1) / chunk; }
+};
+
+// The order of frames on one channel (one direction) within a phase: chunk 0
+// of every task that uses it, in task order, then chunk 1 of each, and so on.
+// Both ends list their tasks for a channel in the same order with the same
+// counts, so they agree on which frame comes next. A cursor walks the order.
+struct ChannelOrder {
+  std::vector<int> tasks;
+  std::vector<size_t> chunks;  // chunks of each task
+  size_t chunk = 0;            // cursor: chunk index ...
+  size_t pos = 0;              // ... and position in `tasks`
+
+  void settle() {  // moves the cursor onto a task that still has chunk `chunk`
+    for (;;) {
+      while (pos < tasks.size() && chunks[pos] <= chunk) ++pos;
+      if (pos < tasks.size()) return;
+      bool any_left = false;
+      for (size_t c : chunks) any_left |= c > chunk + 1;
+      if (!any_left) {
+        pos = tasks.size();
+        chunk = SIZE_MAX;
+        return;
+      }
+      ++chunk;
+      pos = 0;
+    }
+  }
+  bool turn_of(int task) const { return pos < tasks.size() && tasks[pos] == task; }
+  void advance() {
+    ++pos;
+    settle();
+  }
 };
 
 class PhaseRunner {
  public:
   PhaseRunner(const Call& call, Phase& phase, const Deadline& deadline)
       : call_(call), deadline_(deadline), states_(phase.size()) {
-    std::map<std::pair<Channel*, bool>, int> last_user;
+    std::map<std::pair<Channel*, bool>, int> order_of;
     for (size_t i = 0; i < phase.size(); ++i) {
       TaskState& s = states_[i];
       Task& t = phase[i];
       s.task = &t;
       size_t wire_bytes = 0, capacity = 0;
+      std::vector<std::pair<Channel*, bool>> channels;
       auto visit = [&](const Endpoint& e, bool is_sink) {
         if (e.channel == nullptr) return;
         size_t bytes = dtype_size(e.dtype);
         JACCL_CHECK(wire_bytes == 0 || wire_bytes == bytes, "mixed wire types in one task");
         wire_bytes = bytes;
         capacity = e.channel->payload_capacity();
-        auto key = std::make_pair(e.channel, is_sink);
-        auto it = last_user.find(key);
-        if (it != last_user.end() && it->second != static_cast<int>(i)) {
-          s.channel_after.push_back(it->second);
-        }
-        last_user[key] = static_cast<int>(i);
+        channels.emplace_back(e.channel, is_sink);
       };
       for (const Endpoint& e : t.srcs) visit(e, false);
       for (const Endpoint& e : t.sinks) visit(e, true);
       s.chunk = std::max<size_t>(1, wire_bytes ? capacity / wire_bytes : t.count);
+      if (t.count > 0) {
+        for (const auto& key : channels) {
+          auto it = order_of.find(key);
+          if (it == order_of.end()) {
+            it = order_of.emplace(key, static_cast<int>(orders_.size())).first;
+            orders_.emplace_back();
+          }
+          ChannelOrder& order = orders_[it->second];
+          order.tasks.push_back(static_cast<int>(i));
+          order.chunks.push_back(s.num_chunks());
+          s.orders.push_back(it->second);
+        }
+      }
       s.in_frames.assign(t.srcs.size(), nullptr);
       s.out_frames.assign(t.sinks.size(), nullptr);
       s.operands.resize(t.srcs.size());
       s.sink_ptrs.resize(t.sinks.size());
     }
+    for (ChannelOrder& order : orders_) order.settle();
   }
 
   void run() {
@@ -183,8 +227,9 @@ class PhaseRunner {
   bool step(TaskState& s) {
     Task& t = *s.task;
     const size_t a = s.done, n = std::min(s.chunk, t.count - a), b = a + n;
-    for (int j : s.channel_after) {
-      if (!states_[j].complete()) return false;
+    const int self = static_cast<int>(&s - states_.data());
+    for (int o : s.orders) {
+      if (!orders_[o].turn_of(self)) return false;
     }
     for (int j : t.after) {
       const TaskState& d = states_[j];
@@ -236,6 +281,8 @@ class PhaseRunner {
       if (e.channel != nullptr) e.channel->release();
     }
     s.done = b;
+    ++s.chunks_done;
+    for (int o : s.orders) orders_[o].advance();
     return true;
   }
 
@@ -281,6 +328,7 @@ class PhaseRunner {
   const Call& call_;
   const Deadline& deadline_;
   std::vector<TaskState> states_;
+  std::vector<ChannelOrder> orders_;
   std::vector<int> blocked_;
 };
 

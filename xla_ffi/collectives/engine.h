@@ -11,10 +11,14 @@
 // Schedule: within a phase every task advances one chunk whenever its inputs
 // are there and its outputs have room, round-robin, so sends to and receives
 // from all peers are in flight at once, each with up to num_slots frames.
-// A task that shares a channel with an earlier task of the phase starts after
-// it has finished (channels are FIFO); `after` lists tasks that must stay
-// ahead of this one element for element (a send that must read a buffer
-// before a reduction overwrites it). Phases run one after another.
+// Tasks of a phase that share a channel interleave their frames by chunk:
+// chunk 0 of each in task order, then chunk 1 of each, and so on. Both ends
+// list a channel's tasks in the same order, so they agree on every frame, and
+// a ring step can forward chunk c while the step before it still sends chunk
+// c+1 (sequential tasks would deadlock once a block outgrows the channel).
+// `after` lists tasks that must stay ahead of this one element for element
+// (a send that must read a buffer before a reduction overwrites it). Phases
+// run one after another.
 //
 // Waiting: when no task can move, the thread sleeps on its doorbell; every
 // ~10 ms without progress it checks the deadline, the peers' processes and

@@ -8,7 +8,7 @@ int ring_directions(const Call& call) {
   return call.algorithm == Algorithm::kRingOneWay || call.member->size <= 2 ? 1 : 2;
 }
 
-int add_ring_reduce_scatter(const Call& call, Phase& phase, uint32_t phase_id, int direction,
+void add_ring_reduce_scatter(const Call& call, Phase& phase, uint32_t phase_id, int direction,
                             const BlockOf& in_block, const Region& out) {
   const int n = call.member->size, r = call.member->rank, sign = direction == 0 ? 1 : -1;
   const int right = wrap(r + sign, n), left = wrap(r - sign, n);
@@ -34,11 +34,10 @@ int add_ring_reduce_scatter(const Call& call, Phase& phase, uint32_t phase_id, i
     }
     phase.push_back(std::move(t));
   }
-  return static_cast<int>(phase.size()) - 1;
 }
 
 void add_ring_all_gather(const Call& call, Phase& phase, uint32_t phase_id, int direction,
-                         const Region& own, int own_ready, const BlockOf& out_block) {
+                         const Region& own, const BlockOf& out_block) {
   const int n = call.member->size, r = call.member->rank, sign = direction == 0 ? 1 : -1;
   const int right = wrap(r + sign, n), left = wrap(r - sign, n);
   const Dtype elem = call.dtype;
@@ -47,7 +46,6 @@ void add_ring_all_gather(const Call& call, Phase& phase, uint32_t phase_id, int 
   first.count = own.count;
   first.srcs = {Endpoint::local(own, elem)};
   first.sinks = {send_to(call, right, stream_tag(phase_id, direction, 0), elem)};
-  if (own_ready >= 0) first.after = {own_ready};
   phase.push_back(std::move(first));
 
   for (int k = 0; k <= n - 2; ++k) {

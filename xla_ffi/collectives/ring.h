@@ -26,15 +26,14 @@ namespace jaccl {
 
 using BlockOf = std::function<Region(int block)>;
 
-// Appends the reduce-scatter tasks of one direction; returns the index of the
-// task that writes `out` (block r).
-int add_ring_reduce_scatter(const Call& call, Phase& phase, uint32_t phase_id, int direction,
+// Appends the reduce-scatter tasks of one direction; the last one writes
+// `out` (block r).
+void add_ring_reduce_scatter(const Call& call, Phase& phase, uint32_t phase_id, int direction,
                             const BlockOf& in_block, const Region& out);
 
-// Appends the all-gather tasks of one direction. `own` is this rank's block;
-// when own_ready >= 0 its sending stays behind that task of the phase.
+// Appends the all-gather tasks of one direction. `own` is this rank's block.
 void add_ring_all_gather(const Call& call, Phase& phase, uint32_t phase_id, int direction,
-                         const Region& own, int own_ready, const BlockOf& out_block);
+                         const Region& own, const BlockOf& out_block);
 
 // 1 for one-way rings and for two ranks (both directions would share one
 // pair of channels), 2 otherwise.
