@@ -92,8 +92,22 @@ def init() -> WorldInfo:
     with _lock:
         if _world is None:
             _world = _start()
-            atexit.register(shutdown)
+            atexit.register(_at_exit)
         return _world
+
+
+def _at_exit() -> None:
+    # After a collective failed (a peer died, ranks disagreed, a deadline passed) the job is
+    # broken: jax.distributed's shutdown barrier would wait for the dead peer and then abort
+    # the process. End at once with status 1 instead (our hook runs before jax's).
+    world = _world
+    if world is not None and world.process_count > 1 and engine.aborted():
+        import sys
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    shutdown()
 
 
 def is_initialized() -> bool:

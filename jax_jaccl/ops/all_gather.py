@@ -70,7 +70,7 @@ def _transpose(ct, x, *, axes, axis, tiled, algorithm, axis_size):
 def _batcher(axis_data, vals_in, dims_in, *, axes, axis, tiled, **params):
     _common.refuse_vmap_axis(axis_data, axes, "all_gather")
     (x,), (d,) = vals_in, dims_in
-    if d is not batching.not_mapped:
+    if d is not None:
         if d <= axis:
             axis += 1
         elif not tiled:

@@ -83,7 +83,7 @@ def _transpose(ct, x, *, axes, split_axis, concat_axis, axis_size):
 def _batcher(axis_data, vals_in, dims_in, *, axes, split_axis, concat_axis, axis_size):
     _common.refuse_vmap_axis(axis_data, axes, "all_to_all")
     (x,), (d,) = vals_in, dims_in
-    if d is not batching.not_mapped:
+    if d is not None:
         split_axis += d <= split_axis
         concat_axis += d <= concat_axis
     return all_to_all_p.bind(x, axes=axes, split_axis=split_axis, concat_axis=concat_axis,

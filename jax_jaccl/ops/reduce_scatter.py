@@ -94,7 +94,7 @@ def _jvp(primals, tangents, **params):
 def _batcher(axis_data, vals_in, dims_in, *, axes, scatter_dimension, tiled, **params):
     _common.refuse_vmap_axis(axis_data, axes, "reduce_scatter")
     (x,), (d,) = vals_in, dims_in
-    if d is batching.not_mapped:
+    if d is None:
         return reduce_scatter_p.bind(x, axes=axes, scatter_dimension=scatter_dimension,
                                      tiled=tiled, **params), d
     if d <= scatter_dimension:

@@ -70,5 +70,9 @@ NB_MODULE(_jaccl, m) {
   m.def("unlink_own_segment", [] { jaccl::World::require().unlink_own_segment(); });
   m.def("own_segment_name", [] { return jaccl::World::require().own_segment_name(); });
   m.def("is_initialized", [] { return jaccl::World::get() != nullptr; });
+  m.def("aborted", [] {
+    jaccl::World* world = jaccl::World::get();
+    return world != nullptr && world->aborted();
+  });
   m.def("shutdown", [] { jaccl::World::destroy(); }, nb::call_guard<nb::gil_scoped_release>());
 }

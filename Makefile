@@ -1,0 +1,31 @@
+# setup: a virtual environment with jax_jaccl built and installed (editable)
+# demo:  the main job: 2 processes x 2 CPU devices train a model with jaccl collectives
+# test:  the test suite
+# bench: jaccl-bench collectives, 2 processes x 1 device, against jax's own collectives
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+SOURCES := pyproject.toml CMakeLists.txt $(shell find xla_ffi -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name CMakeLists.txt)
+
+.PHONY: setup demo test bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: $(SOURCES)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q 'jax>=0.10' numpy nanobind 'scikit-build-core>=0.10' ninja cmake pytest pytest-timeout
+	$(PY) -m pip install -q --no-build-isolation -e '.[test]'
+	touch $@
+
+demo: setup
+	$(VENV)/bin/jaccl-run -n 2 --devices-per-process 2 -- $(PY) examples/train_data_parallel.py
+
+test: setup
+	$(PY) -m pytest -q tests
+
+bench: setup
+	$(VENV)/bin/jaccl-bench collectives --nprocs 2 --vs lax
+
+clean:
+	rm -rf build $(VENV)
