@@ -59,3 +59,20 @@ def make_varying(x, axes: tuple):
 
 def pvary(x, axes: tuple):
     return _parallel.pvary(x, axes)
+
+
+def ir_type(ctx, aval):
+    """The MLIR type of `aval` in lowering context `ctx`."""
+    from jax.interpreters import mlir
+
+    try:
+        return mlir.aval_to_ir_type(ctx.module_context, aval)
+    except TypeError:  # older signature
+        return mlir.aval_to_ir_type(aval)
+
+
+def custom_call(*args, **kwargs):
+    """jax's own helper that builds an HLO custom call (not re-exported publicly)."""
+    from jax._src.interpreters import mlir as _mlir
+
+    return _mlir.custom_call(*args, **kwargs)

@@ -6,7 +6,8 @@ Contract:
 - group_table(ctx, axes) returns the global device ids of every group, in rank order, computed
   from the concrete mesh the op is lowered for (rank = jax.lax.axis_index over `axes`).
 - lower_collective() makes sure the engine is initialised, then emits a custom call with
-  has_side_effect=True (XLA must neither drop nor merge collectives).
+  has_side_effect=True (XLA must neither drop nor merge collectives) that takes and returns
+  the ordering token of _effects (every device must run its collectives in the same order).
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import math
 
 import jax
 import numpy as np
+from jax.interpreters import mlir
 from jax.interpreters.mlir import ir
 
 from .. import _compat, bootstrap
+from .._effects import collective_order
 
 SUPPORTED_DTYPES = tuple(np.dtype(d) for d in (
     "float16", jax.numpy.bfloat16, "float32", "float64", "int8", "int16", "int32", "int64",
@@ -84,18 +87,26 @@ def group_table(ctx, axes: tuple) -> tuple[np.ndarray, int]:
     return table, group_size
 
 
-def lower_collective(ctx, x, *, target: str, axes: tuple, aliases=None, **attributes):
+def lower_collective(ctx, *operands, target: str, axes: tuple, aliases=None, **attributes):
+    """Emits `target`(token, *operands) -> (token, *results); `aliases` maps operand to result
+    indices (not counting the token) that may share a buffer."""
     bootstrap.init()
     table, group_size = group_table(ctx, axes)
-    attributes = {k: np.int64(v) for k, v in attributes.items()}
-    lowering = jax.ffi.ffi_lowering(target, has_side_effect=True,
-                                    operand_output_aliases=aliases)
-    return lowering(ctx, x, groups=ir.DenseI64ArrayAttr.get([int(v) for v in table.ravel()]),
-                    group_size=np.int64(group_size), **attributes)
+    config = {k: mlir.ir_attribute(np.int64(v)) for k, v in attributes.items()}
+    config["groups"] = ir.DenseI64ArrayAttr.get([int(v) for v in table.ravel()])
+    config["group_size"] = mlir.ir_attribute(np.int64(group_size))
+    token = ctx.tokens_in.get(collective_order)
+    result_types = [mlir.token_type()] + [_compat.ir_type(ctx, a) for a in ctx.avals_out]
+    op = _compat.custom_call(
+        target, result_types=result_types, operands=[token, *operands], backend_config=config,
+        has_side_effect=True, api_version=4,
+        operand_output_aliases={i + 1: o + 1 for i, o in (aliases or {}).items()})
+    ctx.set_tokens_out(mlir.TokenSet({collective_order: op.results[0]}))
+    return list(op.results[1:])
 
 
-def named_axis_effects(axes: tuple) -> set:
-    return {_compat.NamedAxisEffect(a) for a in axes}
+def collective_effects(axes: tuple) -> set:
+    return {collective_order} | {_compat.NamedAxisEffect(a) for a in axes}
 
 
 def refuse_vmap_axis(axis_data, axes: tuple, api: str) -> None:

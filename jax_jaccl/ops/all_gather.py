@@ -48,7 +48,7 @@ def _abstract_eval(x, *, axes, axis, tiled, algorithm, axis_size):
     else:
         shape.insert(axis, axis_size)
     return (_compat.with_varying(x, _compat.varying_axes(x), shape=tuple(shape)),
-            _common.named_axis_effects(axes))
+            _common.collective_effects(axes))
 
 
 def _lowering(ctx, x, *, axes, axis, tiled, algorithm, axis_size):

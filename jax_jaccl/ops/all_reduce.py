@@ -51,7 +51,7 @@ def _abstract_eval(x, *, axes, op, algorithm):
     varying = _compat.varying_axes(x)
     if _compat.check_vma_enabled():
         varying = varying - set(axes)
-    return _compat.with_varying(x, varying), _common.named_axis_effects(axes)
+    return _compat.with_varying(x, varying), _common.collective_effects(axes)
 
 
 def _lowering(ctx, x, *, axes, op, algorithm):

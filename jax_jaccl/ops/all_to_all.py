@@ -63,7 +63,7 @@ def _abstract_eval(x, *, axes, split_axis, concat_axis, axis_size):
     shape[split_axis] //= axis_size
     shape[concat_axis] *= axis_size
     return (_compat.with_varying(x, _compat.varying_axes(x), shape=tuple(shape), weak_type=False),
-            _common.named_axis_effects(axes))
+            _common.collective_effects(axes))
 
 
 def _lowering(ctx, x, *, axes, split_axis, concat_axis, axis_size):

@@ -59,7 +59,7 @@ def _abstract_eval(x, *, axes, scatter_dimension, tiled, op, algorithm, axis_siz
     else:
         del shape[scatter_dimension]
     return (_compat.with_varying(x, _compat.varying_axes(x), shape=tuple(shape)),
-            _common.named_axis_effects(axes))
+            _common.collective_effects(axes))
 
 
 def _lowering(ctx, x, *, axes, scatter_dimension, tiled, op, algorithm, axis_size):

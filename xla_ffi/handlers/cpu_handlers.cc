@@ -128,28 +128,32 @@ ffi::Error run_collective(CollectiveKind kind, int64_t device, ffi::AnyBuffer in
 
 namespace {
 
-ffi::Error AllReduceImpl(int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out,
+ffi::Error AllReduceImpl(int32_t device, ffi::Token, ffi::AnyBuffer x, ffi::Result<ffi::Token>,
+                         ffi::Result<ffi::AnyBuffer> out,
                          ffi::Span<const int64_t> groups, int64_t group_size, int64_t op,
                          int64_t algorithm) {
   return run_collective(CollectiveKind::kAllReduce, device, x, out, groups, group_size, op,
                         algorithm, 1, 1);
 }
 
-ffi::Error ReduceScatterImpl(int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out,
+ffi::Error ReduceScatterImpl(int32_t device, ffi::Token, ffi::AnyBuffer x, ffi::Result<ffi::Token>,
+                             ffi::Result<ffi::AnyBuffer> out,
                              ffi::Span<const int64_t> groups, int64_t group_size, int64_t op,
                              int64_t algorithm, int64_t outer) {
   return run_collective(CollectiveKind::kReduceScatter, device, x, out, groups, group_size, op,
                         algorithm, outer, 1);
 }
 
-ffi::Error AllGatherImpl(int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out,
+ffi::Error AllGatherImpl(int32_t device, ffi::Token, ffi::AnyBuffer x, ffi::Result<ffi::Token>,
+                         ffi::Result<ffi::AnyBuffer> out,
                          ffi::Span<const int64_t> groups, int64_t group_size, int64_t algorithm,
                          int64_t outer) {
   return run_collective(CollectiveKind::kAllGather, device, x, out, groups, group_size,
                         static_cast<int64_t>(ReduceOp::kSum), algorithm, 1, outer);
 }
 
-ffi::Error AllToAllImpl(int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out,
+ffi::Error AllToAllImpl(int32_t device, ffi::Token, ffi::AnyBuffer x, ffi::Result<ffi::Token>,
+                        ffi::Result<ffi::AnyBuffer> out,
                         ffi::Span<const int64_t> groups, int64_t group_size, int64_t outer_in,
                         int64_t outer_out) {
   return run_collective(CollectiveKind::kAllToAll, device, x, out, groups, group_size,
@@ -162,7 +166,9 @@ ffi::Error AllToAllImpl(int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBu
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_reduce, jaccl::AllReduceImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::Token>()  // orders the collectives of a device
                                   .Arg<ffi::AnyBuffer>()                   // x
+                                  .Ret<ffi::Token>()
                                   .Ret<ffi::AnyBuffer>()                   // reduced x
                                   .Attr<ffi::Span<const int64_t>>("groups")  // device ids, rank order
                                   .Attr<int64_t>("group_size")
@@ -172,7 +178,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_reduce, jaccl::AllReduceImpl,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_reduce_scatter, jaccl::ReduceScatterImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::Token>()  // orders the collectives of a device
                                   .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::Token>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
@@ -183,7 +191,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_reduce_scatter, jaccl::ReduceScatterImpl,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_gather, jaccl::AllGatherImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::Token>()  // orders the collectives of a device
                                   .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::Token>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
@@ -193,7 +203,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_gather, jaccl::AllGatherImpl,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_to_all, jaccl::AllToAllImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::Token>()  // orders the collectives of a device
                                   .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::Token>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")

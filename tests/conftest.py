@@ -1,0 +1,10 @@
+"""Test set-up shared by every suite: this pytest process gets 4 CPU devices (one process x 4
+devices layout); multi-process suites start their own processes."""
+
+import os
+
+os.environ.setdefault("JACCL_TIMEOUT", "60")
+
+import jax  # noqa: E402
+
+jax.config.update("jax_num_cpu_devices", 4)

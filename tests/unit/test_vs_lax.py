@@ -1,0 +1,135 @@
+"""Every collective against its jax.lax counterpart, one process x 4 devices: all dtypes and
+shapes (exact data, so results must be equal, not close), bitwise equal on every device.
+
+The jaccl and jax.lax versions run as separate programs: XLA orders its own collectives but
+not against custom calls, so independent jaccl and XLA collectives in one program could run
+in different orders on different devices (see README, "Known limitations")."""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_jaccl as jaccl
+
+from util import (DTYPES, N, WIDE, assert_equal, assert_same_on_every_device, dtype_id, exact_data,
+                  mesh1d, put, stacked)
+
+SHAPES = [(7,), (10,), (1024,), (1024, 1024), (0,)]
+
+
+class Jaccl:
+    """The collectives under test, with jax.lax's signatures."""
+
+    all_gather = staticmethod(jaccl.all_gather)
+    all_to_all = staticmethod(jaccl.all_to_all)
+
+    @staticmethod
+    def reduce(v, op):
+        return jaccl.all_reduce(v, "x", op=op)
+
+    @staticmethod
+    def psum_scatter(v, axis_name, **kwargs):
+        return jaccl.reduce_scatter(v, axis_name, **kwargs)
+
+
+class Lax:
+    all_gather = staticmethod(jax.lax.all_gather)
+    all_to_all = staticmethod(jax.lax.all_to_all)
+    psum_scatter = staticmethod(jax.lax.psum_scatter)
+
+    @staticmethod
+    def reduce(v, op):
+        if op == "sum":
+            return jax.lax.psum(v, "x")
+        if op == "max":
+            return jax.lax.pmax(v, "x")
+        if op == "min":
+            return jax.lax.pmin(v, "x")
+        return jnp.prod(jax.lax.all_gather(v, "x"), axis=0).astype(v.dtype)
+
+
+def reductions(dtype, size):
+    if np.dtype(dtype) == np.bool_:
+        return ("max", "min")
+    return ("sum", "max", "min") + (("prod",) if size <= 64 else ())  # products stay exact
+
+
+def rolled(v):
+    """[N, *v.shape]: a different block for every destination."""
+    return jnp.stack([jnp.roll(v, i) if v.size else v for i in range(N)])
+
+
+def every_collective(impl, v, dtype):
+    out = {}
+    for op in reductions(dtype, v.size):
+        out[f"all_reduce/{op}"] = impl.reduce(v, op)
+    blocks = rolled(v)
+    if np.dtype(dtype) != np.bool_:
+        out["reduce_scatter/untiled"] = impl.psum_scatter(blocks, "x")
+        tiled = blocks.reshape((-1,) + v.shape[1:])
+        out["reduce_scatter/tiled"] = impl.psum_scatter(tiled, "x", tiled=True)
+        if v.ndim == 2:
+            wide = jnp.concatenate(list(blocks), axis=1)
+            out["reduce_scatter/dim1"] = impl.psum_scatter(wide, "x", scatter_dimension=1,
+                                                           tiled=True)
+    out["all_gather/untiled"] = impl.all_gather(v, "x")
+    out["all_gather/tiled"] = impl.all_gather(v, "x", tiled=True)
+    if v.ndim == 2:
+        out["all_gather/axis1"] = impl.all_gather(v, "x", axis=1, tiled=True)
+        out["all_to_all/1->0"] = impl.all_to_all(v, "x", 1, 0, tiled=True)
+    out["all_to_all/untiled"] = impl.all_to_all(blocks, "x", 0, 0)
+    if v.shape[0] % N == 0:
+        out["all_to_all/tiled"] = impl.all_to_all(v, "x", 0, 0, tiled=True)
+    return out
+
+
+def x64_for(dtype):
+    return jax.enable_x64(True) if dtype in WIDE else contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_every_collective_matches_lax(dtype, shape):
+    if shape == (1024, 1024) and np.dtype(dtype).itemsize != 4:
+        pytest.skip("the large shape runs for the 4-byte types only (time)")
+    mesh = mesh1d()
+    with x64_for(dtype):
+        local = [exact_data(shape, dtype, seed=i) for i in range(N)]
+        x = put(np.concatenate(local), mesh)
+        got = stacked(lambda v: every_collective(Jaccl, v, dtype), mesh)(x)
+        if shape[0] == 0:  # XLA rejects most collectives on empty arrays: expect empty results
+            want = {k: np.zeros_like(v) for k, v in got.items()}
+        else:
+            want = stacked(lambda v: every_collective(Lax, v, dtype), mesh)(x)
+        assert got.keys() == want.keys()
+        for name in got:
+            assert_equal(got[name], want[name], err_msg=name)
+            if name.startswith(("all_reduce", "all_gather")):
+                assert_same_on_every_device(got[name])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16, np.float16], ids=dtype_id)
+def test_low_precision_sums_accumulate_in_float32(dtype):
+    """Random values: the mesh and naive all_reduce equal numpy's float32 sum in ascending
+    rank order, rounded once; the ring is within one rounding of it."""
+    mesh = mesh1d()
+    rng = np.random.default_rng(1)
+    local = rng.normal(size=(N, 100_003)).astype(dtype)
+    acc = local[0].astype(np.float32)
+    for i in range(1, N):
+        acc = acc + local[i].astype(np.float32)
+    expected = acc.astype(dtype)
+    x = put(local.reshape(-1), mesh)
+    for algorithm in ("naive", "mesh", "ring"):
+        got = np.asarray(stacked(lambda v: jaccl.all_reduce(v, "x", algorithm=algorithm), mesh)(x))
+        assert_same_on_every_device(got)
+        if algorithm == "ring":
+            np.testing.assert_allclose(got[0].astype(np.float32), expected.astype(np.float32),
+                                       rtol=2 ** -7 if dtype != np.float32 else 1e-6, atol=1e-6)
+        else:
+            assert_equal(got[0], expected, err_msg=algorithm)
