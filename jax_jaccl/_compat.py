@@ -47,6 +47,12 @@ def axis_env_sizes() -> dict:
     return dict(env.axis_sizes)
 
 
+def manual_mesh_axes() -> frozenset:
+    """The mesh axes that shard_map has made manual where we are tracing."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return frozenset(getattr(mesh, "manual_axes", ()) or ())
+
+
 def make_varying(x, axes: tuple):
     """pvary `x` over those of `axes` it does not already vary over (auto_pcast, as jax.lax does)."""
     if not check_vma_enabled():

@@ -39,6 +39,12 @@ def normalize_axes(axis_name) -> tuple:
 def check_axes(axes: tuple, api: str) -> int:
     """Checks that `axes` are mesh axes of the enclosing shard_map; returns the group size."""
     sizes = _compat.axis_env_sizes()
+    manual = _compat.manual_mesh_axes()
+    for a in axes:
+        if a in sizes and a not in manual:
+            raise NotImplementedError(
+                f"jaccl.{api}: axis {a!r} is a jax.vmap axis; jaccl collectives run over mesh axes "
+                "of jax.shard_map (use jax.lax collectives over vmap axes)")
     missing = [a for a in axes if a not in sizes]
     if missing:
         bound = ", ".join(repr(a) for a in sizes) or "none"

@@ -14,78 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import jax_jaccl as jaccl
+import jax_jaccl as jaccl  # noqa: F401
 
+from suite import Jaccl, Lax, every_collective
 from util import (DTYPES, N, WIDE, assert_equal, assert_same_on_every_device, dtype_id, exact_data,
                   mesh1d, put, stacked)
 
 SHAPES = [(7,), (10,), (1024,), (1024, 1024), (0,)]
-
-
-class Jaccl:
-    """The collectives under test, with jax.lax's signatures."""
-
-    all_gather = staticmethod(jaccl.all_gather)
-    all_to_all = staticmethod(jaccl.all_to_all)
-
-    @staticmethod
-    def reduce(v, op):
-        return jaccl.all_reduce(v, "x", op=op)
-
-    @staticmethod
-    def psum_scatter(v, axis_name, **kwargs):
-        return jaccl.reduce_scatter(v, axis_name, **kwargs)
-
-
-class Lax:
-    all_gather = staticmethod(jax.lax.all_gather)
-    all_to_all = staticmethod(jax.lax.all_to_all)
-    psum_scatter = staticmethod(jax.lax.psum_scatter)
-
-    @staticmethod
-    def reduce(v, op):
-        if op == "sum":
-            return jax.lax.psum(v, "x")
-        if op == "max":
-            return jax.lax.pmax(v, "x")
-        if op == "min":
-            return jax.lax.pmin(v, "x")
-        return jnp.prod(jax.lax.all_gather(v, "x"), axis=0).astype(v.dtype)
-
-
-def reductions(dtype, size):
-    if np.dtype(dtype) == np.bool_:
-        return ("max", "min")
-    return ("sum", "max", "min") + (("prod",) if size <= 64 else ())  # products stay exact
-
-
-def rolled(v):
-    """[N, *v.shape]: a different block for every destination."""
-    return jnp.stack([jnp.roll(v, i) if v.size else v for i in range(N)])
-
-
-def every_collective(impl, v, dtype):
-    out = {}
-    for op in reductions(dtype, v.size):
-        out[f"all_reduce/{op}"] = impl.reduce(v, op)
-    blocks = rolled(v)
-    if np.dtype(dtype) != np.bool_:
-        out["reduce_scatter/untiled"] = impl.psum_scatter(blocks, "x")
-        tiled = blocks.reshape((-1,) + v.shape[1:])
-        out["reduce_scatter/tiled"] = impl.psum_scatter(tiled, "x", tiled=True)
-        if v.ndim == 2:
-            wide = jnp.concatenate(list(blocks), axis=1)
-            out["reduce_scatter/dim1"] = impl.psum_scatter(wide, "x", scatter_dimension=1,
-                                                           tiled=True)
-    out["all_gather/untiled"] = impl.all_gather(v, "x")
-    out["all_gather/tiled"] = impl.all_gather(v, "x", tiled=True)
-    if v.ndim == 2:
-        out["all_gather/axis1"] = impl.all_gather(v, "x", axis=1, tiled=True)
-        out["all_to_all/1->0"] = impl.all_to_all(v, "x", 1, 0, tiled=True)
-    out["all_to_all/untiled"] = impl.all_to_all(blocks, "x", 0, 0)
-    if v.shape[0] % N == 0:
-        out["all_to_all/tiled"] = impl.all_to_all(v, "x", 0, 0, tiled=True)
-    return out
 
 
 def x64_for(dtype):

@@ -1,0 +1,28 @@
+"""The collective battery in every multi-process layout (1 x 4 runs in tests/unit): results
+equal jax.lax in the same job, and bitwise equal on every device of every process."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from harness import clean, run_job
+
+
+@pytest.mark.parametrize("nprocs, devices", [(2, 1), (2, 2), (4, 1)], ids=["2x1", "2x2", "4x1"])
+def test_collectives_match_lax_across_processes(nprocs, devices):
+    job = run_job("collectives.py", nprocs, devices, timeout=400)
+    out = clean(job.output)
+    assert job.returncode == 0, out[-6000:]
+    digests = collections.defaultdict(set)
+    for rank in range(nprocs):
+        assert job.values(rank, "STARTED") == [f"{rank} {nprocs}"], out[-3000:]
+        assert job.lines(rank)[-1] == "DONE", out[-3000:]
+        assert len(job.values(rank, "OK")) > 100
+        for line in job.values(rank, "DIGEST"):
+            name, _device, digest = line.rsplit(" ", 2)
+            digests[name].add(digest)
+    assert digests and all(len(d) == 1 for d in digests.values()), \
+        {k: v for k, v in digests.items() if len(v) > 1}
+    assert job.leftovers() == []

@@ -1,0 +1,21 @@
+"""Start-up shared by the workers: parse --marker (lets the test find leftover processes),
+initialise jax.distributed from jaccl-run's environment, and check the job really has more
+than one process."""
+
+from __future__ import annotations
+
+import argparse
+
+import jax_jaccl.distributed
+
+
+def start(description: str, extra=None):
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--marker", default="")
+    for name, kwargs in (extra or {}).items():
+        parser.add_argument(name, **kwargs)
+    args = parser.parse_args()
+    index, count = jax_jaccl.distributed.initialize()
+    assert count > 1, "multi-process worker started with a single process"
+    print(f"STARTED {index} {count}", flush=True)
+    return args, index, count

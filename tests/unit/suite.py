@@ -1,0 +1,78 @@
+"""The battery every layout runs: each collective through an adapter with jax.lax's
+signatures, so one function describes both the jaccl program and the jax.lax reference."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jax_jaccl as jaccl
+
+N_DEFAULT = 4
+
+
+class Jaccl:
+    """The collectives under test, with jax.lax's signatures."""
+
+    all_gather = staticmethod(jaccl.all_gather)
+    all_to_all = staticmethod(jaccl.all_to_all)
+
+    @staticmethod
+    def reduce(v, op, axis):
+        return jaccl.all_reduce(v, axis, op=op)
+
+    @staticmethod
+    def psum_scatter(v, axis_name, **kwargs):
+        return jaccl.reduce_scatter(v, axis_name, **kwargs)
+
+
+class Lax:
+    all_gather = staticmethod(jax.lax.all_gather)
+    all_to_all = staticmethod(jax.lax.all_to_all)
+    psum_scatter = staticmethod(jax.lax.psum_scatter)
+
+    @staticmethod
+    def reduce(v, op, axis):
+        if op == "sum":
+            return jax.lax.psum(v, axis)
+        if op == "max":
+            return jax.lax.pmax(v, axis)
+        if op == "min":
+            return jax.lax.pmin(v, axis)
+        return jnp.prod(jax.lax.all_gather(v, axis), axis=0).astype(v.dtype)
+
+
+def reductions(dtype, size):
+    if np.dtype(dtype) == np.bool_:
+        return ("max", "min")
+    return ("sum", "max", "min") + (("prod",) if size <= 64 else ())  # products stay exact
+
+
+def rolled(v, n):
+    """[n, *v.shape]: a different block for every destination."""
+    return jnp.stack([jnp.roll(v, i) if v.size else v for i in range(n)])
+
+
+def every_collective(impl, v, dtype, n=N_DEFAULT, axis="x"):
+    out = {}
+    for op in reductions(dtype, v.size):
+        out[f"all_reduce/{op}"] = impl.reduce(v, op, axis)
+    blocks = rolled(v, n)
+    if np.dtype(dtype) != np.bool_:
+        out["reduce_scatter/untiled"] = impl.psum_scatter(blocks, axis)
+        tiled = blocks.reshape((-1,) + v.shape[1:])
+        out["reduce_scatter/tiled"] = impl.psum_scatter(tiled, axis, tiled=True)
+        if v.ndim == 2:
+            wide = jnp.concatenate(list(blocks), axis=1)
+            out["reduce_scatter/dim1"] = impl.psum_scatter(wide, axis, scatter_dimension=1,
+                                                           tiled=True)
+    out["all_gather/untiled"] = impl.all_gather(v, axis)
+    out["all_gather/tiled"] = impl.all_gather(v, axis, tiled=True)
+    if v.ndim == 2:
+        out["all_gather/axis1"] = impl.all_gather(v, axis, axis=1, tiled=True)
+        out["all_to_all/1->0"] = impl.all_to_all(v, axis, 1, 0, tiled=True)
+    out["all_to_all/untiled"] = impl.all_to_all(blocks, axis, 0, 0)
+    if v.shape[0] % n == 0:
+        out["all_to_all/tiled"] = impl.all_to_all(v, axis, 0, 0, tiled=True)
+    return out
