@@ -1,0 +1,69 @@
+"""Failures end in a clear error on every surviving rank within JACCL_TIMEOUT, never a hang
+or a wrong answer, and leave no process or shared-memory segment behind."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from harness import clean, run_job
+
+TIMEOUT = 6  # JACCL_TIMEOUT for these jobs
+
+
+def raised(job, rank):
+    lines = job.values(rank, "RAISED")
+    assert lines, f"rank {rank} did not raise:\n{clean(job.output)[-4000:]}"
+    seconds, message = lines[0].split(" ", 1)
+    return float(seconds), message
+
+
+@pytest.mark.parametrize("mode, detail", [
+    ("shape", r"float32\[1000\].*float32\[2000\]|float32\[2000\].*float32\[1000\]"),
+    ("dtype", r"int32.*float32|float32.*int32"),
+    ("op", r"\(sum,.*\(max,|\(max,.*\(sum,"),
+    ("order", r"all_reduce #0.*all_gather #0|all_gather #0.*all_reduce #0"),
+])
+def test_ranks_that_disagree_all_get_an_error_naming_both(mode, detail):
+    job = run_job("faults.py", 2, args=[mode], env={"JACCL_TIMEOUT": str(TIMEOUT)}, timeout=120)
+    for rank in (0, 1):
+        seconds, message = raised(job, rank)
+        assert seconds < TIMEOUT + 2, message
+        assert "rank 0" in message and "rank 1" in message, message
+        assert re.search(r"ranks disagree|failed: .*ranks disagree", message), message
+    messages = " ".join(raised(job, r)[1] for r in (0, 1))
+    assert re.search(detail, messages), messages
+    assert job.returncode != 0
+    assert job.leftovers() == []
+
+
+def test_killed_peer_every_survivor_raises_naming_it():
+    job = run_job("faults.py", 3, args=["kill"], env={"JACCL_TIMEOUT": str(TIMEOUT)}, timeout=120,
+                  grace=TIMEOUT + 10)
+    for rank in (0, 1):
+        seconds, message = raised(job, rank)
+        assert seconds < 1.5 + TIMEOUT, message
+        assert re.search(r"process 2 \(pid \d+\) died", message), message
+    assert job.lines(2)[-1].startswith("STARTED") or "RAISED" not in " ".join(job.lines(2))
+    assert job.returncode != 0
+    assert job.leftovers() == []
+
+
+def test_stalled_peer_times_out_naming_it():
+    job = run_job("faults.py", 2, args=["stall"], env={"JACCL_TIMEOUT": str(TIMEOUT)}, timeout=120,
+                  grace=2)
+    seconds, message = raised(job, 0)
+    assert TIMEOUT - 0.5 < seconds < TIMEOUT + 3, message
+    assert "timed out after 6 s" in message and "waiting for rank 1" in message, message
+    assert job.returncode != 0
+    assert job.leftovers() == []
+
+
+@pytest.mark.parametrize("mode", ["normal", "exception"])
+def test_nothing_left_behind_after_exit(mode):
+    job = run_job("faults.py", 2, args=[mode], timeout=120)
+    for rank in (0, 1):
+        assert "FINISHED" in job.lines(rank), clean(job.output)[-3000:]
+    assert (job.returncode == 0) == (mode == "normal"), clean(job.output)[-3000:]
+    assert job.leftovers() == []

@@ -1,0 +1,76 @@
+"""Provokes one failure and reports how every rank ended.
+
+Modes: shape, dtype, op, order (ranks disagree), kill (the last process SIGKILLs itself while
+collectives run), stall (the last process never joins), exception (a Python error after a
+collective). Each rank prints `RAISED <seconds> <message>` if its collective failed, or
+`FINISHED` if it completed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+from common import start
+
+args, index, count = start(__doc__, {"mode": dict(choices=[
+    "shape", "dtype", "op", "order", "kill", "stall", "exception", "normal"])})
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+
+import jax_jaccl as jaccl  # noqa: E402
+
+mesh = jax.make_mesh((len(jax.devices()),), ("x",))
+last = count - 1
+
+
+def program(fn, local_shape, dtype=np.float32, out=P()):
+    n = len(jax.devices())
+    shape = (n * local_shape[0],) + tuple(local_shape[1:])
+    x = jax.make_array_from_callback(shape, NamedSharding(mesh, P("x")),
+                                     lambda i: np.ones(shape, dtype)[i])
+    return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("x"), out_specs=out)), x
+
+
+size = 1000
+dtype = np.float32
+op = "sum"
+if index == last:
+    size = 2000 if args.mode == "shape" else size
+    dtype = np.int32 if args.mode == "dtype" else dtype
+    op = "max" if args.mode == "op" else op
+
+reduce, x = program(lambda v: jaccl.all_reduce(v, "x", op=op), (size,), dtype)
+gather, y = program(lambda v: jaccl.all_gather(v, "x"), (size,), out=P("x"))
+big, z = program(lambda v: jaccl.all_reduce(v, "x"), (4_000_000,))
+for f, a in ((reduce, x), (gather, y), (big, z)):
+    f.lower(a).compile()  # compile everywhere first: the timings below measure the collectives
+jaccl.init()
+
+if args.mode == "kill" and index == last:
+    threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+if args.mode == "stall" and index == last:
+    time.sleep(600)
+
+start_time = time.monotonic()
+try:
+    if args.mode == "order" and index == last:
+        gather(y).block_until_ready()
+        reduce(x).block_until_ready()
+    elif args.mode == "kill":
+        for _ in range(10_000):
+            big(z).block_until_ready()
+    else:
+        reduce(x).block_until_ready()
+        gather(y).block_until_ready()
+except Exception as e:  # noqa: BLE001
+    message = " ".join(str(e).split())
+    print(f"RAISED {time.monotonic() - start_time:.2f} {message}", flush=True)
+    sys.exit(3)
+print("FINISHED", flush=True)
+if args.mode == "exception":
+    raise RuntimeError("failure in user code after a collective")

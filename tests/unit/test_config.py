@@ -1,0 +1,55 @@
+"""Settings read from the environment: JACCL_DEBUG=INFO logs the transport and algorithm once
+per communicator, op and size class; JACCL_ALGO overrides the automatic choice; a bad
+JACCL_ALGO is a clear run-time error. Each case runs in a fresh process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent("""
+    import jax, numpy as np
+    jax.config.update("jax_num_cpu_devices", 4)
+    from jax.sharding import PartitionSpec as P, NamedSharding
+    import jax_jaccl as jaccl
+    mesh = jax.make_mesh((4,), ("x",))
+    f = jax.jit(jax.shard_map(lambda v: jaccl.all_reduce(v, "x"), mesh=mesh, in_specs=P("x"),
+                              out_specs=P()))
+    for size in (20, 20, 30, 100_000):
+        x = jax.device_put(np.ones(4 * size, np.float32), NamedSharding(mesh, P("x")))
+        assert float(f(x)[0]) == 4.0
+    print("done")
+""")
+
+
+def run(env):
+    return subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, **env))
+
+
+def info_lines(stderr, rank):
+    return [l for l in stderr.splitlines() if " INFO all_reduce" in l and f"rank {rank}/4" in l]
+
+
+def test_debug_info_logs_choice_once_per_size_class():
+    done = run({"JACCL_DEBUG": "INFO"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = info_lines(done.stderr, 0)
+    # 20 and 30 floats share a size class (65-128 bytes); 100_000 floats is another.
+    assert len(lines) == 2, lines
+    assert "algorithm naive" in lines[0] and "transports local,local,local" in lines[0]
+    assert "algorithm mesh" in lines[1]
+
+
+def test_algo_override():
+    done = run({"JACCL_DEBUG": "INFO", "JACCL_ALGO": "all_reduce=ring"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert all("algorithm ring" in l for l in info_lines(done.stderr, 0))
+
+
+def test_bad_algo_override_is_an_error():
+    done = run({"JACCL_ALGO": "all_reduce=tree"})
+    assert done.returncode != 0
+    assert "JACCL_ALGO names an unknown algorithm 'tree'" in done.stderr
