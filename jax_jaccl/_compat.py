@@ -82,3 +82,22 @@ def custom_call(*args, **kwargs):
     from jax._src.interpreters import mlir as _mlir
 
     return _mlir.custom_call(*args, **kwargs)
+
+
+def create_token():
+    from jax._src.interpreters import mlir as _mlir
+
+    return _mlir.create_token()
+
+
+def token_set(tokens: dict):
+    from jax._src.interpreters import mlir as _mlir
+
+    return _mlir.TokenSet(tokens)
+
+
+def current_block():
+    """The MLIR block ops are being emitted into."""
+    from jax.interpreters.mlir import ir
+
+    return ir.InsertionPoint.current.block

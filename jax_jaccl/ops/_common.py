@@ -7,7 +7,7 @@ Contract:
   from the concrete mesh the op is lowered for (rank = jax.lax.axis_index over `axes`).
 - lower_collective() makes sure the engine is initialised, then emits a custom call with
   has_side_effect=True (XLA must neither drop nor merge collectives) that takes and returns
-  the ordering token of _effects (every device must run its collectives in the same order).
+  the ordering token of _ordering (every device must run its collectives in the same order).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from jax.interpreters import mlir
 from jax.interpreters.mlir import ir
 
 from .. import _compat, bootstrap
-from .._effects import collective_order
+from .. import _ordering
 
 SUPPORTED_DTYPES = tuple(np.dtype(d) for d in (
     "float16", jax.numpy.bfloat16, "float32", "float64", "int8", "int16", "int32", "int64",
@@ -101,18 +101,18 @@ def lower_collective(ctx, *operands, target: str, axes: tuple, aliases=None, **a
     config = {k: mlir.ir_attribute(np.int64(v)) for k, v in attributes.items()}
     config["groups"] = ir.DenseI64ArrayAttr.get([int(v) for v in table.ravel()])
     config["group_size"] = mlir.ir_attribute(np.int64(group_size))
-    token = ctx.tokens_in.get(collective_order)
+    token = _ordering.token_in(ctx)
     result_types = [mlir.token_type()] + [_compat.ir_type(ctx, a) for a in ctx.avals_out]
     op = _compat.custom_call(
         target, result_types=result_types, operands=[token, *operands], backend_config=config,
         has_side_effect=True, api_version=4,
         operand_output_aliases={i + 1: o + 1 for i, o in (aliases or {}).items()})
-    ctx.set_tokens_out(mlir.TokenSet({collective_order: op.results[0]}))
+    _ordering.token_out(ctx, op.results[0])
     return list(op.results[1:])
 
 
 def collective_effects(axes: tuple) -> set:
-    return {collective_order} | {_compat.NamedAxisEffect(a) for a in axes}
+    return _ordering.effects_for(axes)
 
 
 def refuse_vmap_axis(axis_data, axes: tuple, api: str) -> None:

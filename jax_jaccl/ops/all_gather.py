@@ -85,6 +85,6 @@ def _impl(x, **params):
 all_gather_p = Primitive("jaccl_all_gather")
 all_gather_p.def_impl(_impl)
 all_gather_p.def_effectful_abstract_eval(_abstract_eval)
-mlir.register_lowering(all_gather_p, _lowering, platform="cpu")
+mlir.register_lowering(all_gather_p, _lowering, platform="cpu", cacheable=False)
 ad.deflinear2(all_gather_p, _transpose)
 batching.fancy_primitive_batchers[all_gather_p] = _batcher

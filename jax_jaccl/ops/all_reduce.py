@@ -95,7 +95,7 @@ def _impl(x, **params):
 all_reduce_p = Primitive("jaccl_all_reduce")
 all_reduce_p.def_impl(_impl)
 all_reduce_p.def_effectful_abstract_eval(_abstract_eval)
-mlir.register_lowering(all_reduce_p, _lowering, platform="cpu")
+mlir.register_lowering(all_reduce_p, _lowering, platform="cpu", cacheable=False)
 ad.primitive_jvps[all_reduce_p] = _jvp
 ad.primitive_transposes[all_reduce_p] = _transpose
 batching.fancy_primitive_batchers[all_reduce_p] = _batcher

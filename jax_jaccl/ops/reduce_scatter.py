@@ -112,7 +112,7 @@ def _impl(x, **params):
 reduce_scatter_p = Primitive("jaccl_reduce_scatter")
 reduce_scatter_p.def_impl(_impl)
 reduce_scatter_p.def_effectful_abstract_eval(_abstract_eval)
-mlir.register_lowering(reduce_scatter_p, _lowering, platform="cpu")
+mlir.register_lowering(reduce_scatter_p, _lowering, platform="cpu", cacheable=False)
 ad.primitive_jvps[reduce_scatter_p] = _jvp
 ad.primitive_transposes[reduce_scatter_p] = _transpose
 batching.fancy_primitive_batchers[reduce_scatter_p] = _batcher
