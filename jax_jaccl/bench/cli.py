@@ -1,0 +1,102 @@
+"""jaccl-bench: measure jax_jaccl against its peers, nccl-tests style.
+
+    jaccl-bench collectives [--nprocs 2] [--devices-per-process 1] [--sizes 4K,64K,1M,16M,64M]
+                            [--ops all_reduce,reduce_scatter,all_gather] [--vs lax,mpi4jax,mpi]
+                            [--runs 3] [--algorithm auto] [--plot FILE.png] [--json FILE]
+
+Each run starts one jaccl-run job (jax_jaccl, and jax's own collectives for --vs lax) and,
+for --vs mpi4jax/mpi, one mpirun job (Open MPI from apt; mpi4py and mpi4jax from the bench
+extra), alternating so that both see the same machine. The table shows medians over runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from . import report
+from .sizes import DEFAULT_SIZES, OPS
+
+
+def _run(cmd, timeout):
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
+        raise SystemExit(f"jaccl-bench: {' '.join(cmd[:6])} ... failed ({done.returncode})")
+
+
+def collectives(args) -> None:
+    peers = [p for p in args.vs.split(",") if p] if args.vs else []
+    unknown = set(peers) - {"lax", "mpi4jax", "mpi"}
+    if unknown:
+        raise SystemExit(f"jaccl-bench: unknown --vs {sorted(unknown)} (use lax, mpi4jax, mpi)")
+    mpi_impls = [p for p in peers if p in ("mpi4jax", "mpi")]
+    if mpi_impls and not shutil.which("mpirun"):
+        raise SystemExit("jaccl-bench: --vs mpi4jax/mpi needs Open MPI (apt-get install "
+                         "openmpi-bin libopenmpi-dev) and pip install '.[bench]'")
+    if mpi_impls and args.devices_per_process != 1:
+        raise SystemExit("jaccl-bench: the MPI peers run one device per process")
+    jax_impls = ["jaccl"] + (["lax"] if "lax" in peers else [])
+    records = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in range(args.runs):
+            out = os.path.join(tmp, f"jax{run}.json")
+            _run([sys.executable, "-m", "jax_jaccl.launch", "-n", str(args.nprocs),
+                  "--devices-per-process", str(args.devices_per_process), "--",
+                  sys.executable, "-m", "jax_jaccl.bench.collectives_worker", "--sizes", args.sizes,
+                  "--ops", args.ops, "--impls", ",".join(jax_impls), "--algorithm", args.algorithm,
+                  "--output", out], args.timeout)
+            with open(out) as f:
+                records += json.load(f)
+            if mpi_impls:
+                out = os.path.join(tmp, f"mpi{run}.json")
+                mpirun = ["mpirun", "-n", str(args.nprocs)]
+                if os.geteuid() == 0:
+                    mpirun.append("--allow-run-as-root")
+                _run(mpirun + ["--oversubscribe", sys.executable, "-m",
+                               "jax_jaccl.bench.mpi_worker", "--sizes", args.sizes, "--ops",
+                               args.ops, "--impls", ",".join(mpi_impls), "--output", out],
+                     args.timeout)
+                with open(out) as f:
+                    records += json.load(f)
+            print(f"run {run + 1}/{args.runs} done", file=sys.stderr, flush=True)
+    impls = jax_impls + mpi_impls
+    ranks = args.nprocs * args.devices_per_process
+    print(f"# jaccl-bench collectives: {args.nprocs} processes x {args.devices_per_process} "
+          f"devices ({ranks} ranks), float32, median of {args.runs} runs; time per call, "
+          "busbw in GB/s")
+    print(report.table(records, impls))
+    if args.plot:
+        report.plot(records, impls, args.plot)
+        print(f"\nplot: {args.plot}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(records, f, indent=1)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="jaccl-bench", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("collectives", help="all_reduce, reduce_scatter, all_gather")
+    c.add_argument("--nprocs", type=int, default=2)
+    c.add_argument("--devices-per-process", type=int, default=1)
+    c.add_argument("--sizes", default=DEFAULT_SIZES)
+    c.add_argument("--ops", default=",".join(OPS))
+    c.add_argument("--vs", default="", help="comma list of lax, mpi4jax, mpi")
+    c.add_argument("--runs", type=int, default=3)
+    c.add_argument("--algorithm", default="auto")
+    c.add_argument("--plot", default=None)
+    c.add_argument("--json", default=None)
+    c.add_argument("--timeout", type=float, default=1800)
+    c.set_defaults(fn=collectives)
+    args = parser.parse_args(argv)
+    args.fn(args)
+
+
+if __name__ == "__main__":
+    main()

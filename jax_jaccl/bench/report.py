@@ -1,0 +1,87 @@
+"""Turns benchmark records into the nccl-tests style table and the plot.
+
+Contract: records are dicts with impl, op, bytes, ranks, median_s (one per run); the table
+shows per op and size the median over runs of each implementation's median time, algbw and
+busbw (GB/s), and jaccl's busbw as a multiple of each peer's."""
+
+from __future__ import annotations
+
+import collections
+import statistics
+
+from .sizes import bus_factor, human
+
+NAMES = {"jaccl": "jaccl", "lax": "jax gloo", "mpi4jax": "mpi4jax", "mpi": "mpi4py (numpy)"}
+
+
+def summarize(records):
+    """(op, bytes, impl) -> (median seconds over runs, ranks, runs)."""
+    grouped = collections.defaultdict(list)
+    ranks = {}
+    for r in records:
+        grouped[(r["op"], r["bytes"], r["impl"])].append(r["median_s"])
+        ranks[(r["op"], r["bytes"], r["impl"])] = r["ranks"]
+    return {k: (statistics.median(v), ranks[k], len(v)) for k, v in grouped.items()}
+
+
+def _time(seconds: float) -> str:
+    return f"{seconds * 1e6:.1f} us" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms"
+
+
+def table(records, impls) -> str:
+    summary = summarize(records)
+    ops = [op for op in ("all_reduce", "reduce_scatter", "all_gather")
+           if any(k[0] == op for k in summary)]
+    peers = [i for i in impls if i != "jaccl"]
+    lines = []
+    for op in ops:
+        sizes = sorted({k[1] for k in summary if k[0] == op})
+        header = ["size"] + [f"{NAMES[i]} {what}" for i in impls for what in ("time", "busbw")] + \
+                 [f"jaccl busbw / {NAMES[p]}" for p in peers]
+        lines += [f"\n**{op}**\n", "| " + " | ".join(header) + " |",
+                  "|" + "---|" * len(header)]
+        for nbytes in sizes:
+            row = [human(nbytes)]
+            bus = {}
+            for impl in impls:
+                entry = summary.get((op, nbytes, impl))
+                if entry is None:
+                    row += ["—", "—"]
+                    continue
+                seconds, n, _runs = entry
+                bus[impl] = nbytes / seconds * bus_factor(op, n) / 1e9
+                row += [_time(seconds), f"{bus[impl]:.2f}"]
+            for peer in peers:
+                row.append(f"{bus['jaccl'] / bus[peer]:.1f}x" if "jaccl" in bus and peer in bus
+                           else "—")
+            lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def plot(records, impls, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summary = summarize(records)
+    ops = [op for op in ("all_reduce", "reduce_scatter", "all_gather")
+           if any(k[0] == op for k in summary)]
+    fig, axes = plt.subplots(1, len(ops), figsize=(5 * len(ops), 4), squeeze=False)
+    for ax, op in zip(axes[0], ops):
+        for impl in impls:
+            points = sorted((k[1], v) for k, v in summary.items() if k[0] == op and k[2] == impl)
+            if not points:
+                continue
+            xs = [b for b, _ in points]
+            ys = [b / s * bus_factor(op, n) / 1e9 for b, (s, n, _) in points]
+            ax.plot(xs, ys, marker="o", label=NAMES[impl])
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(op)
+        ax.set_xlabel("bytes per rank")
+        ax.set_ylabel("busbw (GB/s)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
