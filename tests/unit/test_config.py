@@ -39,8 +39,8 @@ def test_debug_info_logs_choice_once_per_size_class():
     lines = info_lines(done.stderr, 0)
     # 20 and 30 floats share a size class (65-128 bytes); 100_000 floats is another.
     assert len(lines) == 2, lines
-    assert "algorithm naive" in lines[0] and "transports local,local,local" in lines[0]
-    assert "algorithm mesh" in lines[1]
+    # One process: the group reads its members' buffers directly.
+    assert all("algorithm direct" in l and "transports local,local,local" in l for l in lines)
 
 
 def test_algo_override():

@@ -1,7 +1,8 @@
 // Algorithm choice. An explicit `algorithm=` wins; otherwise JACCL_ALGO
 // ("ring", or per op "all_reduce=ring,reduce_scatter=mesh") if it names an
-// algorithm the op has; otherwise by size: all_reduce of at most 32 KiB is latency bound and goes naive, larger ones go
-// mesh scatter-gather; the other ops go mesh.
+// algorithm the op has; otherwise groups inside one process go direct, and
+// across processes all_reduce of at most 32 KiB (latency bound) goes naive,
+// larger ones mesh scatter-gather; the other ops go mesh.
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -17,7 +18,7 @@ constexpr size_t kNaiveMaxBytes = 32 * 1024;
 
 bool supports(CollectiveKind kind, Algorithm algorithm) {
   switch (kind) {
-    case CollectiveKind::kAllReduce: return algorithm != Algorithm::kAuto;
+    case CollectiveKind::kAllReduce: return algorithm != Algorithm::kAuto && algorithm != Algorithm::kDirect;
     case CollectiveKind::kReduceScatter:
     case CollectiveKind::kAllGather:
       return algorithm == Algorithm::kMesh || algorithm == Algorithm::kRing ||
@@ -63,13 +64,15 @@ Algorithm from_env(CollectiveKind kind) {
 
 }  // namespace
 
-Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t bytes, int group_size) {
+Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t bytes, int group_size,
+                           bool in_process) {
   Algorithm chosen = requested;
   if (chosen != Algorithm::kAuto && !supports(kind, chosen)) {
     throw_error(ErrorKind::kInvalidArgument, kind_name(kind), " has no algorithm '",
                 algorithm_name(chosen), "'");
   }
   if (chosen == Algorithm::kAuto) chosen = from_env(kind);
+  if (chosen == Algorithm::kAuto && in_process) chosen = Algorithm::kDirect;
   if (chosen == Algorithm::kAuto) {
     if (kind == CollectiveKind::kAllReduce) {
       chosen = bytes <= kNaiveMaxBytes || group_size <= 1 ? Algorithm::kNaive : Algorithm::kMesh;

@@ -24,8 +24,10 @@ struct Buffers {
   size_t outer_out = 1;
 };
 
-// Resolves kAuto (and the JACCL_ALGO override) for a message of `bytes`.
-Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t bytes, int group_size);
+// Resolves kAuto (and the JACCL_ALGO override) for a message of `bytes`; kDirect when the
+// choice is automatic and the group lives in this process (`in_process`).
+Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t bytes, int group_size,
+                           bool in_process = false);
 
 void all_reduce(Call& call, const Buffers& buffers);
 void reduce_scatter(Call& call, const Buffers& buffers);

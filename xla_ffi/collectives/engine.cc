@@ -5,15 +5,12 @@
 #include <cstring>
 #include <sstream>
 
+#include "collectives/waiter.h"
 #include "comm/world.h"
 #include "common/error.h"
-#include "transport/doorbell.h"
 
 namespace jaccl {
 namespace {
-
-constexpr double kHealthCheckSeconds = 0.01;
-constexpr int kMaxSleepUs = 10000;
 
 std::string describe_frame(const FrameHeader& h) {
   std::ostringstream out;
@@ -116,11 +113,9 @@ class PhaseRunner {
   }
 
   void run() {
-    Doorbell* bell = call_.member->doorbell;
-    Clock::time_point last_progress = Clock::now();
-    Clock::time_point last_check = last_progress;
+    Waiter waiter(call_, deadline_);
     for (;;) {
-      uint32_t seen = bell->seq.load(std::memory_order_acquire);
+      uint32_t seen = waiter.doorbell_seq();
       bool all_complete = true, progressed = false;
       blocked_.clear();
       for (TaskState& s : states_) {
@@ -129,65 +124,16 @@ class PhaseRunner {
         if (!s.complete()) all_complete = false;
       }
       if (all_complete) return;
-      Clock::time_point now = Clock::now();
       if (progressed) {
-        last_progress = now;
-        continue;
+        waiter.progressed();
+      } else {
+        waiter.idle(seen, blocked_);
       }
-      if (std::chrono::duration<double>(now - last_check).count() >= kHealthCheckSeconds) {
-        last_check = now;
-        check_health();
-      }
-      int idle_us = static_cast<int>(
-          std::chrono::duration_cast<std::chrono::microseconds>(now - last_progress).count());
-      int spin_us = std::max(0, call_.world->config().spin_us - idle_us);
-      wait_for_ring(bell, seen, spin_us, kMaxSleepUs);
     }
   }
+
 
  private:
-  std::string describe_rank(int rank) const {
-    return call_.comm->describe_rank(*call_.member, rank);
-  }
-
-  std::string describe_call() const {
-    std::ostringstream out;
-    out << kind_name(call_.kind) << " #" << call_.seq << " of " << dtype_name(call_.dtype) << "["
-        << call_.op_count << "] (" << reduce_op_name(call_.op) << ", "
-        << algorithm_name(call_.algorithm) << ")";
-    return out.str();
-  }
-
-  void check_health() {
-    std::string waiting;
-    std::sort(blocked_.begin(), blocked_.end());
-    blocked_.erase(std::unique(blocked_.begin(), blocked_.end()), blocked_.end());
-    for (int peer : blocked_) {
-      Channel* in = call_.member->from[peer];
-      Channel* out = call_.member->to[peer];
-      std::string failure = in ? in->failure() : std::string();
-      if (failure.empty() && out) failure = out->failure();
-      if (!failure.empty()) {
-        throw_error(ErrorKind::kPeerFailure, "in ", describe_call(), " on ",
-                    describe_rank(call_.member->rank), ": connection to ", describe_rank(peer),
-                    " failed: ", failure);
-      }
-      waiting += (waiting.empty() ? "" : ", ") + describe_rank(peer);
-    }
-    try {
-      call_.world->check_health(call_.member->processes);
-    } catch (const Error& e) {
-      throw Error(ErrorKind::kPeerFailure,
-                  std::string(e.what()) + " (during " + describe_call() + " on " +
-                      describe_rank(call_.member->rank) + ")");
-    }
-    if (deadline_.expired()) {
-      throw_error(ErrorKind::kTimeout, "timed out after ", deadline_.seconds(), " s (JACCL_TIMEOUT) in ",
-                  describe_call(), " on ", describe_rank(call_.member->rank), ": waiting for ",
-                  waiting.empty() ? std::string("local work") : waiting);
-    }
-  }
-
   void check_frame(const Frame* frame, const Endpoint& e, const Task& t, size_t offset,
                    size_t n) const {
     const FrameHeader& h = frame->header;
@@ -202,8 +148,8 @@ class PhaseRunner {
                        h.nbytes == n * dtype_size(e.dtype);
     if (same_call && same_stream) return;
     if (h.magic != kFrameMagic) {
-      throw_error(ErrorKind::kMismatch, "corrupt frame from ", describe_rank(e.peer), " to ",
-                  describe_rank(m.rank), " in ", describe_call());
+      throw_error(ErrorKind::kMismatch, "corrupt frame from ", describe_rank(call_, e.peer), " to ",
+                  describe_rank(call_, m.rank), " in ", describe_call(call_));
     }
     FrameHeader expected = h;
     expected.comm = static_cast<uint32_t>(call_.comm->id());
@@ -216,8 +162,8 @@ class PhaseRunner {
     expected.tag = e.tag;
     expected.stream_count = t.count;
     expected.offset = offset;
-    throw_error(ErrorKind::kMismatch, "ranks disagree: ", describe_rank(m.rank), " is in ",
-                describe_frame(expected), " but ", describe_rank(e.peer), " sent ",
+    throw_error(ErrorKind::kMismatch, "ranks disagree: ", describe_rank(call_, m.rank), " is in ",
+                describe_frame(expected), " but ", describe_rank(call_, e.peer), " sent ",
                 describe_frame(h),
                 ". Every rank of a group must run the same collectives, in the same order, "
                 "with the same shapes, dtypes and options");

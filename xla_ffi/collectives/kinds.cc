@@ -21,6 +21,7 @@ const char* algorithm_name(Algorithm algorithm) {
     case Algorithm::kMesh: return "mesh";
     case Algorithm::kRing: return "ring";
     case Algorithm::kRingOneWay: return "ring_oneway";
+    case Algorithm::kDirect: return "direct";
   }
   return "unknown";
 }

@@ -23,6 +23,7 @@ enum class Algorithm : uint8_t {
   kMesh = 2,        // direct exchange with every peer at once (scatter-gather)
   kRing = 3,        // bidirectional ring
   kRingOneWay = 4,  // one-way ring
+  kDirect = 5,      // in-process group: members read each other's buffers
 };
 
 const char* kind_name(CollectiveKind kind);

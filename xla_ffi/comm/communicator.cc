@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "collectives/direct.h"
 #include "comm/world.h"
 #include "common/error.h"
 
@@ -16,6 +17,15 @@ Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size
                 " devices does not split into groups of ", group_size);
   }
   for (size_t row = 0; row < size; row += group_size) {
+    DirectGroup* direct = nullptr;
+    if (std::all_of(table + row, table + row + group_size,
+                    [&](int64_t d) { return world.is_local(d); })) {
+      direct_groups_.push_back(std::make_unique<DirectGroup>(group_size));
+      direct = direct_groups_.back().get();
+      for (int rank = 0; rank < group_size; ++rank) {
+        direct->doorbells.push_back(world.doorbell(table[row + rank]));
+      }
+    }
     for (int rank = 0; rank < group_size; ++rank) {
       const int64_t device = table[row + rank];
       if (!world.is_local(device)) continue;
@@ -39,10 +49,13 @@ Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size
         }
       }
       m.doorbell = world.doorbell(device);
+      m.direct = direct;
       members_.emplace(device, std::move(m));
     }
   }
 }
+
+Communicator::~Communicator() = default;
 
 bool Communicator::matches(const int64_t* table, size_t size, int group_size) const {
   return group_size == group_size_ && size == table_.size() &&

@@ -14,12 +14,15 @@
 #include <unordered_map>
 #include <vector>
 
+#include <memory>
+
 #include "transport/doorbell.h"
 #include "transport/transport.h"
 
 namespace jaccl {
 
 class World;
+struct DirectGroup;
 
 class Communicator {
  public:
@@ -32,9 +35,12 @@ class Communicator {
     std::vector<int> processes;     // processes of the other ranks, for health checks
     Doorbell* doorbell = nullptr;   // this device's
     uint32_t seq = 0;               // collectives run so far
+    DirectGroup* direct = nullptr;  // set when every member is a device of this process
+    uint64_t direct_barriers = 0;   // barriers this member passed in direct collectives
   };
 
   Communicator(World& world, uint64_t id, const int64_t* table, size_t size, int group_size);
+  ~Communicator();
 
   uint64_t id() const { return id_; }
   bool matches(const int64_t* table, size_t size, int group_size) const;
@@ -48,6 +54,7 @@ class Communicator {
   int group_size_;
   std::vector<int64_t> table_;
   std::unordered_map<int64_t, Member> members_;
+  std::vector<std::unique_ptr<DirectGroup>> direct_groups_;
 };
 
 }  // namespace jaccl

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "collectives/collectives.h"
+#include "collectives/direct.h"
 #include "comm/world.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -121,15 +122,20 @@ ffi::Error run_collective(CollectiveKind kind, int64_t device, ffi::AnyBuffer in
     }
     const size_t bytes = std::max(in.size_bytes(), out->size_bytes());
     if (buffers.out != buffers.in) prefer_huge_pages(buffers.out, out->size_bytes());
-    call.algorithm = choose_algorithm(kind, static_cast<Algorithm>(algorithm), bytes, member.size);
+    call.algorithm = choose_algorithm(kind, static_cast<Algorithm>(algorithm), bytes, member.size,
+                                      member.direct != nullptr);
     log_choice(call, bytes);
     const Clock::time_point start = Clock::now();
-    switch (kind) {
-      case CollectiveKind::kAllReduce: all_reduce(call, buffers); break;
-      case CollectiveKind::kReduceScatter: reduce_scatter(call, buffers); break;
-      case CollectiveKind::kAllGather: all_gather(call, buffers); break;
-      case CollectiveKind::kAllToAll: all_to_all(call, buffers); break;
-      default: throw_error(ErrorKind::kInvalidArgument, "not a collective handler");
+    if (call.algorithm == Algorithm::kDirect) {
+      direct_collective(call, buffers);
+    } else {
+      switch (kind) {
+        case CollectiveKind::kAllReduce: all_reduce(call, buffers); break;
+        case CollectiveKind::kReduceScatter: reduce_scatter(call, buffers); break;
+        case CollectiveKind::kAllGather: all_gather(call, buffers); break;
+        case CollectiveKind::kAllToAll: all_to_all(call, buffers); break;
+        default: throw_error(ErrorKind::kInvalidArgument, "not a collective handler");
+      }
     }
     log(LogLevel::kTrace, kind_name(kind), " #", call.seq, " ", bytes, " B on rank ",
         member.rank, ": ", algorithm_name(call.algorithm), " ", seconds_since(start) * 1e6, " us");

@@ -1,0 +1,81 @@
+#include "collectives/waiter.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "comm/world.h"
+#include "common/error.h"
+#include "transport/doorbell.h"
+
+namespace jaccl {
+namespace {
+constexpr double kHealthCheckSeconds = 0.01;
+constexpr int kMaxSleepUs = 10000;
+}  // namespace
+
+std::string describe_call(const Call& call) {
+  std::ostringstream out;
+  out << kind_name(call.kind) << " #" << call.seq << " of " << dtype_name(call.dtype) << "["
+      << call.op_count << "] (" << reduce_op_name(call.op) << ", "
+      << algorithm_name(call.algorithm) << ")";
+  return out.str();
+}
+
+std::string describe_rank(const Call& call, int rank) {
+  return call.comm->describe_rank(*call.member, rank);
+}
+
+Waiter::Waiter(const Call& call, const Deadline& deadline)
+    : call_(call), deadline_(deadline), last_progress_(Clock::now()), last_check_(last_progress_) {}
+
+uint32_t Waiter::doorbell_seq() const {
+  return call_.member->doorbell->seq.load(std::memory_order_acquire);
+}
+
+void Waiter::progressed() { last_progress_ = Clock::now(); }
+
+void Waiter::idle(uint32_t seen, std::vector<int>& waiting_for) {
+  Clock::time_point now = Clock::now();
+  if (std::chrono::duration<double>(now - last_check_).count() >= kHealthCheckSeconds) {
+    last_check_ = now;
+    check(waiting_for);
+  }
+  int idle_us = static_cast<int>(
+      std::chrono::duration_cast<std::chrono::microseconds>(now - last_progress_).count());
+  int spin_us = std::max(0, call_.world->config().spin_us - idle_us);
+  wait_for_ring(call_.member->doorbell, seen, spin_us, kMaxSleepUs);
+}
+
+void Waiter::check(std::vector<int>& waiting_for) {
+  const Communicator::Member& me = *call_.member;
+  std::sort(waiting_for.begin(), waiting_for.end());
+  waiting_for.erase(std::unique(waiting_for.begin(), waiting_for.end()), waiting_for.end());
+  std::string waiting;
+  for (int peer : waiting_for) {
+    Channel* in = me.from[peer];
+    Channel* out = me.to[peer];
+    std::string failure = in ? in->failure() : std::string();
+    if (failure.empty() && out) failure = out->failure();
+    if (!failure.empty()) {
+      throw_error(ErrorKind::kPeerFailure, "in ", describe_call(call_), " on ",
+                  describe_rank(call_, me.rank), ": connection to ", describe_rank(call_, peer),
+                  " failed: ", failure);
+    }
+    waiting += (waiting.empty() ? "" : ", ") + describe_rank(call_, peer);
+  }
+  try {
+    call_.world->check_health(me.processes);
+  } catch (const Error& e) {
+    throw Error(ErrorKind::kPeerFailure, std::string(e.what()) + " (during " +
+                                             describe_call(call_) + " on " +
+                                             describe_rank(call_, me.rank) + ")");
+  }
+  if (deadline_.expired()) {
+    throw_error(ErrorKind::kTimeout, "timed out after ", deadline_.seconds(),
+                " s (JACCL_TIMEOUT) in ", describe_call(call_), " on ",
+                describe_rank(call_, me.rank), ": waiting for ",
+                waiting.empty() ? std::string("local work") : waiting);
+  }
+}
+
+}  // namespace jaccl
