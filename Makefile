@@ -7,7 +7,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 SOURCES := pyproject.toml CMakeLists.txt $(shell find xla_ffi -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name CMakeLists.txt)
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench bench-setup clean
 
 setup: $(VENV)/.installed
 
@@ -25,7 +25,13 @@ test: setup
 	$(PY) -m pytest -q tests
 
 bench: setup
-	$(VENV)/bin/jaccl-bench collectives --nprocs 2 --vs lax
+	$(VENV)/bin/jaccl-bench collectives --nprocs 2 --runs 3 --vs lax --plot collectives.png
+
+# Open MPI (apt) and the MPI peers for --vs mpi4jax,mpi (mpi4jax's build looks for CUDA: hide it)
+bench-setup: setup
+	command -v mpirun >/dev/null || (apt-get update -q && apt-get install -y -q openmpi-bin libopenmpi-dev)
+	$(PY) -m pip install -q --no-build-isolation -e '.[bench]'
+	CUDA_PATH=$$(mktemp -d) $(PY) -m pip install -q mpi4jax
 
 clean:
 	rm -rf build $(VENV)

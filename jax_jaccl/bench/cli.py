@@ -41,7 +41,7 @@ def collectives(args) -> None:
                          "openmpi-bin libopenmpi-dev) and pip install '.[bench]'")
     if mpi_impls and args.devices_per_process != 1:
         raise SystemExit("jaccl-bench: the MPI peers run one device per process")
-    jax_impls = ["jaccl"] + (["lax"] if "lax" in peers else [])
+    jax_impls = ["jaccl"] + (["lax"] if "lax" in peers else []) + ["local"]
     records = []
     with tempfile.TemporaryDirectory() as tmp:
         for run in range(args.runs):
@@ -65,12 +65,12 @@ def collectives(args) -> None:
                 with open(out) as f:
                     records += json.load(f)
             print(f"run {run + 1}/{args.runs} done", file=sys.stderr, flush=True)
-    impls = jax_impls + mpi_impls
+    impls = ["jaccl"] + [p for p in peers if p in jax_impls + mpi_impls]
     ranks = args.nprocs * args.devices_per_process
     print(f"# jaccl-bench collectives: {args.nprocs} processes x {args.devices_per_process} "
           f"devices ({ranks} ranks), float32, median of {args.runs} runs; time per call, "
           "busbw in GB/s")
-    print(report.table(records, impls))
+    print(report.table(records, impls, reference="local"))
     if args.plot:
         report.plot(records, impls, args.plot)
         print(f"\nplot: {args.plot}")

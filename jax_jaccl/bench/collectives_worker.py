@@ -18,7 +18,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", required=True)
     parser.add_argument("--ops", required=True)
-    parser.add_argument("--impls", required=True, help="comma list of jaccl, lax")
+    parser.add_argument("--impls", required=True, help="comma list of jaccl, lax, local")
     parser.add_argument("--algorithm", default="auto")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
@@ -36,6 +36,8 @@ def main() -> None:
     sharding = NamedSharding(mesh, P("x"))
 
     def ops_for(impl):
+        if impl == "local":  # no communication: a jit-compiled x + 1 on the same input
+            return dict.fromkeys(("all_reduce", "reduce_scatter", "all_gather"), lambda v: v + 1)
         if impl == "jaccl":
             return {
                 "all_reduce": lambda v: jaccl.all_reduce(v, "x", algorithm=args.algorithm),
@@ -60,7 +62,7 @@ def main() -> None:
             per_device -= per_device % n
             for impl in args.impls.split(","):
                 fn = ops_for(impl)[op]
-                donate = (0,) if op == "all_reduce" else ()
+                donate = (0,) if op == "all_reduce" or impl == "local" else ()
                 f = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
                                           check_vma=False), donate_argnums=donate)
                 x = jax.make_array_from_callback(

@@ -11,7 +11,8 @@ import statistics
 
 from .sizes import bus_factor, human
 
-NAMES = {"jaccl": "jaccl", "lax": "jax gloo", "mpi4jax": "mpi4jax", "mpi": "mpi4py (numpy)"}
+NAMES = {"jaccl": "jaccl", "lax": "jax gloo", "mpi4jax": "mpi4jax", "mpi": "mpi4py (numpy)",
+         "local": "jit x+1"}
 
 
 def summarize(records):
@@ -28,7 +29,9 @@ def _time(seconds: float) -> str:
     return f"{seconds * 1e6:.1f} us" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms"
 
 
-def table(records, impls) -> str:
+def table(records, impls, reference=None) -> str:
+    """`reference`: an implementation shown by its time only (a local op without
+    communication, e.g. jit-compiled x + 1 on the same buffer)."""
     summary = summarize(records)
     ops = [op for op in ("all_reduce", "reduce_scatter", "all_gather")
            if any(k[0] == op for k in summary)]
@@ -37,7 +40,8 @@ def table(records, impls) -> str:
     for op in ops:
         sizes = sorted({k[1] for k in summary if k[0] == op})
         header = ["size"] + [f"{NAMES[i]} {what}" for i in impls for what in ("time", "busbw")] + \
-                 [f"jaccl busbw / {NAMES[p]}" for p in peers]
+                 [f"jaccl busbw / {NAMES[p]}" for p in peers] + \
+                 ([f"{NAMES[reference]} time"] if reference else [])
         lines += [f"\n**{op}**\n", "| " + " | ".join(header) + " |",
                   "|" + "---|" * len(header)]
         for nbytes in sizes:
@@ -54,6 +58,9 @@ def table(records, impls) -> str:
             for peer in peers:
                 row.append(f"{bus['jaccl'] / bus[peer]:.1f}x" if "jaccl" in bus and peer in bus
                            else "—")
+            if reference:
+                entry = summary.get((op, nbytes, reference))
+                row.append(_time(entry[0]) if entry else "—")
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 

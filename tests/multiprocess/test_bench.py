@@ -1,0 +1,26 @@
+"""jaccl-bench collectives runs end to end and prints a table with every op and size."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_bench_collectives_table(tmp_path):
+    plot = tmp_path / "bench.png"
+    done = subprocess.run(
+        [sys.executable, "-m", "jax_jaccl.bench.cli", "collectives", "--sizes", "4K,256K",
+         "--runs", "1", "--vs", "lax", "--plot", str(plot)],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for op in ("all_reduce", "reduce_scatter", "all_gather"):
+        assert f"**{op}**" in done.stdout
+    rows = [l for l in done.stdout.splitlines() if l.startswith("| 4 KiB") or l.startswith("| 256 KiB")]
+    assert len(rows) == 6 and all("—" not in r.split("|")[2] for r in rows), done.stdout
+    assert plot.stat().st_size > 10_000
+
+
+def test_bench_rejects_unknown_peer():
+    done = subprocess.run([sys.executable, "-m", "jax_jaccl.bench.cli", "collectives", "--vs",
+                           "nccl"], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "unknown --vs" in done.stderr
