@@ -12,8 +12,11 @@ Contract:
   JACCL_SPIN_US   busy-wait before sleeping (default 50, 0 when ranks outnumber cores)
   JACCL_HOST_ID   overrides host detection (processes with equal ids share memory)
   JACCL_JOB_ID    names the job's shared-memory segments (jaccl-run sets it)
-- Processes exchange their facts through JAX's key-value store; each process of a host
-  creates one segment (/dev/shm/jaccl-<job>-<process>, mode 0600), maps its host peers'
+  JACCL_IFNAME    network interface for TCP between hosts (default: the one that reaches
+                  JAX's coordinator); the listener binds to its address, never 0.0.0.0
+  JACCL_TCP_SOCKETS  sockets per TCP link (default 2)
+- Processes exchange their facts through JAX's key-value store (with a TCP endpoint and a
+  per-job secret that TCP connections must prove); each process of a host creates one segment (/dev/shm/jaccl-<job>-<process>, mode 0600), maps its host peers'
   segments and unlinks its own as soon as all of them have mapped it, so nothing is left in
   /dev/shm even if a process is killed later.
 """
@@ -44,6 +47,7 @@ class Settings:
     frame_bytes: int
     slots: int
     spin_us: int | None
+    tcp_sockets: int
 
     @staticmethod
     def from_env() -> "Settings":
@@ -53,6 +57,7 @@ class Settings:
             frame_bytes=int(float(os.environ.get("JACCL_FRAME_KB", "512")) * 1024) // 64 * 64,
             slots=int(os.environ.get("JACCL_SLOTS", "4")),
             spin_us=int(spin) if spin else None,
+            tcp_sockets=int(os.environ.get("JACCL_TCP_SOCKETS", "2")),
         )
 
 
@@ -135,8 +140,11 @@ def _start() -> WorldInfo:
     if count == 1:
         infos = [mine]
         job_tag = os.environ.get("JACCL_JOB_ID") or secrets.token_hex(6)
+        secret = secrets.token_hex(16)
     else:
-        infos, job_tag = _exchange(me, count, mine, settings.timeout_s)
+        ip = _listen_address()
+        mine["tcp"] = f"{ip}:{engine.tcp_listen(ip)}"
+        infos, job_tag, secret = _exchange(me, count, mine, settings.timeout_s)
     hosts = tuple(info["host"] for info in infos)
     on_my_host = sum(1 for _, p in device_table if hosts[p] == hosts[me])
     spin = settings.spin_us
@@ -151,6 +159,9 @@ def _start() -> WorldInfo:
         num_slots=settings.slots,
         timeout_s=settings.timeout_s,
         spin_us=spin,
+        endpoints=[info.get("tcp", "") for info in infos],
+        secret=secret,
+        tcp_stripes=settings.tcp_sockets,
     )
     try:
         if count == 1:
@@ -169,9 +180,11 @@ def _exchange(me: int, count: int, mine: dict, timeout_s: float):
     kv = KeyValueStore()
     if me == 0:
         job_tag = os.environ.get("JACCL_JOB_ID") or secrets.token_hex(6)
+        kv.set(f"{_KV_PREFIX}/job/secret", secrets.token_hex(16))
         kv.set(f"{_KV_PREFIX}/job", job_tag)
     else:
         job_tag = kv.get(f"{_KV_PREFIX}/job", timeout_s)
+    secret = kv.get(f"{_KV_PREFIX}/job/secret", timeout_s)
     mine = dict(mine, job=job_tag)
     kv.set(f"{_KV_PREFIX}/{job_tag}/process/{me}", json.dumps(mine))
     infos = [json.loads(kv.get(f"{_KV_PREFIX}/{job_tag}/process/{p}", timeout_s)) for p in range(count)]
@@ -181,7 +194,19 @@ def _exchange(me: int, count: int, mine: dict, timeout_s: float):
                 raise ValueError(
                     f"jaccl: process {p} has {key}={info[key]} but process {me} has {mine[key]}: "
                     "set the same JACCL_FRAME_KB / JACCL_SLOTS on every process")
-    return infos, job_tag
+    return infos, job_tag, secret
+
+
+def _listen_address() -> str:
+    """JACCL_IFNAME's address, or the local address that reaches JAX's coordinator."""
+    ifname = os.environ.get("JACCL_IFNAME")
+    if ifname:
+        return engine.interface_address(ifname)
+    from jax._src import distributed
+
+    coordinator = (getattr(distributed.global_state, "coordinator_address", None)
+                   or os.environ.get("JACCL_COORDINATOR") or "127.0.0.1:0")
+    return engine.address_towards(coordinator.rsplit(":", 1)[0])
 
 
 def _attach(me: int, hosts: tuple, timeout_s: float) -> None:

@@ -50,10 +50,10 @@ uint64_t hash_table(const int64_t* table, size_t size, int group_size) {
 
 }  // namespace
 
-World& World::create(const WorldConfig& config) {
+World& World::create(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> network) {
   auto& slot = world_slot();
   if (slot) throw_error(ErrorKind::kInvalidArgument, "the jaccl world is already initialised");
-  slot.reset(new World(config));
+  slot.reset(new World(config, std::move(network)));
   return *slot;
 }
 
@@ -70,7 +70,8 @@ World& World::require() {
 
 void World::destroy() { world_slot().reset(); }
 
-World::World(const WorldConfig& config) : config_(config) {
+World::World(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> network)
+    : config_(config), network_(std::move(network)) {
   const int me = config_.my_process;
   if (me < 0 || me >= static_cast<int>(config_.processes.size())) {
     throw_error(ErrorKind::kInvalidArgument, "process index ", me, " out of range");
@@ -118,9 +119,11 @@ World::World(const WorldConfig& config) : config_(config) {
 }
 
 World::~World() {
-  // Communicators hold channel pointers; drop them before the channels.
+  // Communicators hold channel pointers; drop them before the channels and transports.
   communicators_.clear();
   channels_.clear();
+  owned_channels_.clear();
+  network_.reset();
 }
 
 bool World::same_host(int process) const {
@@ -195,11 +198,51 @@ void World::attach_peers() {
       if (src_process != config_.my_process && dst_process != config_.my_process) continue;
       void* memory = base + layout_.ring_offset(local_index(dst), host_index(src));
       const char* kind = src_process == dst_process ? "local" : "shm";
-      channels_[src][dst] = std::make_unique<RingChannel>(
-          memory, config_.num_slots, config_.payload_bytes, doorbell(src), doorbell(dst), kind);
+      owned_channels_.push_back(std::make_unique<RingChannel>(
+          memory, config_.num_slots, config_.payload_bytes, doorbell(src), doorbell(dst), kind));
+      channels_[src][dst] = owned_channels_.back().get();
     }
   }
+  connect_network();
   attached_ = true;
+}
+
+// One TCP link per (local device, device on another host).
+void World::connect_network() {
+  std::vector<tcp::LinkSpec> links;
+  for (const DeviceInfo& remote : config_.devices) {
+    if (same_host(remote.process)) continue;
+    for (int64_t local : host_devices_) {
+      if (!is_local(local)) continue;
+      const std::string& endpoint = config_.endpoints.size() > static_cast<size_t>(remote.process)
+                                        ? config_.endpoints[remote.process]
+                                        : std::string();
+      if (endpoint.empty() || network_ == nullptr) {
+        throw_error(ErrorKind::kInvalidArgument, "process ", remote.process,
+                    " is on another host but ", network_ ? "announced no TCP endpoint" :
+                    "this process has no TCP transport");
+      }
+      links.push_back(tcp::LinkSpec{local, remote.id, remote.process,
+                                    tcp::Endpoint::parse(endpoint), doorbell(local)});
+    }
+  }
+  if (links.empty()) return;
+  tcp::Settings settings;
+  settings.my_process = config_.my_process;
+  settings.secret = config_.secret;
+  settings.stripes = config_.tcp_stripes;
+  settings.num_slots = config_.num_slots;
+  settings.payload_bytes = config_.payload_bytes;
+  settings.timeout_s = config_.timeout_s;
+  network_->configure(settings);
+  for (const tcp::LinkSpec& link : links) network_->add_link(link);
+  network_->connect_all(Deadline(config_.timeout_s));
+  for (const tcp::LinkSpec& link : links) {
+    channels_[link.local_device][link.remote_device] =
+        network_->sender(link.local_device, link.remote_device);
+    channels_[link.remote_device][link.local_device] =
+        network_->receiver(link.remote_device, link.local_device);
+  }
 }
 
 void World::unlink_own_segment() { own_segment_.unlink(); }
@@ -218,7 +261,7 @@ Channel* World::channel(int64_t src, int64_t dst) const {
   auto row = channels_.find(src);
   if (row != channels_.end()) {
     auto it = row->second.find(dst);
-    if (it != row->second.end()) return it->second.get();
+    if (it != row->second.end()) return it->second;
   }
   throw_error(ErrorKind::kInvalidArgument, "no transport from ", describe_device(src), " to ",
               describe_device(dst),
@@ -251,7 +294,8 @@ void World::raise_abort(const std::string& reason) {
     board.state.store(2, std::memory_order_release);
     log(LogLevel::kWarn, "aborting: ", reason);
   }
-  // Wake every device of this host so waiting threads see the abort now.
+  // Tell the other hosts, and wake every device of this host so waiting threads see it now.
+  if (network_) network_->broadcast_abort(reason);
   for (int64_t id : host_devices_) ring(doorbell(id));
 }
 

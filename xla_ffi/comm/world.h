@@ -26,6 +26,7 @@
 #include "comm/host_segment.h"
 #include "comm/world_config.h"
 #include "transport/shm/segment.h"
+#include "transport/tcp/tcp_transport.h"
 #include "transport/transport.h"
 
 namespace jaccl {
@@ -34,7 +35,8 @@ class Communicator;
 
 class World {
  public:
-  static World& create(const WorldConfig& config);
+  // `network` (may be null) is this process's TCP listener, already announced to the others.
+  static World& create(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> network);
   static World* get();
   static World& require();
   static void destroy();
@@ -62,7 +64,8 @@ class World {
   void check_health(const std::vector<int>& processes) const;
 
  private:
-  explicit World(const WorldConfig& config);
+  World(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> network);
+  void connect_network();
   SegmentHeader* header_of(int process) const;
   size_t local_index(int64_t id) const;  // position among its process's devices
   size_t host_index(int64_t id) const;   // position among the devices of this host
@@ -75,7 +78,9 @@ class World {
   std::unordered_map<int64_t, size_t> host_index_;
   Segment own_segment_;
   std::vector<Segment> peer_segments_;   // by process index; empty when not on this host
-  std::unordered_map<int64_t, std::unordered_map<int64_t, std::unique_ptr<Channel>>> channels_;
+  std::unique_ptr<tcp::TcpTransport> network_;
+  std::vector<std::unique_ptr<Channel>> owned_channels_;
+  std::unordered_map<int64_t, std::unordered_map<int64_t, Channel*>> channels_;
   bool attached_ = false;
 
   std::mutex communicators_mutex_;

@@ -24,6 +24,9 @@ struct WorldConfig {
   std::vector<ProcessInfo> processes;
   std::vector<DeviceInfo> devices;
   std::string job_tag;          // names this job's shared-memory segments
+  std::vector<std::string> endpoints;  // per process: "ip:port" of its TCP listener, or ""
+  std::string secret;           // per-job secret (hex) that TCP connections prove
+  int tcp_stripes = 2;          // sockets per TCP link (JACCL_TCP_SOCKETS)
   size_t payload_bytes = 512 * 1024;  // per frame
   int num_slots = 4;            // frames in flight per channel
   double timeout_s = 120.0;     // JACCL_TIMEOUT

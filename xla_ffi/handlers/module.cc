@@ -9,12 +9,14 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <memory>
 #include <tuple>
 #include <vector>
 
 #include "comm/world.h"
 #include "common/error.h"
 #include "handlers/cpu_handlers.h"
+#include "transport/tcp/socket.h"
 
 namespace nb = nanobind;
 
@@ -34,9 +36,22 @@ nb::dict registrations() {
   return d;
 }
 
+// The TCP listener made before the processes exchanged endpoints; init_world adopts it.
+std::unique_ptr<jaccl::tcp::TcpTransport>& pending_network() {
+  static std::unique_ptr<jaccl::tcp::TcpTransport> network;
+  return network;
+}
+
+int tcp_listen(const std::string& ip, int port) {
+  pending_network() = std::make_unique<jaccl::tcp::TcpTransport>(ip, port);
+  return pending_network()->endpoint().port;
+}
+
 void init_world(int my_process, const std::vector<std::tuple<int, int, std::string>>& processes,
                 const std::vector<std::tuple<int64_t, int>>& devices, const std::string& job_tag,
-                size_t payload_bytes, int num_slots, double timeout_s, int spin_us) {
+                size_t payload_bytes, int num_slots, double timeout_s, int spin_us,
+                const std::vector<std::string>& endpoints, const std::string& secret,
+                int tcp_stripes) {
   jaccl::WorldConfig config;
   config.my_process = my_process;
   for (const auto& [index, pid, host] : processes) {
@@ -48,7 +63,10 @@ void init_world(int my_process, const std::vector<std::tuple<int, int, std::stri
   config.num_slots = num_slots;
   config.timeout_s = timeout_s;
   config.spin_us = spin_us;
-  jaccl::World::create(config);
+  config.endpoints = endpoints;
+  config.secret = secret;
+  config.tcp_stripes = tcp_stripes;
+  jaccl::World::create(config, std::move(pending_network()));
 }
 
 }  // namespace
@@ -64,7 +82,11 @@ NB_MODULE(_jaccl, m) {
   m.def("registrations", &registrations);
   m.def("init_world", &init_world, nb::arg("my_process"), nb::arg("processes"),
         nb::arg("devices"), nb::arg("job_tag"), nb::arg("payload_bytes"), nb::arg("num_slots"),
-        nb::arg("timeout_s"), nb::arg("spin_us"));
+        nb::arg("timeout_s"), nb::arg("spin_us"), nb::arg("endpoints"), nb::arg("secret"),
+        nb::arg("tcp_stripes"));
+  m.def("tcp_listen", &tcp_listen, nb::arg("ip"), nb::arg("port") = 0);
+  m.def("interface_address", &jaccl::tcp::interface_address, nb::arg("ifname"));
+  m.def("address_towards", &jaccl::tcp::address_towards, nb::arg("host"));
   m.def("attach_peers", [] { jaccl::World::require().attach_peers(); },
         nb::call_guard<nb::gil_scoped_release>());
   m.def("unlink_own_segment", [] { jaccl::World::require().unlink_own_segment(); });
@@ -74,5 +96,8 @@ NB_MODULE(_jaccl, m) {
     jaccl::World* world = jaccl::World::get();
     return world != nullptr && world->aborted();
   });
-  m.def("shutdown", [] { jaccl::World::destroy(); }, nb::call_guard<nb::gil_scoped_release>());
+  m.def("shutdown", [] {
+    jaccl::World::destroy();
+    pending_network().reset();
+  }, nb::call_guard<nb::gil_scoped_release>());
 }

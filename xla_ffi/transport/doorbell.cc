@@ -1,6 +1,7 @@
 #include "transport/doorbell.h"
 
 #include <linux/futex.h>
+#include <sys/eventfd.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -21,6 +22,7 @@ namespace jaccl {
 
 void ring(Doorbell* bell) {
   bell->seq.fetch_add(1, std::memory_order_seq_cst);
+  if (bell->eventfd_plus_one > 0) eventfd_write(bell->eventfd_plus_one - 1, 1);
   if (bell->sleepers.load(std::memory_order_seq_cst) != 0) {
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&bell->seq), FUTEX_WAKE, INT32_MAX, nullptr,
             nullptr, 0);

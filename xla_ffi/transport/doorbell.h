@@ -14,6 +14,9 @@ namespace jaccl {
 struct alignas(64) Doorbell {
   std::atomic<uint32_t> seq;
   std::atomic<uint32_t> sleepers;
+  // An eventfd (plus one; 0 = none) that ring() also writes: how a transport's I/O
+  // thread, which sleeps in epoll, hears a ring. Only for doorbells in private memory.
+  int32_t eventfd_plus_one;
 };
 
 void ring(Doorbell* bell);

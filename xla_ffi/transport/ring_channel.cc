@@ -47,6 +47,16 @@ const Frame* RingChannel::try_peek() {
   return slot(tail);
 }
 
+void RingChannel::publish_head(uint32_t head) {
+  control_->head.store(head, std::memory_order_release);
+  ring(consumer_bell_);
+}
+
+void RingChannel::publish_tail(uint32_t tail) {
+  control_->tail.store(tail, std::memory_order_release);
+  ring(producer_bell_);
+}
+
 void RingChannel::release() {
   control_->tail.fetch_add(1, std::memory_order_release);
   ring(producer_bell_);

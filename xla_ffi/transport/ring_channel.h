@@ -39,9 +39,16 @@ class RingChannel : public Channel {
   void release() override;
   const char* kind() const override { return kind_; }
 
- private:
+  // Index-level access for a transport's I/O thread standing in for the remote end: it
+  // may fill or drain frames out of order and then publish the new head / tail.
+  uint32_t head() const { return control_->head.load(std::memory_order_acquire); }
+  uint32_t tail() const { return control_->tail.load(std::memory_order_acquire); }
   Frame* slot(uint32_t index) const;
+  int num_slots() const { return num_slots_; }
+  void publish_head(uint32_t head);  // frames up to `head` are filled: wakes the consumer
+  void publish_tail(uint32_t tail);  // frames up to `tail` are drained: wakes the producer
 
+ private:
   RingControl* control_;
   unsigned char* slots_;
   int num_slots_;

@@ -5,6 +5,7 @@ than one process."""
 from __future__ import annotations
 
 import argparse
+import os
 
 import jax_jaccl.distributed
 
@@ -15,6 +16,9 @@ def start(description: str, extra=None):
     for name, kwargs in (extra or {}).items():
         parser.add_argument(name, **kwargs)
     args = parser.parse_args()
+    fake_hosts = int(os.environ.get("JACCL_TEST_FAKE_HOSTS", "0"))
+    if fake_hosts:  # pretend processes sit on different hosts: they talk over loopback TCP
+        os.environ["JACCL_HOST_ID"] = f"fake-host-{int(os.environ['JACCL_PROCESS_ID']) % fake_hosts}"
     index, count = jax_jaccl.distributed.initialize()
     assert count > 1, "multi-process worker started with a single process"
     print(f"STARTED {index} {count}", flush=True)

@@ -1,0 +1,548 @@
+#include "transport/tcp/tcp_transport.h"
+
+#include <arpa/inet.h>
+#include <algorithm>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace jaccl::tcp {
+namespace {
+
+constexpr uint32_t kAbortMagic = 0x4a434142u;  // "JCAB": the sender aborted, payload = reason
+constexpr size_t kMaxReason = 4096;
+constexpr double kHandshakeSeconds = 10;
+
+enum class WatchKind { kListener, kWake, kPending, kStripe };
+
+struct AlignedFree {
+  void operator()(void* p) const { std::free(p); }
+};
+using RingMemory = std::unique_ptr<void, AlignedFree>;
+
+RingMemory allocate_ring(int slots, size_t payload) {
+  size_t bytes = (RingChannel::ring_bytes(slots, payload) + 4095) / 4096 * 4096;
+  void* p = std::aligned_alloc(4096, bytes);
+  if (p == nullptr) throw_error(ErrorKind::kInternal, "out of memory for a TCP ring");
+  std::memset(p, 0, bytes);
+  return RingMemory(p);
+}
+
+std::string peer_name(int fd) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof addr;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "unknown peer";
+  char text[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &addr.sin_addr, text, sizeof text);
+  return std::string(text) + ":" + std::to_string(ntohs(addr.sin_port));
+}
+
+}  // namespace
+
+struct Watched {
+  WatchKind kind;
+};
+
+struct TcpTransport::Stripe {
+  Watched watched{WatchKind::kStripe};
+  Link* link = nullptr;
+  int index = 0;
+  int fd = -1;
+  uint32_t events = 0;
+  // Sending: frame `next_send` (then += stripes), or a control frame first.
+  uint32_t next_send = 0;
+  bool sending = false, sending_control = false;
+  const char* send_ptr = nullptr;
+  size_t send_left = 0;
+  std::string control_out;
+  // Receiving: frame `next_recv` (then += stripes) straight into its ring slot.
+  uint32_t next_recv = 0;
+  bool receiving = false, in_header = true, receiving_control = false, paused = false;
+  char* recv_ptr = nullptr;
+  size_t recv_left = 0;
+  std::string control_in;
+};
+
+struct TcpTransport::Link {
+  LinkSpec spec;
+  bool initiator = false;
+  RingMemory send_memory, recv_memory;
+  std::unique_ptr<RingChannel> send_ring, recv_ring;
+  std::unique_ptr<Channel> sender, receiver;
+  std::vector<Stripe> stripes;
+  std::vector<uint8_t> sent, received;  // per slot: frame done on the wire
+  uint32_t send_tail = 0, recv_head = 0;
+  std::mutex mutex;  // guards failure and abort_reason
+  std::string failure, abort_reason;
+  std::atomic<bool> failed{false}, abort_pending{false};
+
+  std::string failure_text() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return failure;
+  }
+};
+
+struct TcpTransport::Pending {
+  Watched watched{WatchKind::kPending};
+  int fd = -1;
+  std::string peer;
+  Challenge challenge{};
+  Hello hello{};
+  size_t got = 0;
+  Clock::time_point deadline;
+};
+
+namespace {
+
+Watched listener_watch{WatchKind::kListener};
+Watched wake_watch{WatchKind::kWake};
+
+// A direction of a link, seen by a device thread through the Channel contract.
+class LinkChannel : public Channel {
+ public:
+  LinkChannel(RingChannel* ring, TcpTransport::Link* link) : ring_(ring), link_(link) {}
+  size_t payload_capacity() const override { return ring_->payload_capacity(); }
+  Frame* try_reserve() override { return ring_->try_reserve(); }
+  void commit() override { ring_->commit(); }
+  const Frame* try_peek() override { return ring_->try_peek(); }
+  void release() override { ring_->release(); }
+  std::string failure() const override;
+  const char* kind() const override { return "tcp"; }
+
+ private:
+  RingChannel* ring_;
+  TcpTransport::Link* link_;
+};
+
+std::string LinkChannel::failure() const {
+  return link_->failed.load(std::memory_order_acquire) ? link_->failure_text() : std::string();
+}
+
+}  // namespace
+
+TcpTransport::TcpTransport(const std::string& ip, int port) : ip_(ip) {
+  listen_fd_ = listen_on(ip, port, &port_);
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epoll_fd_ < 0 || wake_fd_ < 0) throw_system_error("epoll/eventfd");
+  io_bell_.eventfd_plus_one = wake_fd_ + 1;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = &listener_watch;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  ev.data.ptr = &wake_watch;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+}
+
+TcpTransport::~TcpTransport() {
+  stop_.store(true);
+  ring(&io_bell_);
+  if (io_thread_.joinable()) io_thread_.join();
+  for (auto& link : links_) {
+    for (Stripe& s : link->stripes) {
+      if (s.fd >= 0) close(s.fd);
+    }
+  }
+  for (auto& p : pending_) close(p->fd);
+  for (auto& [stripe, fd] : handoff_) close(fd);
+  close(listen_fd_);
+  close(epoll_fd_);
+  close(wake_fd_);
+}
+
+void TcpTransport::configure(const Settings& settings) {
+  settings_ = settings;
+  if (settings_.stripes < 1) settings_.stripes = 1;
+  if (settings_.num_slots < settings_.stripes) settings_.num_slots = settings_.stripes;
+  key_ = key_from_secret(settings.secret);
+}
+
+void TcpTransport::add_link(const LinkSpec& spec) {
+  auto link = std::make_unique<Link>();
+  link->spec = spec;
+  link->initiator = spec.local_device < spec.remote_device;
+  const int slots = settings_.num_slots;
+  link->send_memory = allocate_ring(slots, settings_.payload_bytes);
+  link->recv_memory = allocate_ring(slots, settings_.payload_bytes);
+  // Sending ring: the device produces, the I/O thread drains. Receiving ring: the reverse.
+  link->send_ring = std::make_unique<RingChannel>(link->send_memory.get(), slots,
+                                                  settings_.payload_bytes, spec.local_doorbell,
+                                                  &io_bell_, "tcp");
+  link->recv_ring = std::make_unique<RingChannel>(link->recv_memory.get(), slots,
+                                                  settings_.payload_bytes, &io_bell_,
+                                                  spec.local_doorbell, "tcp");
+  link->sender = std::make_unique<LinkChannel>(link->send_ring.get(), link.get());
+  link->receiver = std::make_unique<LinkChannel>(link->recv_ring.get(), link.get());
+  link->sent.assign(slots, 0);
+  link->received.assign(slots, 0);
+  link->stripes.resize(settings_.stripes);
+  for (int i = 0; i < settings_.stripes; ++i) {
+    Stripe& s = link->stripes[i];
+    s.link = link.get();
+    s.index = i;
+    s.next_send = s.next_recv = static_cast<uint32_t>(i);
+  }
+  expected_ += settings_.stripes;
+  by_devices_[{spec.local_device, spec.remote_device}] = link.get();
+  links_.push_back(std::move(link));
+}
+
+TcpTransport::Link* TcpTransport::find_link(int64_t local_device, int64_t remote_device) const {
+  auto it = by_devices_.find({local_device, remote_device});
+  return it == by_devices_.end() ? nullptr : it->second;
+}
+
+Channel* TcpTransport::sender(int64_t local_device, int64_t remote_device) {
+  Link* link = find_link(local_device, remote_device);
+  return link ? link->sender.get() : nullptr;
+}
+
+Channel* TcpTransport::receiver(int64_t remote_device, int64_t local_device) {
+  Link* link = find_link(local_device, remote_device);
+  return link ? link->receiver.get() : nullptr;
+}
+
+void TcpTransport::connect_all(const Deadline& deadline) {
+  io_thread_ = std::thread([this] { io_loop(); });
+  for (auto& link : links_) {
+    if (!link->initiator) continue;
+    for (Stripe& stripe : link->stripes) {
+      int fd = connect_to(link->spec.remote_endpoint, deadline);
+      try {
+        Challenge challenge;
+        read_exact(fd, &challenge, sizeof challenge, deadline, "the TCP handshake");
+        Hello hello{kHelloMagic, kHelloVersion, static_cast<uint32_t>(settings_.my_process),
+                    static_cast<uint32_t>(stripe.index), link->spec.local_device,
+                    link->spec.remote_device, 0};
+        hello.tag = hello_tag(key_, challenge, hello);
+        write_exact(fd, &hello, sizeof hello, deadline, "the TCP handshake");
+        uint8_t ok = 0;
+        read_exact(fd, &ok, 1, deadline, "the TCP handshake");
+        if (ok != 1) throw_error(ErrorKind::kInternal, "handshake refused");
+      } catch (...) {
+        close(fd);
+        throw;
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      handoff_.emplace_back(&stripe, fd);
+      ring(&io_bell_);
+    }
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  bool done = connected_cv_.wait_until(lock, deadline.end(),
+                                       [&] { return connected_.load() >= expected_; });
+  if (!done) {
+    std::ostringstream missing;
+    for (auto& link : links_) {
+      int up = 0;
+      for (Stripe& s : link->stripes) up += s.fd >= 0;
+      if (up < settings_.stripes) {
+        missing << " device " << link->spec.local_device << "<->" << link->spec.remote_device
+                << " (process " << link->spec.remote_process << " at "
+                << link->spec.remote_endpoint.str() << ", " << up << "/" << settings_.stripes
+                << " sockets)";
+      }
+    }
+    throw_error(ErrorKind::kTimeout, "TCP links not up within ", deadline.seconds(), " s:",
+                missing.str());
+  }
+  log(LogLevel::kInfo, "tcp: ", links_.size(), " links x ", settings_.stripes,
+      " sockets up, listening on ", endpoint().str());
+}
+
+void TcpTransport::broadcast_abort(const std::string& reason) {
+  for (auto& link : links_) {
+    if (link->failed.load()) continue;
+    {
+      std::lock_guard<std::mutex> lock(link->mutex);
+      link->abort_reason = reason.substr(0, kMaxReason);
+    }
+    link->abort_pending.store(true, std::memory_order_release);
+  }
+  ring(&io_bell_);
+}
+
+void TcpTransport::io_loop() {
+  epoll_event events[64];
+  while (!stop_.load()) {
+    int n = epoll_wait(epoll_fd_, events, 64, 50);
+    bool woken = false;
+    for (int i = 0; i < n; ++i) {
+      auto* watched = static_cast<Watched*>(events[i].data.ptr);
+      switch (watched->kind) {
+        case WatchKind::kListener: accept_new(); break;
+        case WatchKind::kWake: {
+          eventfd_t value;
+          eventfd_read(wake_fd_, &value);
+          woken = true;
+          break;
+        }
+        case WatchKind::kPending: on_pending(*reinterpret_cast<Pending*>(watched)); break;
+        case WatchKind::kStripe: pump(*reinterpret_cast<Stripe*>(watched)); break;
+      }
+    }
+    std::vector<std::pair<Stripe*, int>> handed;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      handed.swap(handoff_);
+    }
+    for (auto& [stripe, fd] : handed) attach(*stripe, fd);
+    if (woken) {
+      for (auto& link : links_) {
+        for (Stripe& s : link->stripes) pump(s);
+      }
+    }
+    const Clock::time_point now = Clock::now();
+    for (size_t i = 0; i < pending_.size();) {
+      if (now < pending_[i]->deadline) {
+        ++i;
+        continue;
+      }
+      log(LogLevel::kWarn, "tcp: dropped connection from ", pending_[i]->peer,
+          ": no handshake within ", kHandshakeSeconds, " s");
+      close(pending_[i]->fd);
+      pending_.erase(pending_.begin() + static_cast<long>(i));
+    }
+  }
+}
+
+void TcpTransport::accept_new() {
+  for (;;) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    auto pending = std::make_unique<Pending>();
+    pending->fd = fd;
+    pending->peer = peer_name(fd);
+    pending->challenge = make_challenge();
+    pending->deadline = Clock::now() + std::chrono::seconds(static_cast<int>(kHandshakeSeconds));
+    if (send(fd, &pending->challenge, sizeof pending->challenge, MSG_DONTWAIT | MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(sizeof pending->challenge)) {
+      close(fd);
+      continue;
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = &pending->watched;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    pending_.push_back(std::move(pending));
+  }
+}
+
+void TcpTransport::on_pending(Pending& p) {
+  auto drop = [&](const std::string& why, LogLevel level) {
+    log(level, "tcp: rejected connection from ", p.peer, ": ", why);
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, p.fd, nullptr);
+    close(p.fd);
+    pending_.erase(std::find_if(pending_.begin(), pending_.end(),
+                                [&](const auto& q) { return q.get() == &p; }));
+  };
+  ssize_t n = recv(p.fd, reinterpret_cast<char*>(&p.hello) + p.got, sizeof p.hello - p.got,
+                   MSG_DONTWAIT);
+  if (n == 0) return drop("closed before the handshake ended", LogLevel::kWarn);
+  if (n < 0) {
+    if (errno != EAGAIN && errno != EINTR) drop(std::strerror(errno), LogLevel::kWarn);
+    return;
+  }
+  p.got += static_cast<size_t>(n);
+  if (p.got < sizeof p.hello) return;
+  const Hello& h = p.hello;
+  if (h.magic != kHelloMagic || h.version != kHelloVersion) {
+    return drop("not a jaccl handshake (bad magic or version)", LogLevel::kWarn);
+  }
+  if (h.tag != hello_tag(key_, p.challenge, h)) {
+    return drop("wrong job secret", LogLevel::kWarn);
+  }
+  Link* link = find_link(h.dst_device, h.src_device);
+  if (link == nullptr || link->initiator || link->spec.remote_process != static_cast<int>(h.process) ||
+      h.stripe >= link->stripes.size() || link->stripes[h.stripe].fd >= 0) {
+    return drop("unexpected link (devices " + std::to_string(h.src_device) + "->" +
+                    std::to_string(h.dst_device) + ", stripe " + std::to_string(h.stripe) + ")",
+                LogLevel::kWarn);
+  }
+  const uint8_t ok = 1;
+  if (send(p.fd, &ok, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) return drop("reply failed", LogLevel::kWarn);
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, p.fd, nullptr);
+  int fd = p.fd;
+  Stripe& stripe = link->stripes[h.stripe];
+  pending_.erase(std::find_if(pending_.begin(), pending_.end(),
+                              [&](const auto& q) { return q.get() == &p; }));
+  attach(stripe, fd);
+}
+
+void TcpTransport::attach(Stripe& stripe, int fd) {
+  set_nonblocking(fd, true);
+  tune(fd, settings_.timeout_s);
+  stripe.fd = fd;
+  stripe.events = 0;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = &stripe.watched;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  stripe.events = EPOLLIN;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    connected_.fetch_add(1);
+  }
+  connected_cv_.notify_all();
+  pump(stripe);
+}
+
+void TcpTransport::update_interest(Stripe& stripe, bool want_read, bool want_write) {
+  uint32_t events = (want_read ? EPOLLIN : 0u) | (want_write ? EPOLLOUT : 0u);
+  if (stripe.fd < 0 || events == stripe.events) return;
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.ptr = &stripe.watched;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, stripe.fd, &ev);
+  stripe.events = events;
+}
+
+void TcpTransport::pump(Stripe& stripe) {
+  if (stripe.fd < 0 || stripe.link->failed.load(std::memory_order_relaxed)) return;
+  bool moved = true;
+  while (moved && stripe.fd >= 0) moved = pump_send(stripe) | pump_receive(stripe);
+  if (stripe.fd >= 0) update_interest(stripe, !stripe.paused, stripe.sending);
+}
+
+// Writes the next frame (or abort notice) of this stripe; true when bytes moved.
+bool TcpTransport::pump_send(Stripe& s) {
+  Link& link = *s.link;
+  RingChannel& ring = *link.send_ring;
+  if (!s.sending) {
+    if (s.index == 0 && link.abort_pending.exchange(false)) {
+      std::string reason;
+      {
+        std::lock_guard<std::mutex> lock(link.mutex);
+        reason = link.abort_reason;
+      }
+      FrameHeader h{};
+      h.magic = kAbortMagic;
+      h.nbytes = static_cast<uint32_t>(reason.size());
+      s.control_out.assign(reinterpret_cast<const char*>(&h), sizeof h);
+      s.control_out += reason;
+      s.send_ptr = s.control_out.data();
+      s.send_left = s.control_out.size();
+      s.sending = s.sending_control = true;
+    } else {
+      if (static_cast<int32_t>(ring.head() - s.next_send) <= 0) return false;
+      const Frame* frame = ring.slot(s.next_send);
+      s.send_ptr = reinterpret_cast<const char*>(frame);
+      s.send_left = sizeof(FrameHeader) + frame->header.nbytes;
+      s.sending = true;
+      s.sending_control = false;
+    }
+  }
+  ssize_t n = send(s.fd, s.send_ptr, s.send_left, MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (n < 0) {
+    if (errno != EAGAIN && errno != EINTR) fail(link, std::string("send failed: ") + std::strerror(errno));
+    return false;
+  }
+  s.send_ptr += n;
+  s.send_left -= static_cast<size_t>(n);
+  if (s.send_left > 0) return n > 0;
+  s.sending = false;
+  if (s.sending_control) return true;
+  const int slots = ring.num_slots();
+  link.sent[s.next_send % slots] = 1;
+  s.next_send += static_cast<uint32_t>(link.stripes.size());
+  uint32_t tail = link.send_tail;
+  while (tail != ring.head() && link.sent[tail % slots]) link.sent[tail++ % slots] = 0;
+  if (tail != link.send_tail) {
+    link.send_tail = tail;
+    ring.publish_tail(tail);
+  }
+  return true;
+}
+
+// Reads into the next frame's slot of this stripe; true when bytes moved.
+bool TcpTransport::pump_receive(Stripe& s) {
+  Link& link = *s.link;
+  RingChannel& ring = *link.recv_ring;
+  const int slots = ring.num_slots();
+  if (!s.receiving) {
+    if (static_cast<int32_t>(s.next_recv - (ring.tail() + slots)) >= 0) {
+      s.paused = true;  // the consumer is behind: let TCP push back
+      return false;
+    }
+    s.paused = false;
+    s.recv_ptr = reinterpret_cast<char*>(&ring.slot(s.next_recv)->header);
+    s.recv_left = sizeof(FrameHeader);
+    s.receiving = s.in_header = true;
+    s.receiving_control = false;
+  }
+  ssize_t n = recv(s.fd, s.recv_ptr, s.recv_left, MSG_DONTWAIT);
+  if (n == 0) {
+    fail(link, "connection closed by process " + std::to_string(link.spec.remote_process) +
+                   " (it exited or was killed)");
+    return false;
+  }
+  if (n < 0) {
+    if (errno != EAGAIN && errno != EINTR) fail(link, std::string("recv failed: ") + std::strerror(errno));
+    return false;
+  }
+  s.recv_ptr += n;
+  s.recv_left -= static_cast<size_t>(n);
+  if (s.recv_left > 0) return true;
+  Frame* frame = ring.slot(s.next_recv);
+  if (s.in_header) {
+    s.in_header = false;
+    const FrameHeader& h = frame->header;
+    if (h.magic == kFrameMagic && h.nbytes <= ring.payload_capacity()) {
+      s.recv_ptr = reinterpret_cast<char*>(frame->payload());
+      s.recv_left = h.nbytes;
+    } else if (h.magic == kAbortMagic && h.nbytes <= kMaxReason) {
+      s.receiving_control = true;
+      s.control_in.assign(h.nbytes, '\0');
+      s.recv_ptr = s.control_in.data();
+      s.recv_left = h.nbytes;
+    } else {
+      fail(link, "malformed frame (magic " + std::to_string(h.magic) + ", " +
+                     std::to_string(h.nbytes) + " bytes)");
+      return false;
+    }
+    if (s.recv_left > 0) return true;
+  }
+  s.receiving = false;
+  if (s.receiving_control) {
+    fail(link, "process " + std::to_string(link.spec.remote_process) + " failed: " + s.control_in);
+    return false;
+  }
+  link.received[s.next_recv % slots] = 1;
+  s.next_recv += static_cast<uint32_t>(link.stripes.size());
+  uint32_t head = link.recv_head;
+  while (link.received[head % slots]) link.received[head++ % slots] = 0;
+  if (head != link.recv_head) {
+    link.recv_head = head;
+    ring.publish_head(head);
+  }
+  return true;
+}
+
+void TcpTransport::fail(Link& link, const std::string& reason) {
+  if (link.failed.load()) return;
+  {
+    std::lock_guard<std::mutex> lock(link.mutex);
+    link.failure = reason;
+  }
+  link.failed.store(true, std::memory_order_release);
+  log(LogLevel::kInfo, "tcp: link device ", link.spec.local_device, "<->", link.spec.remote_device,
+      " down: ", reason);
+  for (Stripe& s : link.stripes) {
+    if (s.fd < 0) continue;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s.fd, nullptr);
+    close(s.fd);
+    s.fd = -1;
+  }
+  ring(link.spec.local_doorbell);
+}
+
+}  // namespace jaccl::tcp
