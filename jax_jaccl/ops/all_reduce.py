@@ -19,8 +19,9 @@ def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto"):
     gets the same result, bitwise. Semantics of jax.lax.psum (op='sum'), pmax ('max'), pmin
     ('min'); op='prod' multiplies. float16/bfloat16 accumulate in float32.
 
-    algorithm: 'auto' (naive up to 32 KiB, mesh scatter-gather above), 'naive', 'mesh', 'ring'
-    (bidirectional) or 'ring_oneway'. The result is written over the input buffer when XLA
+    algorithm: 'auto' (in one process: direct; naive up to 32 KiB; hierarchical when the group
+    spans hosts with several ranks on each; mesh scatter-gather otherwise), 'naive', 'mesh',
+    'ring' (bidirectional), 'ring_oneway' or 'hierarchical'. The result is written over the input buffer when XLA
     can donate it (input_output_aliases), so large reductions do not page-fault a new buffer.
     """
     axes = _common.normalize_axes(axis_name)

@@ -21,8 +21,9 @@ def reduce_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fa
     along `scatter_dimension` (jax.lax.psum_scatter semantics). Untiled, that dimension must
     equal the group size and is removed; tiled, it must be divisible by it and shrinks.
 
-    algorithm: 'auto' (= 'mesh': every member sends each block straight to its owner), 'mesh',
-    'ring' (bidirectional) or 'ring_oneway'.
+    algorithm: 'auto' (mesh: every member sends each block straight to its owner; hierarchical
+    when the group spans hosts with several ranks on each), 'mesh', 'ring' (bidirectional),
+    'ring_oneway' or 'hierarchical'.
     """
     axes = _common.normalize_axes(axis_name)
     _common.check_choice(op, REDUCE_OPS, "op", "reduce_scatter")

@@ -10,14 +10,21 @@ import pytest
 from harness import clean, run_job
 
 
-@pytest.mark.parametrize("nprocs, devices", [(2, 1), (2, 2), (4, 1)], ids=["2x1", "2x2", "4x1"])
-def test_collectives_match_lax_across_processes(nprocs, devices):
-    job = run_job("collectives.py", nprocs, devices, timeout=400)
+@pytest.mark.parametrize("nprocs, devices, hosts", [
+    (2, 1, 0), (2, 2, 0), (4, 1, 0),
+    # Emulated hosts on loopback (JACCL_HOST_ID per process): shared memory within a host,
+    # TCP between hosts, hierarchical where hosts hold several ranks.
+    (2, 1, 2), (4, 1, 2), (2, 2, 2), (4, 1, 4),
+], ids=["2x1", "2x2", "4x1", "2x1-2hosts", "4x1-2hosts", "2x2-2hosts", "4x1-4hosts"])
+def test_collectives_match_lax_across_processes(nprocs, devices, hosts):
+    env = {"JACCL_TEST_FAKE_HOSTS": str(hosts)} if hosts else {}
+    job = run_job("collectives.py", nprocs, devices, env=env, timeout=400)
     out = clean(job.output)
     assert job.returncode == 0, out[-6000:]
     digests = collections.defaultdict(set)
     for rank in range(nprocs):
         assert job.values(rank, "STARTED") == [f"{rank} {nprocs}"], out[-3000:]
+        assert job.values(rank, "WORLD") == [f"{max(hosts, 1)} hosts"], out[-3000:]
         assert job.lines(rank)[-1] == "DONE", out[-3000:]
         assert len(job.values(rank, "OK")) > 100
         for line in job.values(rank, "DIGEST"):

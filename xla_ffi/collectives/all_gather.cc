@@ -67,8 +67,6 @@ void ring(Call& call, const Buffers& b) {
 }  // namespace
 
 void all_gather(Call& call, const Buffers& b) {
-  call.algorithm = choose_algorithm(CollectiveKind::kAllGather, call.algorithm,
-                                    b.out_count * dtype_size(call.dtype), call.member->size);
   if (call.algorithm == Algorithm::kMesh) return mesh(call, b);
   return ring(call, b);
 }

@@ -19,6 +19,7 @@
 #include <algorithm>
 
 #include "collectives/collectives.h"
+#include "collectives/hierarchical.h"
 #include "collectives/ring.h"
 #include "collectives/streams.h"
 
@@ -119,11 +120,10 @@ void ring(Call& call, const Buffers& b) {
 }  // namespace
 
 void all_reduce(Call& call, const Buffers& b) {
-  call.algorithm = choose_algorithm(CollectiveKind::kAllReduce, call.algorithm,
-                                    b.in_count * dtype_size(call.dtype), call.member->size);
   switch (call.algorithm) {
     case Algorithm::kNaive: return naive(call, b);
     case Algorithm::kMesh: return mesh(call, b);
+    case Algorithm::kHierarchical: return hierarchical_all_reduce(call, b);
     default: return ring(call, b);
   }
 }

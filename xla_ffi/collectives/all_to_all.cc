@@ -8,8 +8,6 @@
 namespace jaccl {
 
 void all_to_all(Call& call, const Buffers& b) {
-  call.algorithm = choose_algorithm(CollectiveKind::kAllToAll, call.algorithm,
-                                    b.in_count * dtype_size(call.dtype), call.member->size);
   const int n = call.member->size, r = call.member->rank;
   const Dtype elem = call.dtype;
   const size_t esize = dtype_size(elem);

@@ -1,8 +1,9 @@
 // Algorithm choice. An explicit `algorithm=` wins; otherwise JACCL_ALGO
 // ("ring", or per op "all_reduce=ring,reduce_scatter=mesh") if it names an
-// algorithm the op has; otherwise groups inside one process go direct, and
-// across processes all_reduce of at most 32 KiB (latency bound) goes naive,
-// larger ones mesh scatter-gather; the other ops go mesh.
+// algorithm the op has; otherwise groups inside one process go direct;
+// all_reduce of at most 32 KiB (latency bound) goes naive; groups that span
+// hosts with several ranks on each go hierarchical (all_reduce, reduce_scatter);
+// the rest go mesh scatter-gather.
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -20,6 +21,8 @@ bool supports(CollectiveKind kind, Algorithm algorithm) {
   switch (kind) {
     case CollectiveKind::kAllReduce: return algorithm != Algorithm::kAuto && algorithm != Algorithm::kDirect;
     case CollectiveKind::kReduceScatter:
+      return algorithm == Algorithm::kMesh || algorithm == Algorithm::kRing ||
+             algorithm == Algorithm::kRingOneWay || algorithm == Algorithm::kHierarchical;
     case CollectiveKind::kAllGather:
       return algorithm == Algorithm::kMesh || algorithm == Algorithm::kRing ||
              algorithm == Algorithm::kRingOneWay;
@@ -28,11 +31,12 @@ bool supports(CollectiveKind kind, Algorithm algorithm) {
 }
 
 Algorithm parse(const std::string& name) {
-  for (Algorithm a : {Algorithm::kNaive, Algorithm::kMesh, Algorithm::kRing, Algorithm::kRingOneWay}) {
+  for (Algorithm a : {Algorithm::kNaive, Algorithm::kMesh, Algorithm::kRing, Algorithm::kRingOneWay,
+                      Algorithm::kHierarchical}) {
     if (name == algorithm_name(a)) return a;
   }
   throw_error(ErrorKind::kInvalidArgument, "JACCL_ALGO names an unknown algorithm '", name,
-              "' (use naive, mesh, ring or ring_oneway)");
+              "' (use naive, mesh, ring, ring_oneway or hierarchical)");
 }
 
 // The JACCL_ALGO override for `kind`, or kAuto.
@@ -64,18 +68,22 @@ Algorithm from_env(CollectiveKind kind) {
 
 }  // namespace
 
-Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t bytes, int group_size,
-                           bool in_process) {
+Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t bytes,
+                           const GroupShape& group) {
   Algorithm chosen = requested;
   if (chosen != Algorithm::kAuto && !supports(kind, chosen)) {
     throw_error(ErrorKind::kInvalidArgument, kind_name(kind), " has no algorithm '",
                 algorithm_name(chosen), "'");
   }
   if (chosen == Algorithm::kAuto) chosen = from_env(kind);
-  if (chosen == Algorithm::kAuto && in_process) chosen = Algorithm::kDirect;
+  if (chosen == Algorithm::kAuto && group.in_process) chosen = Algorithm::kDirect;
   if (chosen == Algorithm::kAuto) {
-    if (kind == CollectiveKind::kAllReduce) {
-      chosen = bytes <= kNaiveMaxBytes || group_size <= 1 ? Algorithm::kNaive : Algorithm::kMesh;
+    const bool small = bytes <= kNaiveMaxBytes || group.size <= 1;
+    if (kind == CollectiveKind::kAllReduce && small) {
+      chosen = Algorithm::kNaive;
+    } else if (group.hierarchical && (kind == CollectiveKind::kAllReduce ||
+                                      kind == CollectiveKind::kReduceScatter)) {
+      chosen = Algorithm::kHierarchical;
     } else {
       chosen = Algorithm::kMesh;
     }

@@ -6,7 +6,7 @@
 // `out` may alias `in` for all_reduce (the result is written in place). Strided
 // layouts are described by `outer`: the product of the sizes of the dimensions
 // before the split (reduce_scatter, all_to_all input) or gather (all_gather,
-// all_to_all output) dimension. call.algorithm kAuto is resolved here.
+// all_to_all output) dimension. call.algorithm must be resolved (choose_algorithm).
 #pragma once
 
 #include <cstddef>
@@ -24,10 +24,16 @@ struct Buffers {
   size_t outer_out = 1;
 };
 
-// Resolves kAuto (and the JACCL_ALGO override) for a message of `bytes`; kDirect when the
-// choice is automatic and the group lives in this process (`in_process`).
-Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t bytes, int group_size,
-                           bool in_process = false);
+// What the automatic choice needs to know about the group.
+struct GroupShape {
+  int size = 1;
+  bool in_process = false;    // every member is a device of this process
+  bool hierarchical = false;  // spans hosts with the same number (> 1) of ranks on each
+};
+
+// Resolves kAuto (and the JACCL_ALGO override) for a message of `bytes`.
+Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t bytes,
+                           const GroupShape& group);
 
 void all_reduce(Call& call, const Buffers& buffers);
 void reduce_scatter(Call& call, const Buffers& buffers);

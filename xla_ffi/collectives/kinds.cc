@@ -22,6 +22,7 @@ const char* algorithm_name(Algorithm algorithm) {
     case Algorithm::kRing: return "ring";
     case Algorithm::kRingOneWay: return "ring_oneway";
     case Algorithm::kDirect: return "direct";
+    case Algorithm::kHierarchical: return "hierarchical";
   }
   return "unknown";
 }

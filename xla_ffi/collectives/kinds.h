@@ -24,6 +24,7 @@ enum class Algorithm : uint8_t {
   kRing = 3,        // bidirectional ring
   kRingOneWay = 4,  // one-way ring
   kDirect = 5,      // in-process group: members read each other's buffers
+  kHierarchical = 6,  // within hosts, then across hosts, then within hosts again
 };
 
 const char* kind_name(CollectiveKind kind);

@@ -10,6 +10,7 @@
 // halves, the first half travelling one way round the ring and the second
 // the other way.
 #include "collectives/collectives.h"
+#include "collectives/hierarchical.h"
 #include "collectives/ring.h"
 #include "collectives/streams.h"
 
@@ -61,9 +62,8 @@ void ring(Call& call, const Buffers& b) {
 }  // namespace
 
 void reduce_scatter(Call& call, const Buffers& b) {
-  call.algorithm = choose_algorithm(CollectiveKind::kReduceScatter, call.algorithm,
-                                    b.in_count * dtype_size(call.dtype), call.member->size);
   if (call.algorithm == Algorithm::kMesh) return mesh(call, b);
+  if (call.algorithm == Algorithm::kHierarchical) return hierarchical_reduce_scatter(call, b);
   return ring(call, b);
 }
 

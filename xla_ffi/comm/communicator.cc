@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "collectives/direct.h"
+#include "collectives/hierarchical.h"
 #include "comm/world.h"
 #include "common/error.h"
 
@@ -48,6 +49,15 @@ Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size
           m.processes.push_back(p);
         }
       }
+      std::vector<std::string> host_names;
+      for (int64_t d : m.devices) {
+        const std::string& name = world.host_of(d);
+        auto it = std::find(host_names.begin(), host_names.end(), name);
+        m.hosts.push_back(static_cast<int>(it - host_names.begin()));
+        if (it == host_names.end()) host_names.push_back(name);
+      }
+      m.num_hosts = static_cast<int>(host_names.size());
+      m.hierarchical = hierarchical_applies(m);
       m.doorbell = world.doorbell(device);
       m.direct = direct;
       members_.emplace(device, std::move(m));

@@ -33,10 +33,14 @@ class Communicator {
     std::vector<Channel*> to;       // to[r]: frames for rank r (nullptr for self)
     std::vector<Channel*> from;     // from[r]: frames from rank r
     std::vector<int> processes;     // processes of the other ranks, for health checks
+    std::vector<int> hosts;         // host of every rank, numbered in order of appearance
+    int num_hosts = 1;
+    bool hierarchical = false;      // hosts x equal local ranks, more than one of each
     Doorbell* doorbell = nullptr;   // this device's
     uint32_t seq = 0;               // collectives run so far
     DirectGroup* direct = nullptr;  // set when every member is a device of this process
     uint64_t direct_barriers = 0;   // barriers this member passed in direct collectives
+    std::vector<char> scratch;      // grows as needed; reused from call to call
   };
 
   Communicator(World& world, uint64_t id, const int64_t* table, size_t size, int group_size);

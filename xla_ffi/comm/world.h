@@ -52,6 +52,7 @@ class World {
   const DeviceInfo& device(int64_t id) const;
   bool is_local(int64_t id) const { return device(id).process == config_.my_process; }
   bool same_host(int process) const;
+  const std::string& host_of(int64_t id) const { return config_.processes[device(id).process].host; }
   std::string describe_device(int64_t id) const;
 
   Channel* channel(int64_t src, int64_t dst) const;

@@ -122,8 +122,8 @@ ffi::Error run_collective(CollectiveKind kind, int64_t device, ffi::AnyBuffer in
     }
     const size_t bytes = std::max(in.size_bytes(), out->size_bytes());
     if (buffers.out != buffers.in) prefer_huge_pages(buffers.out, out->size_bytes());
-    call.algorithm = choose_algorithm(kind, static_cast<Algorithm>(algorithm), bytes, member.size,
-                                      member.direct != nullptr);
+    GroupShape shape{member.size, member.direct != nullptr, member.hierarchical};
+    call.algorithm = choose_algorithm(kind, static_cast<Algorithm>(algorithm), bytes, shape);
     log_choice(call, bytes);
     const Clock::time_point start = Clock::now();
     if (call.algorithm == Algorithm::kDirect) {

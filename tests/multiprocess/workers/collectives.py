@@ -6,6 +6,7 @@ every device, and `DONE` at the end."""
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 
 from common import start
@@ -23,6 +24,9 @@ from util import exact_data  # noqa: E402
 
 devices = jax.devices()
 n = len(devices)
+hosts = int(os.environ.get("JACCL_TEST_FAKE_HOSTS", "0"))  # hosts the launcher emulates
+hierarchical = hosts > 1 and n // hosts > 1
+print(f"WORLD {jaccl.init().host_count} hosts", flush=True)
 mesh = jax.make_mesh((n,), ("x",))
 
 
@@ -79,11 +83,17 @@ with jax.enable_x64(True):
 for size in (5, 300_007):
     rows = [exact_data((size * n,), np.int32, seed=d) for d in range(n)]
     x = global_array(rows)
-    for algorithm in ("naive", "mesh", "ring", "ring_oneway"):
+    algorithms = ["naive", "mesh", "ring", "ring_oneway"] + (["hierarchical"] if hierarchical else [])
+    for algorithm in algorithms:
         ours = per_device(lambda v: jaccl.all_reduce(v, "x", algorithm=algorithm))(x)
         theirs = per_device(lambda v: jax.lax.psum(v, "x"))(x)
         compare(f"all_reduce/{algorithm}/{size}", ours, theirs, digest=True)
         if algorithm == "naive":
+            continue
+        if algorithm == "hierarchical":
+            ours = per_device(lambda v: jaccl.reduce_scatter(v, "x", tiled=True, algorithm=algorithm))(x)
+            theirs = per_device(lambda v: jax.lax.psum_scatter(v, "x", tiled=True))(x)
+            compare(f"reduce_scatter/{algorithm}/{size}", ours, theirs)
             continue
         ours = per_device(lambda v: jaccl.reduce_scatter(v, "x", tiled=True, algorithm=algorithm))(x)
         theirs = per_device(lambda v: jax.lax.psum_scatter(v, "x", tiled=True))(x)
