@@ -67,6 +67,7 @@ class WorldInfo:
     process_count: int
     job_tag: str
     hosts: tuple[str, ...]  # host id of every process
+    endpoints: tuple[str, ...]  # TCP listener of every process ("ip:port"), "" in one process
     settings: Settings
 
     @property
@@ -159,7 +160,7 @@ def _start() -> WorldInfo:
         num_slots=settings.slots,
         timeout_s=settings.timeout_s,
         spin_us=spin,
-        endpoints=[info.get("tcp", "") for info in infos],
+        endpoints=[info.get("tcp", "") for info in infos],  # noqa: E501
         secret=secret,
         tcp_stripes=settings.tcp_sockets,
     )
@@ -171,7 +172,8 @@ def _start() -> WorldInfo:
     except BaseException:
         engine.shutdown()
         raise
-    return WorldInfo(me, count, job_tag, hosts, settings)
+    endpoints = tuple(info.get("tcp", "") for info in infos)
+    return WorldInfo(me, count, job_tag, hosts, endpoints, settings)
 
 
 def _exchange(me: int, count: int, mine: dict, timeout_s: float):

@@ -12,6 +12,11 @@ from harness import clean, run_job
 TIMEOUT = 6  # JACCL_TIMEOUT for these jobs
 
 
+def env(hosts, nprocs=2):
+    """JACCL_TIMEOUT, and `hosts` emulated hosts (every process its own when hosts == nprocs)."""
+    return {"JACCL_TIMEOUT": str(TIMEOUT), "JACCL_TEST_FAKE_HOSTS": str(hosts and nprocs)}
+
+
 def raised(job, rank):
     lines = job.values(rank, "RAISED")
     assert lines, f"rank {rank} did not raise:\n{clean(job.output)[-4000:]}"
@@ -19,14 +24,18 @@ def raised(job, rank):
     return float(seconds), message
 
 
+HOSTS = pytest.mark.parametrize("hosts", [0, 2], ids=["1host", "2hosts-tcp"])
+
+
+@HOSTS
 @pytest.mark.parametrize("mode, detail", [
     ("shape", r"float32\[1000\].*float32\[2000\]|float32\[2000\].*float32\[1000\]"),
     ("dtype", r"int32.*float32|float32.*int32"),
     ("op", r"\(sum,.*\(max,|\(max,.*\(sum,"),
     ("order", r"all_reduce #0.*all_gather #0|all_gather #0.*all_reduce #0"),
 ])
-def test_ranks_that_disagree_all_get_an_error_naming_both(mode, detail):
-    job = run_job("faults.py", 2, args=[mode], env={"JACCL_TIMEOUT": str(TIMEOUT)}, timeout=120)
+def test_ranks_that_disagree_all_get_an_error_naming_both(mode, detail, hosts):
+    job = run_job("faults.py", 2, args=[mode], env=env(hosts), timeout=120)
     for rank in (0, 1):
         seconds, message = raised(job, rank)
         assert seconds < TIMEOUT + 2, message
@@ -38,21 +47,24 @@ def test_ranks_that_disagree_all_get_an_error_naming_both(mode, detail):
     assert job.leftovers() == []
 
 
-def test_killed_peer_every_survivor_raises_naming_it():
-    job = run_job("faults.py", 3, args=["kill"], env={"JACCL_TIMEOUT": str(TIMEOUT)}, timeout=120,
+@HOSTS
+def test_killed_peer_every_survivor_raises_naming_it(hosts):
+    job = run_job("faults.py", 3, args=["kill"], env=env(hosts, 3), timeout=120,
                   grace=TIMEOUT + 10)
     for rank in (0, 1):
         seconds, message = raised(job, rank)
         assert seconds < 1.5 + TIMEOUT, message
-        assert re.search(r"process 2 \(pid \d+\) died", message), message
+        assert re.search(r"process 2 \(pid \d+\) died|(closed|reset) by process 2 \(it exited",
+                         message), message
+        assert "rank 2" in message or "process 2" in message, message
     assert job.lines(2)[-1].startswith("STARTED") or "RAISED" not in " ".join(job.lines(2))
     assert job.returncode != 0
     assert job.leftovers() == []
 
 
-def test_stalled_peer_times_out_naming_it():
-    job = run_job("faults.py", 2, args=["stall"], env={"JACCL_TIMEOUT": str(TIMEOUT)}, timeout=120,
-                  grace=2)
+@HOSTS
+def test_stalled_peer_times_out_naming_it(hosts):
+    job = run_job("faults.py", 2, args=["stall"], env=env(hosts), timeout=120, grace=2)
     seconds, message = raised(job, 0)
     assert TIMEOUT - 0.5 < seconds < TIMEOUT + 3, message
     assert "timed out after 6 s" in message and "waiting for rank 1" in message, message
@@ -67,3 +79,15 @@ def test_nothing_left_behind_after_exit(mode):
         assert "FINISHED" in job.lines(rank), clean(job.output)[-3000:]
     assert (job.returncode == 0) == (mode == "normal"), clean(job.output)[-3000:]
     assert job.leftovers() == []
+
+
+def test_strangers_are_rejected_and_the_job_goes_on():
+    job = run_job("faults.py", 2, args=["stranger"], env=env(2), timeout=120)
+    out = clean(job.output)
+    assert job.returncode == 0, out[-3000:]
+    for rank in (0, 1):
+        assert "FINISHED" in job.lines(rank), out[-3000:]
+    assert job.values(0, "STRANGER")[0].startswith("0 stranger answered: b''"), out[-3000:]
+    rejected = [l for l in job.lines(1) if "tcp: rejected connection from" in l]
+    assert any("not a jaccl handshake" in l for l in rejected), out[-3000:]
+    assert any("wrong job secret" in l for l in rejected), out[-3000:]

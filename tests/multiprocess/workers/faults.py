@@ -2,8 +2,9 @@
 
 Modes: shape, dtype, op, order (ranks disagree), kill (the last process SIGKILLs itself while
 collectives run), stall (the last process never joins), exception (a Python error after a
-collective). Each rank prints `RAISED <seconds> <message>` if its collective failed, or
-`FINISHED` if it completed."""
+collective), stranger (a process outside the job connects to the last process's TCP port and
+sends garbage, then a handshake with a wrong secret, while the job runs collectives). Each rank
+prints `RAISED <seconds> <message>` if its collective failed, or `FINISHED` if it completed."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import time
 from common import start
 
 args, index, count = start(__doc__, {"mode": dict(choices=[
-    "shape", "dtype", "op", "order", "kill", "stall", "exception", "normal"])})
+    "shape", "dtype", "op", "order", "kill", "stall", "exception", "normal", "stranger"])})
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -56,6 +57,28 @@ if args.mode == "kill" and index == last:
 if args.mode == "stall" and index == last:
     time.sleep(600)
 
+STRANGER = """
+import os, socket, struct, sys, time
+host, port = sys.argv[1].rsplit(":", 1)
+with socket.create_connection((host, int(port)), timeout=10) as s:   # garbage
+    s.recv(16)
+    s.sendall(os.urandom(100))
+    time.sleep(0.2)
+with socket.create_connection((host, int(port)), timeout=10) as s:   # a well-formed hello
+    s.recv(16)                                                        # with a wrong secret
+    s.sendall(struct.pack("<IIIIqqQ", 0x4a43484c, 1, 0, 0, 0, int(sys.argv[2]), 12345))
+    print("stranger answered:", s.recv(1), flush=True)
+"""
+
+if args.mode == "stranger" and index == 0:
+    import subprocess
+
+    victim = jaccl.init().endpoints[last]
+    remote_device = [d.id for d in jax.devices() if d.process_index == last][0]
+    done = subprocess.run([sys.executable, "-c", STRANGER, victim, str(remote_device)],
+                          capture_output=True, text=True, timeout=60)
+    print("STRANGER", done.returncode, done.stdout.strip(), done.stderr.strip()[-200:], flush=True)
+
 start_time = time.monotonic()
 try:
     if args.mode == "order" and index == last:
@@ -64,6 +87,9 @@ try:
     elif args.mode == "kill":
         for _ in range(10_000):
             big(z).block_until_ready()
+    elif args.mode == "stranger":
+        for _ in range(20):
+            assert np.all(np.asarray(reduce(x).addressable_shards[0].data) == len(jax.devices()))
     else:
         reduce(x).block_until_ready()
         gather(y).block_until_ready()

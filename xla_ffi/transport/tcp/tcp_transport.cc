@@ -443,7 +443,7 @@ bool TcpTransport::pump_send(Stripe& s) {
   }
   ssize_t n = send(s.fd, s.send_ptr, s.send_left, MSG_DONTWAIT | MSG_NOSIGNAL);
   if (n < 0) {
-    if (errno != EAGAIN && errno != EINTR) fail(link, std::string("send failed: ") + std::strerror(errno));
+    if (errno != EAGAIN && errno != EINTR) fail(link, socket_error(link, "send"));
     return false;
   }
   s.send_ptr += n;
@@ -486,7 +486,7 @@ bool TcpTransport::pump_receive(Stripe& s) {
     return false;
   }
   if (n < 0) {
-    if (errno != EAGAIN && errno != EINTR) fail(link, std::string("recv failed: ") + std::strerror(errno));
+    if (errno != EAGAIN && errno != EINTR) fail(link, socket_error(link, "recv"));
     return false;
   }
   s.recv_ptr += n;
@@ -525,6 +525,15 @@ bool TcpTransport::pump_receive(Stripe& s) {
     ring.publish_head(head);
   }
   return true;
+}
+
+std::string TcpTransport::socket_error(const Link& link, const char* call) const {
+  const int err = errno;
+  const std::string process = "process " + std::to_string(link.spec.remote_process);
+  if (err == ECONNRESET || err == EPIPE) {
+    return "connection reset by " + process + " (it exited or was killed)";
+  }
+  return std::string(call) + " to " + process + " failed: " + std::strerror(err);
 }
 
 void TcpTransport::fail(Link& link, const std::string& reason) {

@@ -85,6 +85,7 @@ class TcpTransport {
   bool pump_send(Stripe& stripe);
   bool pump_receive(Stripe& stripe);
   void fail(Link& link, const std::string& reason);
+  std::string socket_error(const Link& link, const char* call) const;  // from errno
   void update_interest(Stripe& stripe, bool want_read, bool want_write);
   Link* find_link(int64_t local_device, int64_t remote_device) const;
 
