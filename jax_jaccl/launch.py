@@ -1,21 +1,33 @@
-"""jaccl-run: start a multi-process JAX job on this machine.
+"""jaccl-run: start a multi-process JAX job on this machine or on several hosts.
 
     jaccl-run -n N [--devices-per-process L] [--grace S] [--] python script.py args...
+    jaccl-run --hostfile hosts.json [--devices-per-process L] [--] python script.py args...
 
-Starts N copies of the command, each with JACCL_COORDINATOR (a free port on 127.0.0.1),
-JACCL_NUM_PROCESSES, JACCL_PROCESS_ID, JACCL_LOCAL_DEVICES and JACCL_JOB_ID set for
-jax_jaccl.distributed.initialize(). Each line of output is prefixed with "[rank] ". When a
-process fails, the others get `--grace` seconds to report their own errors and are then
-killed; jaccl-run exits with the first failure's code (0 if all succeed). On exit it kills
-whatever is left and removes the job's shared-memory names from /dev/shm.
+Starts the processes, each with JACCL_COORDINATOR, JACCL_NUM_PROCESSES, JACCL_PROCESS_ID,
+JACCL_LOCAL_DEVICES and JACCL_JOB_ID set for jax_jaccl.distributed.initialize(). Each line of
+output is prefixed with "[rank] ". When a process fails, the others get `--grace` seconds to
+report their own errors and are then killed; jaccl-run exits with the first failure's code
+(0 if all succeed). On exit it kills whatever is left and removes the job's shared-memory
+names from /dev/shm.
+
+A hostfile lists the hosts in rank order:
+    {"hosts": [{"ssh": "user@node0", "processes": 2, "ifname": "eth0"},
+               {"prefix": ["ip", "netns", "exec", "h1"], "address": "10.0.0.2", "processes": 2}]}
+A host is reached with `ssh` (its environment passed with `env`), or started locally behind a
+command `prefix`, or plainly when it has neither. `address` is where the other hosts reach it
+(default: the ssh host name, else 127.0.0.1); the first host's is the coordinator's.
+`ifname` sets JACCL_IFNAME for that host's processes. Under SLURM or Open MPI no hostfile is
+needed: start the script with srun / mpirun and call jax_jaccl.distributed.initialize().
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import secrets
+import shlex
 import signal
 import socket
 import subprocess
@@ -32,7 +44,8 @@ def free_port() -> int:
 
 def parse(argv):
     parser = argparse.ArgumentParser(prog="jaccl-run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("-n", "--nprocs", type=int, required=True, help="processes to start")
+    parser.add_argument("-n", "--nprocs", type=int, default=None, help="processes to start")
+    parser.add_argument("--hostfile", default=None, help="JSON list of hosts (see above)")
     parser.add_argument("--devices-per-process", type=int, default=1,
                         help="CPU devices per process (jax_num_cpu_devices)")
     parser.add_argument("--grace", type=float, default=None,
@@ -43,6 +56,17 @@ def parse(argv):
         args.command = args.command[1:]
     if not args.command:
         parser.error("no command given")
+    if args.hostfile:
+        with open(args.hostfile) as f:
+            args.hosts = json.load(f)["hosts"]
+        total = sum(int(h.get("processes", 1)) for h in args.hosts)
+        if args.nprocs not in (None, total):
+            parser.error(f"-n {args.nprocs} disagrees with the hostfile's {total} processes")
+        args.nprocs = total
+    else:
+        if args.nprocs is None:
+            parser.error("give -n or --hostfile")
+        args.hosts = [{"processes": args.nprocs}]
     if args.nprocs < 1 or args.devices_per_process < 1:
         parser.error("-n and --devices-per-process must be positive")
     if args.grace is None:
@@ -67,22 +91,44 @@ def _kill(procs, sig) -> None:
                 pass
 
 
+def _address(host: dict) -> str:
+    if "address" in host:
+        return host["address"]
+    if "ssh" in host:
+        return host["ssh"].rsplit("@", 1)[-1]
+    return "127.0.0.1"
+
+
+def _command(host: dict, env: dict, command: list) -> tuple[list, dict]:
+    """The command line and local environment that start one process on `host`."""
+    if "ssh" in host:
+        job_env = [f"{k}={shlex.quote(v)}" for k, v in env.items() if k.startswith("JACCL_")]
+        remote = " ".join(["env", *job_env, "PYTHONUNBUFFERED=1", *map(shlex.quote, command)])
+        return ["ssh", "-o", "BatchMode=yes", host["ssh"], remote], dict(os.environ)
+    return list(host.get("prefix", [])) + list(command), env
+
+
 def run(args) -> int:
     port = free_port()
     job = os.environ.get("JACCL_JOB_ID") or secrets.token_hex(6)
+    coordinator = f"{_address(args.hosts[0])}:{port}"
     out = sys.stdout.buffer
     lock = threading.Lock()
     procs, pumps = [], []
+    placement = [host for host in args.hosts for _ in range(int(host.get("processes", 1)))]
     try:
-        for rank in range(args.nprocs):
+        for rank, host in enumerate(placement):
             env = dict(os.environ,
-                       JACCL_COORDINATOR=f"127.0.0.1:{port}",
+                       JACCL_COORDINATOR=coordinator,
                        JACCL_NUM_PROCESSES=str(args.nprocs),
                        JACCL_PROCESS_ID=str(rank),
                        JACCL_LOCAL_DEVICES=str(args.devices_per_process),
                        JACCL_JOB_ID=job,
                        PYTHONUNBUFFERED="1")
-            p = subprocess.Popen(args.command, env=env, stdout=subprocess.PIPE,
+            if "ifname" in host:
+                env["JACCL_IFNAME"] = host["ifname"]
+            cmd, cmd_env = _command(host, env, args.command)
+            p = subprocess.Popen(cmd, env=cmd_env, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, start_new_session=True)
             procs.append(p)
             t = threading.Thread(target=_pump, args=(rank, p.stdout, out, lock), daemon=True)

@@ -10,12 +10,25 @@ import os
 import jax_jaccl.distributed
 
 
+def use_interface_for_gloo(ifname: str) -> None:
+    """jax.lax's CPU collectives (gloo, the reference here) pick their address from the host
+    name, which resolves to 127.0.0.1 inside a network namespace; point them at `ifname`."""
+    import functools
+
+    from jax._src.lib import _jax
+
+    original = _jax.make_gloo_tcp_collectives
+    _jax.make_gloo_tcp_collectives = functools.partial(original, interface=ifname)
+
+
 def start(description: str, extra=None):
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--marker", default="")
     for name, kwargs in (extra or {}).items():
         parser.add_argument(name, **kwargs)
     args = parser.parse_args()
+    if os.environ.get("JACCL_IFNAME"):
+        use_interface_for_gloo(os.environ["JACCL_IFNAME"])
     fake_hosts = int(os.environ.get("JACCL_TEST_FAKE_HOSTS", "0"))
     if fake_hosts:  # pretend processes sit on different hosts: they talk over loopback TCP
         os.environ["JACCL_HOST_ID"] = f"fake-host-{int(os.environ['JACCL_PROCESS_ID']) % fake_hosts}"

@@ -3,7 +3,9 @@
 Modes: shape, dtype, op, order (ranks disagree), kill (the last process SIGKILLs itself while
 collectives run), stall (the last process never joins), exception (a Python error after a
 collective), stranger (a process outside the job connects to the last process's TCP port and
-sends garbage, then a handshake with a wrong secret, while the job runs collectives). Each rank
+sends garbage, then a handshake with a wrong secret, while the job runs collectives), loop
+(large all_reduces until one fails; prints LOOPING once they run: the test breaks something
+from outside). Each rank
 prints `RAISED <seconds> <message>` if its collective failed, or `FINISHED` if it completed."""
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import time
 from common import start
 
 args, index, count = start(__doc__, {"mode": dict(choices=[
-    "shape", "dtype", "op", "order", "kill", "stall", "exception", "normal", "stranger"])})
+    "shape", "dtype", "op", "order", "kill", "stall", "exception", "normal", "stranger",
+    "loop"])})
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -84,9 +87,12 @@ try:
     if args.mode == "order" and index == last:
         gather(y).block_until_ready()
         reduce(x).block_until_ready()
-    elif args.mode == "kill":
-        for _ in range(10_000):
+    elif args.mode in ("kill", "loop"):
+        for i in range(10_000):
             big(z).block_until_ready()
+            if i == 0:
+                print("LOOPING", flush=True)
+                start_time = time.monotonic()
     elif args.mode == "stranger":
         for _ in range(20):
             assert np.all(np.asarray(reduce(x).addressable_shards[0].data) == len(jax.devices()))
