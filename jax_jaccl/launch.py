@@ -16,7 +16,8 @@ A hostfile lists the hosts in rank order:
 A host is reached with `ssh` (its environment passed with `env`), or started locally behind a
 command `prefix`, or plainly when it has neither. `address` is where the other hosts reach it
 (default: the ssh host name, else 127.0.0.1); the first host's is the coordinator's.
-`ifname` sets JACCL_IFNAME for that host's processes. Under SLURM or Open MPI no hostfile is
+`ifname` sets JACCL_IFNAME for that host's processes; `coordinator_host`, how that host reaches
+the coordinator if not at the first host's `address` (a separate control network). Under SLURM or Open MPI no hostfile is
 needed: start the script with srun / mpirun and call jax_jaccl.distributed.initialize().
 """
 
@@ -111,7 +112,7 @@ def _command(host: dict, env: dict, command: list) -> tuple[list, dict]:
 def run(args) -> int:
     port = free_port()
     job = os.environ.get("JACCL_JOB_ID") or secrets.token_hex(6)
-    coordinator = f"{_address(args.hosts[0])}:{port}"
+    default_coordinator = _address(args.hosts[0])
     out = sys.stdout.buffer
     lock = threading.Lock()
     procs, pumps = [], []
@@ -119,7 +120,7 @@ def run(args) -> int:
     try:
         for rank, host in enumerate(placement):
             env = dict(os.environ,
-                       JACCL_COORDINATOR=coordinator,
+                       JACCL_COORDINATOR=f"{host.get('coordinator_host', default_coordinator)}:{port}",
                        JACCL_NUM_PROCESSES=str(args.nprocs),
                        JACCL_PROCESS_ID=str(rank),
                        JACCL_LOCAL_DEVICES=str(args.devices_per_process),

@@ -3,6 +3,8 @@
     jaccl-bench collectives [--nprocs 2] [--devices-per-process 1] [--sizes 4K,64K,1M,16M,64M]
                             [--ops all_reduce,reduce_scatter,all_gather] [--vs lax,mpi4jax,mpi]
                             [--runs 3] [--algorithm auto] [--plot FILE.png] [--json FILE]
+    jaccl-bench collectives --emulate-hosts 4 --link-rate 200mbit --topology mesh
+                            [--sizes ...] [--runs 1] [--plot FILE.png]
 
 Each run starts one jaccl-run job (jax_jaccl, and jax's own collectives for --vs lax) and,
 for --vs mpi4jax/mpi, one mpirun job (Open MPI from apt; mpi4py and mpi4jax from the bench
@@ -31,6 +33,10 @@ def _run(cmd, timeout):
 
 
 def collectives(args) -> None:
+    if args.emulate_hosts:
+        from . import emulate
+
+        return emulate.run(args)
     peers = [p for p in args.vs.split(",") if p] if args.vs else []
     unknown = set(peers) - {"lax", "mpi4jax", "mpi"}
     if unknown:
@@ -93,6 +99,10 @@ def main(argv=None) -> None:
     c.add_argument("--plot", default=None)
     c.add_argument("--json", default=None)
     c.add_argument("--timeout", type=float, default=1800)
+    c.add_argument("--emulate-hosts", type=int, default=0,
+                   help="run all_reduce across N emulated hosts (root; see emulate.py)")
+    c.add_argument("--link-rate", default="200mbit", help="per direction of every link")
+    c.add_argument("--topology", default="mesh")
     c.set_defaults(fn=collectives)
     args = parser.parse_args(argv)
     args.fn(args)

@@ -21,6 +21,8 @@ def main() -> None:
     parser.add_argument("--impls", required=True, help="comma list of jaccl, lax, local")
     parser.add_argument("--algorithm", default="auto")
     parser.add_argument("--output", required=True)
+    parser.add_argument("--budget-mb", type=int, default=1024,
+                        help="about this many MiB moved per measurement")
     args = parser.parse_args()
     index, count = jax_jaccl.distributed.initialize()
 
@@ -67,7 +69,7 @@ def main() -> None:
                                           check_vma=False), donate_argnums=donate)
                 x = jax.make_array_from_callback(
                     (n * per_device,), sharding, lambda i: np.zeros(n * per_device, np.float32)[i])
-                reps = iterations(nbytes)
+                reps = iterations(nbytes, args.budget_mb << 20)
                 times = []
                 for i in range(reps + 3):
                     start = time.perf_counter()

@@ -5,7 +5,11 @@ Contract (needs root and iproute2):
   the address 10.77.<k>.<i+1> on an interface `jhost` (what jaccl listens on:
   JACCL_IFNAME=jhost) and one veth `to<j>` per other host j, with a route to host j's address
   through it, so every host pair has its own link. `rate` (e.g. "200mbit") puts a tc tbf
-  qdisc on both ends of every link: each direction of each link carries at most `rate`.
+  qdisc on both ends of every link: each direction of each link carries at most `rate`
+  (burst 256 KiB, queue 200 ms; JACCL_TBF_BURST / JACCL_TBF_LATENCY change them).
+- JAX's coordination traffic gets its own unlimited links (host 0 <-> host i, 172.31.i.0/24), so
+  saturated data links cannot starve its heartbeats; the hostfile tells each host how to reach
+  the coordinator through them ("coordinator_host").
 - tx_bytes(i, j) reads the bytes host i sent on its link to host j.
 - set_link(i, j, up) brings a link down or up; kill_host(i) SIGKILLs every process in host i.
 - close() (also on context exit) kills every process left in the namespaces and deletes them
@@ -78,13 +82,22 @@ class EmulatedHosts:
                         "src", self.address(me))
                     if self.rate:
                         run("tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate",
-                            self.rate, "burst", "256kb", "latency", "200ms")
+                            self.rate, "burst", os.environ.get("JACCL_TBF_BURST", "256kb"),
+                            "latency", os.environ.get("JACCL_TBF_LATENCY", "200ms"))
+        for i in range(1, self.n):
+            run("ip", "link", "add", f"ctl{i}", "netns", self.namespaces[0], "type", "veth",
+                "peer", "name", "ctl0", "netns", self.namespaces[i])
+            for ns, dev, address in ((self.namespaces[0], f"ctl{i}", f"172.31.{i}.1/24"),
+                                     (self.namespaces[i], "ctl0", f"172.31.{i}.2/24")):
+                run("ip", "-n", ns, "addr", "add", address, "dev", dev)
+                run("ip", "-n", ns, "link", "set", dev, "up")
 
     def exec_prefix(self, i: int) -> list[str]:
         return ["ip", "netns", "exec", self.namespaces[i]]
 
     def hostfile(self, processes_per_host: int) -> dict:
         return {"hosts": [{"prefix": self.exec_prefix(i), "address": self.address(i),
+                           "coordinator_host": self.address(0) if i == 0 else f"172.31.{i}.1",
                            "ifname": "jhost", "processes": processes_per_host}
                           for i in range(self.n)]}
 

@@ -19,6 +19,7 @@ namespace jaccl::tcp {
 namespace {
 
 constexpr uint32_t kAbortMagic = 0x4a434142u;  // "JCAB": the sender aborted, payload = reason
+constexpr uint32_t kByeMagic = 0x4a434259u;    // "JCBY": the sender's last frame on this socket
 constexpr size_t kMaxReason = 4096;
 constexpr double kHandshakeSeconds = 10;
 
@@ -60,7 +61,7 @@ struct TcpTransport::Stripe {
   uint32_t events = 0;
   // Sending: frame `next_send` (then += stripes), or a control frame first.
   uint32_t next_send = 0;
-  bool sending = false, sending_control = false;
+  bool sending = false, sending_control = false, bye_sent = false;
   const char* send_ptr = nullptr;
   size_t send_left = 0;
   std::string control_out;
@@ -144,6 +145,31 @@ TcpTransport::TcpTransport(const std::string& ip, int port) : ip_(ip) {
 }
 
 TcpTransport::~TcpTransport() {
+  // A collective is complete for a sender once its frames are in the sending ring; let the
+  // I/O thread put the last ones on the wire before it stops (a peer may still wait for them).
+  if (io_thread_.joinable()) {
+    const Deadline flush(std::min(settings_.timeout_s, 30.0));
+    auto drained = [&] {
+      for (auto& link : links_) {
+        if (!link->failed.load() && link->send_ring->tail() != link->send_ring->head()) return false;
+      }
+      return true;
+    };
+    while (!drained() && !flush.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // Then say goodbye on every socket, so peers tell this orderly end from a crash.
+    closing_.store(true);
+    ring(&io_bell_);
+    auto said_bye = [&] {
+      for (auto& link : links_) {
+        for (Stripe& s : link->stripes) {
+          if (s.fd >= 0 && !s.bye_sent && !link->failed.load()) return false;
+        }
+      }
+      return true;
+    };
+    const Deadline bye(2.0);
+    while (!said_bye() && !bye.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   stop_.store(true);
   ring(&io_bell_);
   if (io_thread_.joinable()) io_thread_.join();
@@ -432,8 +458,15 @@ bool TcpTransport::pump_send(Stripe& s) {
       s.send_ptr = s.control_out.data();
       s.send_left = s.control_out.size();
       s.sending = s.sending_control = true;
+    } else if (static_cast<int32_t>(ring.head() - s.next_send) <= 0) {
+      if (!closing_.load() || s.bye_sent) return false;
+      FrameHeader h{};
+      h.magic = kByeMagic;
+      s.control_out.assign(reinterpret_cast<const char*>(&h), sizeof h);
+      s.send_ptr = s.control_out.data();
+      s.send_left = s.control_out.size();
+      s.sending = s.sending_control = s.bye_sent = true;
     } else {
-      if (static_cast<int32_t>(ring.head() - s.next_send) <= 0) return false;
       const Frame* frame = ring.slot(s.next_send);
       s.send_ptr = reinterpret_cast<const char*>(frame);
       s.send_left = sizeof(FrameHeader) + frame->header.nbytes;
@@ -499,6 +532,10 @@ bool TcpTransport::pump_receive(Stripe& s) {
     if (h.magic == kFrameMagic && h.nbytes <= ring.payload_capacity()) {
       s.recv_ptr = reinterpret_cast<char*>(frame->payload());
       s.recv_left = h.nbytes;
+    } else if (h.magic == kByeMagic) {
+      s.receiving = false;
+      finish(s);
+      return false;
     } else if (h.magic == kAbortMagic && h.nbytes <= kMaxReason) {
       s.receiving_control = true;
       s.control_in.assign(h.nbytes, '\0');
@@ -525,6 +562,20 @@ bool TcpTransport::pump_receive(Stripe& s) {
     ring.publish_head(head);
   }
   return true;
+}
+
+// The peer said goodbye on this socket: nothing more will come on it. Once every socket
+// of the link is finished, a device still waiting on it learns the peer has left.
+void TcpTransport::finish(Stripe& stripe) {
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, stripe.fd, nullptr);
+  close(stripe.fd);
+  stripe.fd = -1;
+  Link& link = *stripe.link;
+  for (const Stripe& s : link.stripes) {
+    if (s.fd >= 0) return;
+  }
+  fail(link, "process " + std::to_string(link.spec.remote_process) +
+                 " finished and closed its connections");
 }
 
 std::string TcpTransport::socket_error(const Link& link, const char* call) const {

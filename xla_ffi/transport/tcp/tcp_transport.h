@@ -12,7 +12,9 @@
 // Connections are opened by the link end with the smaller device id and authenticated
 // with the job secret (handshake.h); anything else that connects is dropped and logged.
 // A closed or broken socket fails its link: the channels report it through failure(), and
-// a process that aborts sends an abort frame with its reason on every link first.
+// a process that aborts sends an abort frame with its reason on every link first. A process
+// that shuts down puts its last frames on the wire and then a goodbye frame on every socket,
+// so its peers read everything it sent before they see the link end.
 //
 // Threading: configure() and add_link() before connect_all(); after that the I/O thread
 // owns the sockets and the channels may be used by the device threads.
@@ -85,6 +87,7 @@ class TcpTransport {
   bool pump_send(Stripe& stripe);
   bool pump_receive(Stripe& stripe);
   void fail(Link& link, const std::string& reason);
+  void finish(Stripe& stripe);
   std::string socket_error(const Link& link, const char* call) const;  // from errno
   void update_interest(Stripe& stripe, bool want_read, bool want_write);
   Link* find_link(int64_t local_device, int64_t remote_device) const;
@@ -106,7 +109,7 @@ class TcpTransport {
   std::vector<std::pair<Stripe*, int>> handoff_;  // sockets this side connected
   std::atomic<int> connected_{0};
   int expected_ = 0;
-  std::atomic<bool> stop_{false};
+  std::atomic<bool> stop_{false}, closing_{false};
   std::thread io_thread_;
 };
 
