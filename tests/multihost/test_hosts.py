@@ -49,10 +49,11 @@ def test_bytes_on_the_links_match_the_algorithm(make_hosts):
         assert job.returncode == 0, clean(job.output)[-3000:]
         sent[algorithm, axis] = tx_per_host(job, 2, 2)
     payload = size * iters
+    # Measured here: 1.002 and 2.004 (frame and TCP/IP headers; veth offloads segmentation).
     for tx in sent["hierarchical", "all"]:
-        assert payload <= tx <= 1.15 * payload, (tx, payload)  # + TCP/IP and frame headers
+        assert payload <= tx <= 1.05 * payload, (tx, payload)
     for tx in sent["mesh", "all"]:
-        assert 2 * payload <= tx <= 2.3 * payload, (tx, payload)
+        assert 2 * payload <= tx <= 2.1 * payload, (tx, payload)
     for tx in sent["auto", "local"]:
         assert tx < 0.01 * payload, tx  # heartbeats only: shared memory carries it all
 
