@@ -53,3 +53,14 @@ def test_bad_algo_override_is_an_error():
     done = run({"JACCL_ALGO": "all_reduce=tree"})
     assert done.returncode != 0
     assert "JACCL_ALGO names an unknown algorithm 'tree'" in done.stderr
+
+
+def test_interface_selection():
+    from jax_jaccl._ext import engine
+
+    assert engine.interface_address("lo") == "127.0.0.1"
+    assert engine.address_towards("127.0.0.1") == "127.0.0.1"
+    import pytest
+
+    with pytest.raises(RuntimeError, match=r"JACCL_IFNAME=nope0 names no IPv4 interface here \(have: .*lo"):
+        engine.interface_address("nope0")
