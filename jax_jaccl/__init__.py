@@ -12,17 +12,21 @@ from .bootstrap import WorldInfo, init, is_initialized, shutdown
 from .ops.all_gather import all_gather
 from .ops.all_reduce import all_reduce
 from .ops.all_to_all import all_to_all
+from .ops.moe import MoeHandle, moe_combine, moe_dispatch
 from .ops.reduce_scatter import reduce_scatter
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "MoeHandle",
     "WorldInfo",
     "all_gather",
     "all_reduce",
     "all_to_all",
     "init",
     "is_initialized",
+    "moe_combine",
+    "moe_dispatch",
     "reduce_scatter",
     "shutdown",
 ]

@@ -71,8 +71,8 @@ struct ChannelOrder {
 
 class PhaseRunner {
  public:
-  PhaseRunner(const Call& call, Phase& phase, const Deadline& deadline)
-      : call_(call), deadline_(deadline), states_(phase.size()) {
+  PhaseRunner(const Call& call, Phase& phase, const Deadline& deadline, IdleWork* idle)
+      : call_(call), deadline_(deadline), idle_(idle), states_(phase.size()) {
     std::map<std::pair<Channel*, bool>, int> order_of;
     for (size_t i = 0; i < phase.size(); ++i) {
       TaskState& s = states_[i];
@@ -124,7 +124,7 @@ class PhaseRunner {
         if (!s.complete()) all_complete = false;
       }
       if (all_complete) return;
-      if (progressed) {
+      if (progressed || (idle_ != nullptr && idle_->step())) {
         waiter.progressed();
       } else {
         waiter.idle(seen, blocked_);
@@ -273,6 +273,7 @@ class PhaseRunner {
 
   const Call& call_;
   const Deadline& deadline_;
+  IdleWork* idle_;
   std::vector<TaskState> states_;
   std::vector<ChannelOrder> orders_;
   std::vector<int> blocked_;
@@ -280,13 +281,13 @@ class PhaseRunner {
 
 }  // namespace
 
-void run_phases(const Call& call, std::vector<Phase>& phases) {
+void run_phases(const Call& call, std::vector<Phase>& phases, IdleWork* idle) {
   Deadline deadline(call.timeout_s);
   for (Phase& phase : phases) {
     for (Task& t : phase) {
       JACCL_CHECK(!t.srcs.empty() && !t.sinks.empty(), "task without source or sink");
     }
-    PhaseRunner(call, phase, deadline).run();
+    PhaseRunner(call, phase, deadline, idle).run();
   }
 }
 

@@ -88,6 +88,15 @@ struct Call {
   double timeout_s = 120;
 };
 
-void run_phases(const Call& call, std::vector<Phase>& phases);
+// Local work the engine does whenever no task can move (e.g. reducing rows that are
+// already here while the network drains). step() does a bounded slice and returns false
+// once nothing is left.
+class IdleWork {
+ public:
+  virtual ~IdleWork() = default;
+  virtual bool step() = 0;
+};
+
+void run_phases(const Call& call, std::vector<Phase>& phases, IdleWork* idle = nullptr);
 
 }  // namespace jaccl

@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "handlers/call_setup.h"
 #include "handlers/cpu_handlers.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -34,37 +35,6 @@ void prefer_huge_pages(void* data, size_t bytes) {
   uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHuge - 1) & ~(kHuge - 1);
   uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHuge - 1);
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-}
-
-Dtype dtype_from_xla(ffi::DataType type) {
-  switch (type) {
-    case ffi::DataType::PRED: return Dtype::kBool;
-    case ffi::DataType::S8: return Dtype::kI8;
-    case ffi::DataType::S16: return Dtype::kI16;
-    case ffi::DataType::S32: return Dtype::kI32;
-    case ffi::DataType::S64: return Dtype::kI64;
-    case ffi::DataType::U8: return Dtype::kU8;
-    case ffi::DataType::U16: return Dtype::kU16;
-    case ffi::DataType::U32: return Dtype::kU32;
-    case ffi::DataType::U64: return Dtype::kU64;
-    case ffi::DataType::F16: return Dtype::kF16;
-    case ffi::DataType::BF16: return Dtype::kBF16;
-    case ffi::DataType::F32: return Dtype::kF32;
-    case ffi::DataType::F64: return Dtype::kF64;
-    default:
-      throw_error(ErrorKind::kInvalidArgument, "unsupported element type ",
-                  static_cast<int>(type));
-  }
-}
-
-ffi::ErrorCode error_code(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::kInvalidArgument: return ffi::ErrorCode::kInvalidArgument;
-    case ErrorKind::kMismatch: return ffi::ErrorCode::kFailedPrecondition;
-    case ErrorKind::kTimeout: return ffi::ErrorCode::kDeadlineExceeded;
-    case ErrorKind::kPeerFailure: return ffi::ErrorCode::kUnavailable;
-    default: return ffi::ErrorCode::kInternal;
-  }
 }
 
 // Logs the transport and algorithm once per communicator, op and size class.
@@ -92,23 +62,10 @@ ffi::Error run_collective(CollectiveKind kind, int64_t device, ffi::AnyBuffer in
                           ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
                           int64_t group_size, int64_t op, int64_t algorithm, int64_t outer_in,
                           int64_t outer_out) {
-  World* world = World::get();
-  try {
-    if (world == nullptr) World::require();
-    if (world->aborted()) world->check_health({});
-    Communicator& comm = world->communicator(groups.begin(), groups.size(),
-                                             static_cast<int>(group_size));
-    Communicator::Member& member = comm.member(device);
-    Call call;
-    call.world = world;
-    call.comm = &comm;
-    call.member = &member;
-    call.kind = kind;
-    call.dtype = dtype_from_xla(in.element_type());
+  return with_call(kind, device, groups, group_size, dtype_from_xla(in.element_type()),
+                   in.element_count(), [&](Call& call) {
     call.op = static_cast<ReduceOp>(op);
-    call.op_count = in.element_count();
-    call.seq = member.seq++;
-    call.timeout_s = world->config().timeout_s;
+    Communicator::Member& member = *call.member;
     Buffers buffers;
     buffers.in = in.untyped_data();
     buffers.out = out->untyped_data();
@@ -118,7 +75,7 @@ ffi::Error run_collective(CollectiveKind kind, int64_t device, ffi::AnyBuffer in
     buffers.outer_out = static_cast<size_t>(outer_out);
     if (member.size == 1) {
       if (buffers.out != buffers.in) std::memcpy(buffers.out, buffers.in, in.size_bytes());
-      return ffi::Error::Success();
+      return;
     }
     const size_t bytes = std::max(in.size_bytes(), out->size_bytes());
     if (buffers.out != buffers.in) prefer_huge_pages(buffers.out, out->size_bytes());
@@ -139,15 +96,7 @@ ffi::Error run_collective(CollectiveKind kind, int64_t device, ffi::AnyBuffer in
     }
     log(LogLevel::kTrace, kind_name(kind), " #", call.seq, " ", bytes, " B on rank ",
         member.rank, ": ", algorithm_name(call.algorithm), " ", seconds_since(start) * 1e6, " us");
-    return ffi::Error::Success();
-  } catch (const Error& e) {
-    if (world != nullptr) world->raise_abort(e.what());
-    return ffi::Error(error_code(e.kind()), e.what());
-  } catch (const std::exception& e) {
-    std::string message = std::string("jaccl: internal error: ") + e.what();
-    if (world != nullptr) world->raise_abort(message);
-    return ffi::Error(ffi::ErrorCode::kInternal, message);
-  }
+  });
 }
 
 namespace {

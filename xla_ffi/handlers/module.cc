@@ -33,6 +33,8 @@ nb::dict registrations() {
   d["jaccl_reduce_scatter"] = capsule(jaccl_reduce_scatter);
   d["jaccl_all_gather"] = capsule(jaccl_all_gather);
   d["jaccl_all_to_all"] = capsule(jaccl_all_to_all);
+  d["jaccl_moe_exchange"] = capsule(jaccl_moe_exchange);
+  d["jaccl_moe_combine"] = capsule(jaccl_moe_combine);
   return d;
 }
 

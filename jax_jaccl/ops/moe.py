@@ -1,0 +1,214 @@
+"""jaccl.moe_dispatch / jaccl.moe_combine: expert-parallel MoE inside jax.shard_map, with
+static shapes (DeepEP's low-latency layout).
+
+Two primitives move the rows (moe/moe.h): moe_exchange (dispatch direction: rows of a
+source array to listed rows of a destination array on the ranks that own their experts) and
+moe_combine (the way back, with the weighted sum, or the per-pair dot product the weights'
+gradient needs). Routing is jnp arithmetic on all-gathered counts (moe_routing.py).
+Gradients (custom_vjp): dispatch's transpose is an unweighted combine; combine's is a
+dispatch of the cotangent scaled by each row's router weight, plus, for the weights, the
+dot product of the cotangent with each pair's expert output.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import Primitive
+from jax.interpreters import mlir
+
+from .. import _compat
+from . import _common
+from .all_gather import all_gather
+from .moe_routing import route
+
+DTYPES = (np.dtype("float32"), np.dtype(jnp.bfloat16), np.dtype("float16"))
+
+
+class MoeHandle(NamedTuple):
+    """What dispatch tells combine (and the gradients): arrays only, static shapes."""
+    topk_idx: jax.Array      # [T, K] int32
+    send_slot: jax.Array     # [T, K] int32: row of each pair in its expert's buffer, -1 if none
+    counts: jax.Array        # [R, E] int32: rows each rank routed to each expert, before capacity
+    dropped: jax.Array       # [E_loc] int32: rows dropped by this rank's experts (capacity)
+    recv_weights: jax.Array  # [E_loc, C] float32: router weight of each received row (0 = padding)
+    send_pairs: jax.Array    # routing lists (moe_routing.Routing)
+    send_tokens: jax.Array
+    send_offsets: jax.Array
+    recv_rows: jax.Array
+    recv_offsets: jax.Array
+
+
+# ----------------------------------------------------------------------- primitives
+
+def _exchange_abstract(src, send_rows, send_offsets, recv_rows, recv_offsets, topk_idx, *, axes,
+                       num_experts, dst_rows):
+    out = _compat.with_varying(src, _compat.varying_axes(src) | set(axes),
+                               shape=(dst_rows,) + tuple(src.shape[1:]))
+    return out, _common.collective_effects(axes)
+
+
+def _exchange_lowering(ctx, *operands, axes, num_experts, dst_rows):
+    return _common.lower_collective(ctx, *operands, target="jaccl_moe_exchange", axes=axes,
+                                    num_experts=num_experts)
+
+
+def _combine_abstract(y, send_rows, send_offsets, recv_pairs, recv_offsets, weights_or_dout, *,
+                      axes, topk, pair_dot, tokens):
+    if pair_dot:
+        shape, dtype = (tokens, topk), np.dtype("float32")
+    else:
+        shape, dtype = (tokens,) + tuple(y.shape[1:]), y.dtype
+    out = _compat.with_varying(y, _compat.varying_axes(y) | set(axes), shape=shape, dtype=dtype)
+    return out, _common.collective_effects(axes)
+
+
+def _combine_lowering(ctx, *operands, axes, topk, pair_dot, tokens):
+    return _common.lower_collective(ctx, *operands, target="jaccl_moe_combine", axes=axes,
+                                    topk=topk, pair_dot=int(pair_dot))
+
+
+def _no_eager(*args, **params):
+    raise ValueError("jaccl MoE ops must be called inside jax.shard_map")
+
+
+moe_exchange_p = Primitive("jaccl_moe_exchange")
+moe_exchange_p.def_impl(_no_eager)
+moe_exchange_p.def_effectful_abstract_eval(_exchange_abstract)
+mlir.register_lowering(moe_exchange_p, _exchange_lowering, platform="cpu", cacheable=False)
+
+moe_combine_p = Primitive("jaccl_moe_combine")
+moe_combine_p.def_impl(_no_eager)
+moe_combine_p.def_effectful_abstract_eval(_combine_abstract)
+mlir.register_lowering(moe_combine_p, _combine_lowering, platform="cpu", cacheable=False)
+
+
+def _exchange(src, h: MoeHandle, send_rows, dst_rows, axes, num_experts):
+    return moe_exchange_p.bind(src, send_rows, h.send_offsets, h.recv_rows, h.recv_offsets,
+                               h.topk_idx, axes=axes, num_experts=num_experts, dst_rows=dst_rows)
+
+
+def _return(y_flat, h: MoeHandle, weights_or_dout, axes, pair_dot):
+    T, K = h.topk_idx.shape
+    return moe_combine_p.bind(y_flat, h.recv_rows, h.recv_offsets, h.send_pairs, h.send_offsets,
+                              weights_or_dout, axes=axes, topk=K, pair_dot=pair_dot, tokens=T)
+
+
+# ----------------------------------------------------------------------- dispatch
+
+def moe_dispatch(x, topk_idx, topk_weights, *, num_experts: int, capacity: int, axis_name):
+    """Sends every (token, expert) row of `x` [T, H] to the rank that owns the expert.
+
+    topk_idx [T, K] int32 names each token's experts (-1: not routed); topk_weights [T, K]
+    float32 are the router weights (combine applies them). Experts are split contiguously:
+    expert e lives on rank e // (num_experts / group size). Returns recv_x [E_loc, capacity, H]
+    in x's dtype (rows of an expert ordered by (source rank, source token), padding rows zero),
+    recv_count [E_loc] int32 (valid rows), and a MoeHandle for moe_combine. Rows past
+    `capacity` are dropped, the largest (source rank, source token) first; handle.dropped
+    counts them per local expert. Only rows that exist travel.
+    """
+    axes = _common.normalize_axes(axis_name)
+    ranks = _common.check_axes(axes, "moe_dispatch")
+    _check_dispatch(x, topk_idx, topk_weights, num_experts, capacity, ranks)
+    return _dispatch(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks)
+
+
+def _check_dispatch(x, topk_idx, topk_weights, num_experts, capacity, ranks):
+    if np.ndim(x) != 2:
+        raise ValueError(f"jaccl.moe_dispatch: x must be [tokens, hidden], got shape {np.shape(x)}")
+    if np.dtype(x.dtype) not in DTYPES:
+        raise TypeError(f"jaccl.moe_dispatch: x must be float32, bfloat16 or float16, not {x.dtype}")
+    if np.ndim(topk_idx) != 2 or topk_idx.shape[0] != x.shape[0]:
+        raise ValueError(f"jaccl.moe_dispatch: topk_idx must be [tokens, k] with tokens = "
+                         f"{x.shape[0]}, got {np.shape(topk_idx)}")
+    if np.dtype(topk_idx.dtype) != np.int32:
+        raise TypeError(f"jaccl.moe_dispatch: topk_idx must be int32, not {topk_idx.dtype}")
+    if np.shape(topk_weights) != np.shape(topk_idx):
+        raise ValueError(f"jaccl.moe_dispatch: topk_weights {np.shape(topk_weights)} must have "
+                         f"topk_idx's shape {np.shape(topk_idx)}")
+    if np.dtype(topk_weights.dtype) != np.float32:
+        raise TypeError(f"jaccl.moe_dispatch: topk_weights must be float32, not {topk_weights.dtype}")
+    if not isinstance(capacity, (int, np.integer)) or capacity < 1:
+        raise ValueError(f"jaccl.moe_dispatch: capacity must be a positive int, got {capacity!r}")
+    if not isinstance(num_experts, (int, np.integer)) or num_experts < 1 or num_experts % ranks:
+        raise ValueError(f"jaccl.moe_dispatch: num_experts={num_experts} must be a positive "
+                         f"multiple of the group size {ranks}")
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
+def _dispatch(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks):
+    return _dispatch_fwd(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks)[0]
+
+
+def _dispatch_fwd(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks):
+    T, K = topk_idx.shape
+    E_loc = num_experts // ranks
+    r = route(topk_idx, num_experts=num_experts, capacity=capacity, ranks=ranks,
+              axis_name=axes, all_gather=all_gather)
+    handle = MoeHandle(topk_idx, r.send_slot, r.counts, r.dropped,
+                       jnp.zeros((E_loc, capacity), jnp.float32), r.send_pairs, r.send_tokens,
+                       r.send_offsets, r.recv_rows, r.recv_offsets)
+    weights = _exchange(topk_weights.reshape(T * K, 1), handle, r.send_pairs, E_loc * capacity,
+                        axes, num_experts)
+    handle = handle._replace(recv_weights=weights.reshape(E_loc, capacity))
+    recv = _exchange(x, handle, r.send_tokens, E_loc * capacity, axes, num_experts)
+    out = (recv.reshape(E_loc, capacity, x.shape[1]), r.recv_count, handle)
+    return out, handle
+
+
+def _dispatch_bwd(num_experts, capacity, axes, ranks, handle, cotangents):
+    d_recv = cotangents[0]
+    T, K = handle.topk_idx.shape
+    ones = jnp.ones((T, K), jnp.float32)
+    dx = _return(d_recv.reshape(-1, d_recv.shape[-1]), handle, ones, axes, pair_dot=False)
+    return dx, None, None
+
+
+_dispatch.defvjp(_dispatch_fwd, _dispatch_bwd)
+
+
+# ----------------------------------------------------------------------- combine
+
+def moe_combine(y, handle: MoeHandle, topk_weights, *, axis_name):
+    """Sends expert outputs y [E_loc, C, H] back to the tokens they serve and returns
+    out [T, H]: out[t] = sum over k ascending of topk_weights[t, k] * y[row of (t, k)],
+    skipping masked and dropped pairs, accumulated in float32 and cast to y's dtype.
+    Deterministic. Remote rows are sent first and local rows reduced while they travel
+    (JACCL_MOE_SCHEDULE=arrival: in rank order, reducing at the end)."""
+    axes = _common.normalize_axes(axis_name)
+    _common.check_axes(axes, "moe_combine")
+    if np.dtype(y.dtype) not in DTYPES:
+        raise TypeError(f"jaccl.moe_combine: y must be float32, bfloat16 or float16, not {y.dtype}")
+    E_loc, C = handle.recv_weights.shape
+    if np.ndim(y) != 3 or y.shape[:2] != (E_loc, C):
+        raise ValueError(f"jaccl.moe_combine: y must be [E_loc={E_loc}, capacity={C}, hidden], "
+                         f"got {np.shape(y)}")
+    if np.shape(topk_weights) != handle.topk_idx.shape or np.dtype(topk_weights.dtype) != np.float32:
+        raise ValueError(f"jaccl.moe_combine: topk_weights must be float32 {handle.topk_idx.shape}")
+    return _combine(y, handle, topk_weights, axes)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _combine(y, handle, topk_weights, axes):
+    return _return(y.reshape(-1, y.shape[-1]), handle, topk_weights, axes, pair_dot=False)
+
+
+def _combine_fwd(y, handle, topk_weights, axes):
+    return _combine(y, handle, topk_weights, axes), (y, handle, topk_weights)
+
+
+def _combine_bwd(axes, residual, d_out):
+    y, handle, topk_weights = residual
+    E_loc, C, H = y.shape
+    num_experts = handle.counts.shape[1]
+    rows = _exchange(d_out, handle, handle.send_tokens, E_loc * C, axes, num_experts)
+    dy = (rows.reshape(E_loc, C, H).astype(jnp.float32) * handle.recv_weights[..., None]).astype(y.dtype)
+    dw = _return(y.reshape(-1, H), handle, d_out.astype(y.dtype), axes, pair_dot=True)
+    return dy, jax.tree.map(lambda _: None, handle), dw
+
+
+_combine.defvjp(_combine_fwd, _combine_bwd)
