@@ -31,6 +31,17 @@ def test_collectives_match_lax_across_hosts(make_hosts, nhosts, per_host):
     assert job.shm_left() == []
 
 
+def test_moe_matches_reference_across_hosts(make_hosts):
+    hosts = make_hosts(2)
+    job = run_on_hosts(hosts, 2, "moe.py", env={"JACCL_TEST_FAKE_HOSTS": "0"}, timeout=400)
+    out = clean(job.output)
+    assert job.returncode == 0, out[-5000:]
+    for rank in range(4):
+        assert job.values(rank, "WORLD") == ["2 hosts"], out[-3000:]
+        assert job.lines(rank)[-1] == "DONE", out[-3000:]
+    assert job.shm_left() == []
+
+
 def tx_per_host(job, nhosts, per_host):
     return [int(job.values(h * per_host, "TX")[0]) for h in range(nhosts)]
 

@@ -33,3 +33,16 @@ def test_collectives_match_lax_across_processes(nprocs, devices, hosts):
     assert digests and all(len(d) == 1 for d in digests.values()), \
         {k: v for k, v in digests.items() if len(v) > 1}
     assert job.leftovers() == []
+
+
+@pytest.mark.parametrize("nprocs, devices, hosts", [(2, 2, 0), (4, 1, 2)],
+                         ids=["2x2", "4x1-2hosts"])
+def test_moe_matches_reference_across_processes(nprocs, devices, hosts):
+    env = {"JACCL_TEST_FAKE_HOSTS": str(hosts)} if hosts else {}
+    job = run_job("moe.py", nprocs, devices, env=env, timeout=400)
+    out = clean(job.output)
+    assert job.returncode == 0, out[-6000:]
+    for rank in range(nprocs):
+        assert job.lines(rank)[-1] == "DONE", out[-3000:]
+        assert len(job.values(rank, "OK")) >= 30
+    assert job.leftovers() == []
