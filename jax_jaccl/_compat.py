@@ -41,6 +41,14 @@ def with_varying(aval, varying: frozenset, **updates):
     return aval.update(vma=frozenset(varying), **updates)
 
 
+def collective_varying(aval, axes) -> frozenset:
+    """The varying axes of a collective's output whose inputs vary over `aval`'s axes and
+    which makes them vary over `axes` too; empty without check_vma, as for jax.lax."""
+    if not check_vma_enabled():
+        return frozenset()
+    return varying_axes(aval) | frozenset(axes)
+
+
 def axis_env_sizes() -> dict:
     """Names and sizes of the mesh axes bound where we are tracing (shard_map's manual axes)."""
     env = _core.get_axis_env()

@@ -47,7 +47,7 @@ class MoeHandle(NamedTuple):
 
 def _exchange_abstract(src, send_rows, send_offsets, recv_rows, recv_offsets, topk_idx, *, axes,
                        num_experts, dst_rows):
-    out = _compat.with_varying(src, _compat.varying_axes(src) | set(axes),
+    out = _compat.with_varying(src, _compat.collective_varying(src, axes),
                                shape=(dst_rows,) + tuple(src.shape[1:]))
     return out, _common.collective_effects(axes)
 
@@ -63,7 +63,7 @@ def _combine_abstract(y, send_rows, send_offsets, recv_pairs, recv_offsets, weig
         shape, dtype = (tokens, topk), np.dtype("float32")
     else:
         shape, dtype = (tokens,) + tuple(y.shape[1:]), y.dtype
-    out = _compat.with_varying(y, _compat.varying_axes(y) | set(axes), shape=shape, dtype=dtype)
+    out = _compat.with_varying(y, _compat.collective_varying(y, axes), shape=shape, dtype=dtype)
     return out, _common.collective_effects(axes)
 
 
