@@ -16,7 +16,7 @@ A hostfile lists the hosts in rank order:
 A host is reached with `ssh` (its environment passed with `env`), or started locally behind a
 command `prefix`, or plainly when it has neither. `address` is where the other hosts reach it
 (default: the ssh host name, else 127.0.0.1); the first host's is the coordinator's.
-`ifname` sets JACCL_IFNAME for that host's processes; `coordinator_host`, how that host reaches
+`ifname` sets JACCL_IFNAME for that host's processes, `env` more variables; `coordinator_host`, how that host reaches
 the coordinator if not at the first host's `address` (a separate control network). Under SLURM or Open MPI no hostfile is
 needed: start the script with srun / mpirun and call jax_jaccl.distributed.initialize().
 """
@@ -128,6 +128,7 @@ def run(args) -> int:
                        PYTHONUNBUFFERED="1")
             if "ifname" in host:
                 env["JACCL_IFNAME"] = host["ifname"]
+            env.update({k: str(v) for k, v in host.get("env", {}).items()})
             cmd, cmd_env = _command(host, env, args.command)
             p = subprocess.Popen(cmd, env=cmd_env, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, start_new_session=True)

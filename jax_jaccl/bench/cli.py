@@ -5,6 +5,7 @@
                             [--runs 3] [--algorithm auto] [--plot FILE.png] [--json FILE]
     jaccl-bench collectives --emulate-hosts 4 --link-rate 200mbit --topology mesh
                             [--sizes ...] [--runs 1] [--plot FILE.png]
+    jaccl-bench moe [...]   (see jax_jaccl/bench/moe.py)
 
 Each run starts one jaccl-run job (jax_jaccl, and jax's own collectives for --vs lax) and,
 for --vs mpi4jax/mpi, one mpirun job (Open MPI from apt; mpi4py and mpi4jax from the bench
@@ -104,6 +105,26 @@ def main(argv=None) -> None:
     c.add_argument("--link-rate", default="200mbit", help="per direction of every link")
     c.add_argument("--topology", default="mesh")
     c.set_defaults(fn=collectives)
+    m = sub.add_parser("moe", help="MoE dispatch/combine vs a padded lax.all_to_all baseline; "
+                                   "remote-first vs arrival combine on emulated hosts")
+    m.add_argument("--nprocs", type=int, default=2)
+    m.add_argument("--tokens", type=int, default=4096)
+    m.add_argument("--hidden", default="1024,4096")
+    m.add_argument("--experts", default="8,32")
+    m.add_argument("--k", type=int, default=8)
+    m.add_argument("--iters", type=int, default=5)
+    m.add_argument("--runs", type=int, default=1)
+    m.add_argument("--emulate-hosts", type=int, default=0)
+    m.add_argument("--processes-per-host", type=int, default=2)
+    m.add_argument("--link-rate", default="1gbit")
+    m.add_argument("--slow-link-rate", default="400mbit")
+    m.add_argument("--slow-local-us", type=int, default=0,
+                   help="the last host pauses this long per token of local combine work")
+    m.add_argument("--schedules", default="remote_first,arrival")
+    m.add_argument("--plot", default=None)
+    m.add_argument("--json", default=None)
+    m.add_argument("--timeout", type=float, default=3600)
+    m.set_defaults(fn=lambda args: __import__("jax_jaccl.bench.moe", fromlist=["run"]).run(args))
     args = parser.parse_args(argv)
     args.fn(args)
 

@@ -6,7 +6,8 @@ Contract (needs root and iproute2):
   JACCL_IFNAME=jhost) and one veth `to<j>` per other host j, with a route to host j's address
   through it, so every host pair has its own link. `rate` (e.g. "200mbit") puts a tc tbf
   qdisc on both ends of every link: each direction of each link carries at most `rate`
-  (burst 256 KiB, queue 200 ms; JACCL_TBF_BURST / JACCL_TBF_LATENCY change them).
+  (burst 256 KiB, queue 200 ms; JACCL_TBF_BURST / JACCL_TBF_LATENCY change them);
+  `egress={i: rate}` limits everything host i sends to `rate` instead (a slow host).
 - JAX's coordination traffic gets its own unlimited links (host 0 <-> host i, 172.31.i.0/24), so
   saturated data links cannot starve its heartbeats; the hostfile tells each host how to reach
   the coordinator through them ("coordinator_host").
@@ -43,12 +44,14 @@ def can_emulate() -> str | None:
 
 
 class EmulatedHosts:
-    def __init__(self, n: int, rate: str | None = None, prefix: str | None = None):
+    def __init__(self, n: int, rate: str | None = None, prefix: str | None = None,
+                 egress: dict | None = None):
         reason = can_emulate()
         if reason:
             raise RuntimeError(reason)
         self.n = n
         self.rate = rate
+        self.egress = egress or {}  # host -> rate of everything that host sends (a slow host)
         self.prefix = prefix or f"jaccl-{secrets.token_hex(3)}"
         self.subnet = int(secrets.token_hex(1), 16) % 200 + 10
         self.namespaces = [f"{self.prefix}-{i}" for i in range(n)]
@@ -80,9 +83,10 @@ class EmulatedHosts:
                     run("ip", "-n", ns, "link", "set", dev, "up")
                     run("ip", "-n", ns, "route", "add", f"{self.address(peer)}/32", "dev", dev,
                         "src", self.address(me))
-                    if self.rate:
+                    rate = self.egress.get(me, self.rate)
+                    if rate:
                         run("tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate",
-                            self.rate, "burst", os.environ.get("JACCL_TBF_BURST", "256kb"),
+                            rate, "burst", os.environ.get("JACCL_TBF_BURST", "256kb"),
                             "latency", os.environ.get("JACCL_TBF_LATENCY", "200ms"))
         for i in range(1, self.n):
             run("ip", "link", "add", f"ctl{i}", "netns", self.namespaces[0], "type", "veth",

@@ -24,3 +24,13 @@ def test_bench_rejects_unknown_peer():
     done = subprocess.run([sys.executable, "-m", "jax_jaccl.bench.cli", "collectives", "--vs",
                            "nccl"], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "unknown --vs" in done.stderr
+
+
+def test_bench_moe_table():
+    done = subprocess.run(
+        [sys.executable, "-m", "jax_jaccl.bench.cli", "moe", "--tokens", "64", "--hidden", "32",
+         "--experts", "4", "--k", "2", "--iters", "2"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [l for l in done.stdout.splitlines() if l.startswith("| 32 | 4 |")]
+    assert len(rows) == 2 and all("x |" in r for r in rows), done.stdout

@@ -54,3 +54,10 @@ def test_demo_trains_and_matches_lax():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "[0] OK: jaccl and jax.lax losses agree" in done.stdout
     assert "2 processes x 2 devices" in done.stdout
+
+
+def test_moe_example_trains_and_matches_dense():
+    done = jaccl_run("-n", "2", "--devices-per-process", "2", "--", sys.executable,
+                     str(REPO / "examples" / "moe_layer.py"), "--steps", "3", timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "[0] OK: expert-parallel and dense losses agree" in done.stdout

@@ -227,6 +227,7 @@ class PhaseRunner {
       if (e.channel != nullptr) e.channel->release();
     }
     s.done = b;
+    if (t.delivered != nullptr) *t.delivered = b;
     ++s.chunks_done;
     for (int o : s.orders) orders_[o].advance();
     return true;

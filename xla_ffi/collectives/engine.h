@@ -70,6 +70,7 @@ struct Task {
   std::vector<Endpoint> sinks;
   size_t count = 0;
   std::vector<int> after;  // indices of tasks (same phase) to stay behind, element for element
+  size_t* delivered = nullptr;  // if set, kept equal to the elements done (for IdleWork)
 };
 
 using Phase = std::vector<Task>;

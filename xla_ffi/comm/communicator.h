@@ -41,6 +41,7 @@ class Communicator {
     DirectGroup* direct = nullptr;  // set when every member is a device of this process
     uint64_t direct_barriers = 0;   // barriers this member passed in direct collectives
     std::vector<char> scratch;      // grows as needed; reused from call to call
+    std::vector<float> accumulator;  // float32 sums of the MoE combine, reused likewise
   };
 
   Communicator(World& world, uint64_t id, const int64_t* table, size_t size, int group_size);

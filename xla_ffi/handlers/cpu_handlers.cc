@@ -6,8 +6,6 @@
 // communicator named by the `groups` table; the op runs to completion on the
 // calling device thread; any failure is returned as an ffi::Error (after
 // telling the peers through the abort board), never thrown or aborted.
-#include <sys/mman.h>
-
 #include <cstring>
 #include <sstream>
 
@@ -17,6 +15,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/memory.h"
 #include "handlers/call_setup.h"
 #include "handlers/cpu_handlers.h"
 #include "xla/ffi/api/ffi.h"
@@ -26,16 +25,6 @@ namespace ffi = xla::ffi;
 namespace jaccl {
 namespace {
 
-// XLA:CPU hands a large output fresh from mmap on every call (glibc returns freed big
-// blocks to the kernel), and first-touching it costs a page fault per 4 KiB page. Asking for
-// transparent huge pages on the untouched output makes that one fault per 2 MiB.
-void prefer_huge_pages(void* data, size_t bytes) {
-  constexpr uintptr_t kHuge = 2u << 20;
-  if (bytes < 2 * kHuge) return;
-  uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHuge - 1) & ~(kHuge - 1);
-  uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHuge - 1);
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-}
 
 // Logs the transport and algorithm once per communicator, op and size class.
 void log_choice(const Call& call, size_t bytes) {

@@ -1,7 +1,9 @@
 #include "moe/moe.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -11,6 +13,7 @@
 #include "comm/world.h"
 #include "common/error.h"
 #include "common/half.h"
+#include "common/memory.h"
 
 namespace jaccl {
 namespace {
@@ -73,23 +76,19 @@ T from_f32(float v) {
   else return static_cast<T>(v);
 }
 
-// out[t] = sum_k w[t,k] * row(t,k) (float32 accumulation, k ascending), for tokens [t0, t1).
+// acc += w * row over n elements (float32).
 template <typename T>
-void weighted_sum(const CombineArgs& a, const std::vector<const void*>& pair_rows, size_t t0,
-                  size_t t1, std::vector<float>& acc) {
-  const size_t h = a.row_elems;
-  acc.resize(h);
-  T* out = static_cast<T*>(a.out);
-  for (size_t t = t0; t < t1; ++t) {
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    for (size_t k = 0; k < a.topk; ++k) {
-      const T* row = static_cast<const T*>(pair_rows[t * a.topk + k]);
-      if (row == nullptr) continue;
-      const float w = a.weights[t * a.topk + k];
-      for (size_t i = 0; i < h; ++i) acc[i] += w * to_f32(row[i]);
-    }
-    for (size_t i = 0; i < h; ++i) out[t * h + i] = from_f32<T>(acc[i]);
+void accumulate(float* acc, float w, const T* row, size_t n, bool first) {
+  if (first) {
+    for (size_t i = 0; i < n; ++i) acc[i] = w * to_f32(row[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i) acc[i] += w * to_f32(row[i]);
   }
+}
+
+template <typename T>
+void store(T* out, const float* acc, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = from_f32<T>(acc[i]);
 }
 
 // out[t, k] = <dout[t], row(t, k)> in float32, for tokens [t0, t1).
@@ -123,45 +122,98 @@ void dispatch_float(Dtype dtype, Fn&& fn) {
   }
 }
 
-// Reduces tokens in slices: tokens whose rows are all here first (while the network drains),
-// the rest once every stream has arrived.
-class TokenReducer : public IdleWork {
- public:
-  TokenReducer(const Call& call, const CombineArgs& args, const std::vector<const void*>& pair_rows,
-               std::vector<size_t> tokens)
-      : call_(call), args_(args), pair_rows_(pair_rows), tokens_(std::move(tokens)) {}
+// Where each (token, k) pair's row is, and whether it has arrived: local rows (this rank's
+// experts) are always there; a remote row is there once its stream delivered it.
+struct PairRows {
+  std::vector<const void*> row;     // nullptr: the pair has no row (masked or dropped)
+  std::vector<int> stream;          // -1: local, else the peer whose stream carries it
+  std::vector<size_t> index;        // position in that stream, in rows
+  std::vector<size_t> delivered;    // per peer: elements its stream delivered so far
+  size_t row_elems = 0;
 
-  bool step() override {
-    if (next_ >= tokens_.size()) return false;
-    const size_t end = std::min(tokens_.size(), next_ + kSlice);
-    for (; next_ < end; ++next_) reduce(tokens_[next_]);
-    return true;
+  bool here(size_t p) const {
+    return stream[p] < 0 || index[p] < delivered[stream[p]] / row_elems;
   }
-  void finish() {
-    while (step()) {
+};
+
+// The weighted sum out[t] = sum over k ascending of w[t,k] * row(t,k), advanced token by
+// token as far as the rows in k order are here: while the network drains (IdleWork) under
+// remote-first, at the end under arrival. The order of additions never changes, so the
+// result does not depend on when rows arrive.
+class StreamingCombine : public IdleWork {
+ public:
+  StreamingCombine(const Call& call, const CombineArgs& args, const PairRows& pairs,
+                   std::vector<float>& accumulator)
+      : call_(call), args_(args), pairs_(pairs), acc_(accumulator), next_k_(args.tokens, 0),
+        started_(args.tokens, 0) {
+    // JACCL_MOE_LOCAL_DELAY_US (benchmarks only): a pause per token advanced, emulating a
+    // host slower at its local work.
+    if (const char* env = std::getenv("JACCL_MOE_LOCAL_DELAY_US")) delay_us_ = std::atoi(env);
+    acc_.resize(args.tokens * args.row_elems);
+    for (size_t t = 0; t < args.tokens; ++t) pending_.push_back(t);
+  }
+
+  // Advances up to kSlice tokens; false when none of them could move.
+  bool step() override {
+    bool moved = false;
+    for (size_t visited = 0; visited < kSlice && !pending_.empty(); ++visited) {
+      if (cursor_ >= pending_.size()) cursor_ = 0;
+      const size_t t = pending_[cursor_];
+      moved |= advance(t);
+      if (next_k_[t] == args_.topk) {
+        pending_[cursor_] = pending_.back();
+        pending_.pop_back();
+      } else {
+        ++cursor_;
+      }
     }
+    return moved;
+  }
+
+  void finish() {
+    for (size_t t : pending_) advance(t);
+    pending_.clear();
   }
 
  private:
-  static constexpr size_t kSlice = 16;
+  static constexpr size_t kSlice = 32;
 
-  void reduce(size_t t) {
+  bool advance(size_t t) {
+    const size_t h = args_.row_elems, k0 = next_k_[t];
+    if (delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
     dispatch_float(call_.dtype, [&](auto tag) {
       using T = decltype(tag);
-      if (args_.pair_dot) {
-        pair_dot<T>(args_, pair_rows_, t, t + 1);
-      } else {
-        weighted_sum<T>(args_, pair_rows_, t, t + 1, acc_);
+      size_t k = next_k_[t];
+      for (; k < args_.topk; ++k) {
+        const size_t p = t * args_.topk + k;
+        if (pairs_.row[p] == nullptr) continue;
+        if (!pairs_.here(p)) break;
+        accumulate<T>(acc_.data() + t * h, args_.weights[p], static_cast<const T*>(pairs_.row[p]),
+                      h, !started_[t]);
+        started_[t] = 1;
+      }
+      next_k_[t] = static_cast<uint32_t>(k);
+      if (k == args_.topk) {
+        T* out = static_cast<T*>(args_.out) + t * h;
+        if (started_[t]) {
+          store<T>(out, acc_.data() + t * h, h);
+        } else {
+          std::memset(out, 0, h * sizeof(T));
+        }
       }
     });
+    return next_k_[t] != k0;
   }
 
   const Call& call_;
   const CombineArgs& args_;
-  const std::vector<const void*>& pair_rows_;
-  std::vector<size_t> tokens_;
-  size_t next_ = 0;
-  std::vector<float> acc_;
+  const PairRows& pairs_;
+  std::vector<float>& acc_;
+  std::vector<uint32_t> next_k_;
+  std::vector<uint8_t> started_;
+  std::vector<size_t> pending_;
+  size_t cursor_ = 0;
+  int delay_us_ = 0;
 };
 
 }  // namespace
@@ -187,8 +239,21 @@ void moe_exchange(Call& call, const void* src, size_t src_rows, void* dst, size_
                 " received");
   }
   const Dtype elem = call.dtype;
-  const size_t esize = dtype_size(elem);
-  std::memset(dst, 0, dst_rows * row_elems * esize);
+  const size_t esize = dtype_size(elem), row_bytes = row_elems * esize;
+  // Zero only the rows nobody writes (the padding), in runs.
+  prefer_huge_pages(dst, dst_rows * row_bytes);
+  std::vector<uint8_t> written(dst_rows, 0);
+  for (int32_t i = 0; i < lists.recv_offsets[call.member->size]; ++i) written[lists.recv_rows[i]] = 1;
+  for (size_t r = 0; r < dst_rows;) {
+    if (written[r]) {
+      ++r;
+      continue;
+    }
+    size_t end = r;
+    while (end < dst_rows && !written[end]) ++end;
+    std::memset(static_cast<char*>(dst) + r * row_bytes, 0, (end - r) * row_bytes);
+    r = end;
+  }
   auto rows_of = [&](const void* base, const int32_t* rows, const int32_t* offsets, int q) {
     return Region::row_list(base, esize, row_elems, rows + offsets[q], listed(offsets, q));
   };
@@ -232,11 +297,17 @@ void moe_combine(Call& call, const CombineArgs& a, const RowLists& lists, MoeSch
   const Dtype elem = call.dtype;
   const size_t esize = dtype_size(elem), row_bytes = a.row_elems * esize;
   const auto* y = static_cast<const char*>(a.y);
+  prefer_huge_pages(a.out, a.tokens * (a.pair_dot ? a.topk * sizeof(float) : row_bytes));
 
   // Where each pair's row will be: in y (this rank's experts) or in the staging area.
-  std::vector<const void*> pair_rows(pairs, nullptr);
+  PairRows pairs_at;
+  pairs_at.row.assign(pairs, nullptr);
+  pairs_at.stream.assign(pairs, -1);
+  pairs_at.index.assign(pairs, 0);
+  pairs_at.delivered.assign(m.size, 0);
+  pairs_at.row_elems = std::max<size_t>(a.row_elems, 1);
   for (int32_t i = 0; i < lists.recv_offsets[me + 1] - lists.recv_offsets[me]; ++i) {
-    pair_rows[lists.recv_rows[lists.recv_offsets[me] + i]] =
+    pairs_at.row[lists.recv_rows[lists.recv_offsets[me] + i]] =
         y + static_cast<size_t>(lists.send_rows[lists.send_offsets[me] + i]) * row_bytes;
   }
   size_t remote = 0;
@@ -245,7 +316,10 @@ void moe_combine(Call& call, const CombineArgs& a, const RowLists& lists, MoeSch
   if (member.scratch.size() < remote * row_bytes) member.scratch.resize(remote * row_bytes);
   char* staging = member.scratch.data();
 
-  Phase phase;
+  // remote-first: one phase (sends to other hosts listed first), local rows reduced while
+  // the network drains. arrival: rows go out in rank order and this rank reduces its local
+  // rows where it stands in that order: sends to lower ranks, local work, then the rest.
+  Phase early_sends, phase;
   std::vector<Task> receives;
   size_t staged = 0;
   for (int q : peer_order(call, schedule)) {
@@ -255,17 +329,22 @@ void moe_combine(Call& call, const CombineArgs& a, const RowLists& lists, MoeSch
                                                   lists.send_rows + lists.send_offsets[q],
                                                   listed(lists.send_offsets, q)), elem)};
     send.sinks = {send_to(call, q, stream_tag(2, 0, q), elem)};
+    const bool early = schedule == MoeSchedule::kArrival && q < me;
     const size_t n = listed(lists.recv_offsets, q);
     Task receive;
     receive.count = n * a.row_elems;
     receive.srcs = {receive_from(call, q, stream_tag(2, 0, me), elem)};
     receive.sinks = {Endpoint::local(Region::contiguous(staging, esize, receive.count,
                                                         staged * a.row_elems), elem)};
+    receive.delivered = &pairs_at.delivered[q];
     for (size_t i = 0; i < n; ++i) {
-      pair_rows[lists.recv_rows[lists.recv_offsets[q] + i]] = staging + (staged + i) * row_bytes;
+      const size_t p = lists.recv_rows[lists.recv_offsets[q] + i];
+      pairs_at.row[p] = staging + (staged + i) * row_bytes;
+      pairs_at.stream[p] = q;
+      pairs_at.index[p] = i;
     }
     staged += n;
-    phase.push_back(std::move(send));
+    (early ? early_sends : phase).push_back(std::move(send));
     if (schedule == MoeSchedule::kRemoteFirst) {
       receives.push_back(std::move(receive));
     } else {
@@ -273,24 +352,24 @@ void moe_combine(Call& call, const CombineArgs& a, const RowLists& lists, MoeSch
     }
   }
   for (Task& t : receives) phase.push_back(std::move(t));
+  std::vector<Phase> first{std::move(early_sends)}, rest{std::move(phase)};
 
-  // Tokens whose rows are all on this rank can be reduced before anything arrives.
-  std::vector<bool> waits(a.tokens, false);
-  for (int q = 0; q < m.size; ++q) {
-    if (q == me) continue;
-    for (int32_t i = lists.recv_offsets[q]; i < lists.recv_offsets[q + 1]; ++i) {
-      waits[static_cast<size_t>(lists.recv_rows[i]) / a.topk] = true;
-    }
+  if (a.pair_dot) {  // the weights' gradient: every pair on its own, once everything is here
+    run_phases(call, first);
+    run_phases(call, rest);
+    dispatch_float(elem, [&](auto tag) { pair_dot<decltype(tag)>(a, pairs_at.row, 0, a.tokens); });
+    return;
   }
-  std::vector<size_t> ready, later;
-  for (size_t t = 0; t < a.tokens; ++t) (waits[t] ? later : ready).push_back(t);
-  TokenReducer early(call, a, pair_rows, schedule == MoeSchedule::kRemoteFirst ? ready
-                                                                               : std::vector<size_t>{});
-  std::vector<Phase> phases{std::move(phase)};
-  run_phases(call, phases, &early);
-  early.finish();
-  if (schedule == MoeSchedule::kArrival) later.insert(later.begin(), ready.begin(), ready.end());
-  TokenReducer(call, a, pair_rows, std::move(later)).finish();
+  StreamingCombine reduce(call, a, pairs_at, member.accumulator);
+  if (schedule == MoeSchedule::kArrival) {
+    run_phases(call, first);
+    while (reduce.step()) {
+    }
+    run_phases(call, rest);
+  } else {
+    run_phases(call, rest, &reduce);
+  }
+  reduce.finish();
 }
 
 }  // namespace jaccl

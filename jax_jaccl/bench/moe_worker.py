@@ -1,0 +1,172 @@
+"""Runs inside a jaccl-run job: times MoE dispatch and combine, jaccl against a pure-JAX
+baseline (lax.all_to_all of per-destination blocks padded to a fixed capacity), and has
+rank 0 write one JSON record per measurement.
+
+Bytes are counted as DeepEP does: one row of H elements per routed (token, expert) pair,
+split by whether the expert's rank shares the sender's host (intra) or not (inter); every
+rank reports its own time and the record keeps each rank's median (`per_rank_s`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax_jaccl.distributed
+
+
+class Sync:
+    """Barriers and gathers through JAX's coordination service (its own network, and no XLA
+    collective that could meet a jaccl one in a different order)."""
+
+    def __init__(self, index: int, count: int):
+        from jax._src import distributed
+
+        self.client = distributed.global_state.client
+        self.index, self.count, self.n = index, count, 0
+
+    def barrier(self) -> None:
+        self.n += 1
+        if self.client is not None:
+            self.client.wait_at_barrier(f"jaccl-bench-moe-{self.n}", 600_000)
+
+    def gather(self, value: float) -> list:
+        self.n += 1
+        if self.client is None:
+            return [value]
+        self.client.key_value_set(f"jaccl-bench-moe/{self.n}/{self.index}", json.dumps(value))
+        return [json.loads(self.client.blocking_key_value_get(f"jaccl-bench-moe/{self.n}/{p}", 600_000))
+                for p in range(self.count)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--hidden", default="1024,4096")
+    parser.add_argument("--experts", default="8,32")
+    parser.add_argument("--k", type=int, default=8)
+    parser.add_argument("--capacity-factor", type=float, default=1.5)
+    parser.add_argument("--impls", default="jaccl,lax")
+    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args()
+    index, count = jax_jaccl.distributed.initialize()
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    import jax_jaccl as jaccl
+
+    world = jaccl.init()
+    sync = Sync(index, count)
+    n = len(jax.devices())
+    mesh = jax.make_mesh((n,), ("ep",))
+    spec = NamedSharding(mesh, P("ep"))
+    T, K = args.tokens, args.k
+    host_of_rank = [world.hosts[d.process_index] for d in mesh.devices.flat]
+    records = []
+
+    for hidden in map(int, args.hidden.split(",")):
+        for experts in map(int, args.experts.split(",")):
+            E_loc = experts // n
+            rng = np.random.default_rng(0)
+            idx = np.stack([rng.choice(experts, size=K, replace=False)
+                            for _ in range(n * T)]).astype(np.int32)
+            w = rng.random(size=(n * T, K)).astype(np.float32)
+            x = rng.normal(size=(n * T, hidden)).astype(jnp.bfloat16)
+            per_expert = n * T * K / experts
+            capacity = int(np.ceil(per_expert * args.capacity_factor))       # jaccl: whole expert
+            block = int(np.ceil(T * K / experts * args.capacity_factor))     # baseline: per source
+            dest_rank = idx // E_loc
+            src_rank = np.repeat(np.arange(n), T)[:, None]
+            same_host = np.vectorize(lambda s, d: host_of_rank[s] == host_of_rank[d])(src_rank, dest_rank)
+            intra_bytes = int(same_host.sum()) * hidden * 2 // n   # per rank, bf16
+            inter_bytes = int((~same_host).sum()) * hidden * 2 // n
+
+            def put(a):
+                return jax.make_array_from_callback(a.shape, spec, lambda i: a[i])
+
+            xs, ids, ws = put(x), put(idx), put(w)
+
+            def jaccl_programs():
+                def dispatch(x, i, w):
+                    recv, _, handle = jaccl.moe_dispatch(x, i, w, num_experts=experts,
+                                                         capacity=capacity, axis_name="ep")
+                    return recv, handle
+
+                def combine(y, handle, w):
+                    return jaccl.moe_combine(y, handle, w, axis_name="ep")
+
+                handle_spec = jaccl.MoeHandle(*([P("ep")] * len(jaccl.MoeHandle._fields)))
+                d = jax.jit(jax.shard_map(dispatch, mesh=mesh, in_specs=(P("ep"),) * 3,
+                                          out_specs=(P("ep"), handle_spec)))
+                c = jax.jit(jax.shard_map(combine, mesh=mesh, in_specs=(P("ep"), handle_spec, P("ep")),
+                                          out_specs=P("ep")))
+                return d, c
+
+            def lax_programs():
+                def slots(i):  # per (token, k): position in its (destination expert) block
+                    flat = i.reshape(-1)
+                    one_hot = flat[:, None] == jnp.arange(experts)[None, :]
+                    pos = (jnp.cumsum(one_hot, axis=0) - 1)[jnp.arange(flat.shape[0]), flat]
+                    return flat, pos
+
+                def dispatch(x, i, w):
+                    flat, pos = slots(i)
+                    ok = pos < block
+                    buf = jnp.zeros((experts, block + 1, hidden), x.dtype)
+                    tok = jnp.repeat(jnp.arange(T), K)
+                    buf = buf.at[flat, jnp.where(ok, pos, block)].set(x[tok])[:, :block]
+                    buf = buf.reshape(n, E_loc, block, hidden)
+                    recv = jax.lax.all_to_all(buf, "ep", 0, 0, tiled=True)  # [n, E_loc, block, H]
+                    return recv, (flat, pos)
+
+                def combine(recv, routing, w):
+                    flat, pos = routing
+                    back = jax.lax.all_to_all(recv, "ep", 0, 0, tiled=True).reshape(experts, block, hidden)
+                    ok = pos < block
+                    rows = back[flat, jnp.minimum(pos, block - 1)].astype(jnp.float32)
+                    rows = rows * jnp.where(ok, w.reshape(-1), 0.0)[:, None]
+                    return rows.reshape(T, K, hidden).sum(1).astype(recv.dtype)
+
+                d = jax.jit(jax.shard_map(dispatch, mesh=mesh, in_specs=(P("ep"),) * 3,
+                                          out_specs=(P("ep"), (P("ep"), P("ep")))))
+                c = jax.jit(jax.shard_map(combine, mesh=mesh,
+                                          in_specs=(P("ep"), (P("ep"), P("ep")), P("ep")),
+                                          out_specs=P("ep")))
+                return d, c
+
+            for impl in args.impls.split(","):
+                d, c = jaccl_programs() if impl == "jaccl" else lax_programs()
+                recv, handle = d(xs, ids, ws)
+                jax.block_until_ready(c(recv, handle, ws))
+                times = {"dispatch": [], "combine": []}
+                for _ in range(args.iters):
+                    sync.barrier()
+                    start = time.perf_counter()
+                    recv, handle = d(xs, ids, ws)
+                    jax.block_until_ready(recv)
+                    times["dispatch"].append(time.perf_counter() - start)
+                    sync.barrier()
+                    start = time.perf_counter()
+                    jax.block_until_ready(c(recv, handle, ws))
+                    times["combine"].append(time.perf_counter() - start)
+                for op, ts in times.items():
+                    per_rank = sync.gather(float(np.median(ts)))
+                    records.append({"impl": impl, "op": op, "hidden": hidden, "experts": experts,
+                                    "tokens": T, "k": K, "ranks": n, "capacity": capacity,
+                                    "block": block, "intra_bytes": intra_bytes,
+                                    "inter_bytes": inter_bytes,
+                                    "per_rank_s": [float(v) for v in np.ravel(per_rank)],
+                                    "median_s": float(np.max(per_rank))})
+                del recv, handle
+    if index == 0:
+        with open(args.output, "w") as f:
+            json.dump(records, f)
+
+
+if __name__ == "__main__":
+    main()
