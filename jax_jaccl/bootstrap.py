@@ -33,7 +33,7 @@ import threading
 
 import jax
 
-from ._ext import engine
+from ._ext import cuda_engine, engine
 
 _lock = threading.Lock()
 _world: "WorldInfo | None" = None
@@ -164,6 +164,9 @@ def _start() -> WorldInfo:
         secret=secret,
         tcp_stripes=settings.tcp_sockets,
     )
+    if cuda_engine is not None:  # CUDA handlers name devices by ordinal: map them to global ids
+        cuda_engine.set_device_ids([(int(d.local_hardware_id), int(d.id))
+                                    for d in jax.local_devices() if d.platform == "gpu"])
     try:
         if count == 1:
             engine.attach_peers()

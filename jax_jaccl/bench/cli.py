@@ -6,6 +6,7 @@
     jaccl-bench collectives --emulate-hosts 4 --link-rate 200mbit --topology mesh
                             [--sizes ...] [--runs 1] [--plot FILE.png]
     jaccl-bench moe [...]   (see jax_jaccl/bench/moe.py)
+    jaccl-bench kernels     (a GPU: see jax_jaccl/bench/kernels.py)
 
 Each run starts one jaccl-run job (jax_jaccl, and jax's own collectives for --vs lax) and,
 for --vs mpi4jax/mpi, one mpirun job (Open MPI from apt; mpi4py and mpi4jax from the bench
@@ -125,6 +126,14 @@ def main(argv=None) -> None:
     m.add_argument("--json", default=None)
     m.add_argument("--timeout", type=float, default=3600)
     m.set_defaults(fn=lambda args: __import__("jax_jaccl.bench.moe", fromlist=["run"]).run(args))
+    k = sub.add_parser("kernels", help="CUDA reduction and combine kernels vs copy bandwidth and XLA")
+    k.add_argument("--sizes-mib", type=int, nargs="+", default=[64, 1024])
+    k.add_argument("--iters", type=int, default=20)
+    k.add_argument("--tokens", type=int, default=4096)
+    k.add_argument("--topk", type=int, default=8)
+    k.add_argument("--hidden", type=int, default=4096)
+    k.add_argument("--rows", type=int, default=65536)
+    k.set_defaults(fn=lambda args: __import__("jax_jaccl.bench.kernels", fromlist=["run"]).run(args))
     args = parser.parse_args(argv)
     args.fn(args)
 

@@ -11,6 +11,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from .. import _compat
+from .._ext import PLATFORMS
 from .._enums import ALGORITHMS, ALL_GATHER_ALGORITHMS
 from . import _common
 
@@ -85,6 +86,7 @@ def _impl(x, **params):
 all_gather_p = Primitive("jaccl_all_gather")
 all_gather_p.def_impl(_impl)
 all_gather_p.def_effectful_abstract_eval(_abstract_eval)
-mlir.register_lowering(all_gather_p, _lowering, platform="cpu", cacheable=False)
+for _platform in PLATFORMS:
+    mlir.register_lowering(all_gather_p, _lowering, platform=_platform, cacheable=False)
 ad.deflinear2(all_gather_p, _transpose)
 batching.fancy_primitive_batchers[all_gather_p] = _batcher

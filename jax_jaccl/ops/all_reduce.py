@@ -10,6 +10,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from .. import _compat
+from .._ext import PLATFORMS
 from .._enums import ALGORITHMS, ALL_REDUCE_ALGORITHMS, REDUCE_OPS
 from . import _common
 
@@ -96,7 +97,8 @@ def _impl(x, **params):
 all_reduce_p = Primitive("jaccl_all_reduce")
 all_reduce_p.def_impl(_impl)
 all_reduce_p.def_effectful_abstract_eval(_abstract_eval)
-mlir.register_lowering(all_reduce_p, _lowering, platform="cpu", cacheable=False)
+for _platform in PLATFORMS:
+    mlir.register_lowering(all_reduce_p, _lowering, platform=_platform, cacheable=False)
 ad.primitive_jvps[all_reduce_p] = _jvp
 ad.primitive_transposes[all_reduce_p] = _transpose
 batching.fancy_primitive_batchers[all_reduce_p] = _batcher

@@ -13,6 +13,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from .. import _compat
+from .._ext import PLATFORMS
 from . import _common
 
 
@@ -97,6 +98,7 @@ def _impl(x, **params):
 all_to_all_p = Primitive("jaccl_all_to_all")
 all_to_all_p.def_impl(_impl)
 all_to_all_p.def_effectful_abstract_eval(_abstract_eval)
-mlir.register_lowering(all_to_all_p, _lowering, platform="cpu", cacheable=False)
+for _platform in PLATFORMS:
+    mlir.register_lowering(all_to_all_p, _lowering, platform=_platform, cacheable=False)
 ad.deflinear2(all_to_all_p, _transpose)
 batching.fancy_primitive_batchers[all_to_all_p] = _batcher

@@ -79,6 +79,7 @@ def _no_eager(*args, **params):
 moe_exchange_p = Primitive("jaccl_moe_exchange")
 moe_exchange_p.def_impl(_no_eager)
 moe_exchange_p.def_effectful_abstract_eval(_exchange_abstract)
+# CPU only so far: on GPUs the MoE ops have no handlers yet (jax says no lowering for cuda).
 mlir.register_lowering(moe_exchange_p, _exchange_lowering, platform="cpu", cacheable=False)
 
 moe_combine_p = Primitive("jaccl_moe_combine")

@@ -11,6 +11,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from .. import _compat
+from .._ext import PLATFORMS
 from .._enums import ALGORITHMS, REDUCE_OPS, REDUCE_SCATTER_ALGORITHMS
 from . import _common
 
@@ -113,7 +114,8 @@ def _impl(x, **params):
 reduce_scatter_p = Primitive("jaccl_reduce_scatter")
 reduce_scatter_p.def_impl(_impl)
 reduce_scatter_p.def_effectful_abstract_eval(_abstract_eval)
-mlir.register_lowering(reduce_scatter_p, _lowering, platform="cpu", cacheable=False)
+for _platform in PLATFORMS:
+    mlir.register_lowering(reduce_scatter_p, _lowering, platform=_platform, cacheable=False)
 ad.primitive_jvps[reduce_scatter_p] = _jvp
 ad.primitive_transposes[reduce_scatter_p] = _transpose
 batching.fancy_primitive_batchers[reduce_scatter_p] = _batcher

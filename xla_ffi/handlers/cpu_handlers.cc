@@ -6,6 +6,7 @@
 // communicator named by the `groups` table; the op runs to completion on the
 // calling device thread; any failure is returned as an ffi::Error (after
 // telling the peers through the abort board), never thrown or aborted.
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -17,6 +18,7 @@
 #include "common/log.h"
 #include "common/memory.h"
 #include "handlers/call_setup.h"
+#include "handlers/engine_api.h"
 #include "handlers/cpu_handlers.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -47,27 +49,18 @@ void log_choice(const Call& call, size_t bytes) {
 
 }  // namespace
 
-ffi::Error run_collective(CollectiveKind kind, int64_t device, ffi::AnyBuffer in,
-                          ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                          int64_t group_size, int64_t op, int64_t algorithm, int64_t outer_in,
-                          int64_t outer_out) {
-  return with_call(kind, device, groups, group_size, dtype_from_xla(in.element_type()),
-                   in.element_count(), [&](Call& call) {
+// One collective on host buffers (the CPU handlers and, through engine_api.h, the CUDA ones).
+void run_host_collective(Call& call, CollectiveKind kind, const Buffers& buffers, int64_t op,
+                         int64_t algorithm) {
     call.op = static_cast<ReduceOp>(op);
     Communicator::Member& member = *call.member;
-    Buffers buffers;
-    buffers.in = in.untyped_data();
-    buffers.out = out->untyped_data();
-    buffers.in_count = in.element_count();
-    buffers.out_count = out->element_count();
-    buffers.outer_in = static_cast<size_t>(outer_in);
-    buffers.outer_out = static_cast<size_t>(outer_out);
+    const size_t esize = dtype_size(call.dtype);
     if (member.size == 1) {
-      if (buffers.out != buffers.in) std::memcpy(buffers.out, buffers.in, in.size_bytes());
+      if (buffers.out != buffers.in) std::memcpy(buffers.out, buffers.in, buffers.in_count * esize);
       return;
     }
-    const size_t bytes = std::max(in.size_bytes(), out->size_bytes());
-    if (buffers.out != buffers.in) prefer_huge_pages(buffers.out, out->size_bytes());
+    const size_t bytes = std::max(buffers.in_count, buffers.out_count) * esize;
+    if (buffers.out != buffers.in) prefer_huge_pages(buffers.out, buffers.out_count * esize);
     GroupShape shape{member.size, member.direct != nullptr, member.hierarchical};
     call.algorithm = choose_algorithm(kind, static_cast<Algorithm>(algorithm), bytes, shape);
     log_choice(call, bytes);
@@ -85,9 +78,48 @@ ffi::Error run_collective(CollectiveKind kind, int64_t device, ffi::AnyBuffer in
     }
     log(LogLevel::kTrace, kind_name(kind), " #", call.seq, " ", bytes, " B on rank ",
         member.rank, ": ", algorithm_name(call.algorithm), " ", seconds_since(start) * 1e6, " us");
+}
+
+ffi::Error run_collective(CollectiveKind kind, int64_t device, ffi::AnyBuffer in,
+                          ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
+                          int64_t group_size, int64_t op, int64_t algorithm, int64_t outer_in,
+                          int64_t outer_out) {
+  return with_call(kind, device, groups, group_size, dtype_from_xla(in.element_type()),
+                   in.element_count(), [&](Call& call) {
+    Buffers buffers;
+    buffers.in = in.untyped_data();
+    buffers.out = out->untyped_data();
+    buffers.in_count = in.element_count();
+    buffers.out_count = out->element_count();
+    buffers.outer_in = static_cast<size_t>(outer_in);
+    buffers.outer_out = static_cast<size_t>(outer_out);
+    run_host_collective(call, kind, buffers, op, algorithm);
   });
 }
 
+}  // namespace jaccl
+
+extern "C" int jaccl_run_host_call(const JacclHostCall* c, char* error, size_t error_len) {
+  using namespace jaccl;
+  ffi::Span<const int64_t> groups(c->groups, c->groups_len);
+  ffi::Error result = with_call(
+      static_cast<CollectiveKind>(c->kind), c->device, groups, c->group_size,
+      static_cast<Dtype>(c->dtype), c->in_count, [&](Call& call) {
+        Buffers buffers;
+        buffers.in = c->in;
+        buffers.out = c->out;
+        buffers.in_count = c->in_count;
+        buffers.out_count = c->out_count;
+        buffers.outer_in = c->outer_in;
+        buffers.outer_out = c->outer_out;
+        run_host_collective(call, static_cast<CollectiveKind>(c->kind), buffers, c->op, c->algorithm);
+      });
+  if (result.success()) return 0;
+  std::snprintf(error, error_len, "%s", result.message().c_str());
+  return 1;
+}
+
+namespace jaccl {
 namespace {
 
 ffi::Error AllReduceImpl(int32_t device, ffi::Token, ffi::AnyBuffer x, ffi::Result<ffi::Token>,

@@ -16,6 +16,7 @@
 #include "comm/world.h"
 #include "common/error.h"
 #include "handlers/cpu_handlers.h"
+#include "handlers/engine_api.h"
 #include "transport/tcp/socket.h"
 
 namespace nb = nanobind;
@@ -82,6 +83,8 @@ NB_MODULE(_jaccl, m) {
     }
   });
   m.def("registrations", &registrations);
+  // For _jaccl_cuda: the engine's entry point for collectives on host buffers.
+  m.def("engine_api", [] { return capsule(jaccl_run_host_call); });
   m.def("init_world", &init_world, nb::arg("my_process"), nb::arg("processes"),
         nb::arg("devices"), nb::arg("job_tag"), nb::arg("payload_bytes"), nb::arg("num_slots"),
         nb::arg("timeout_s"), nb::arg("spin_us"), nb::arg("endpoints"), nb::arg("secret"),

@@ -1,0 +1,21 @@
+// The CUDA FFI handler symbols and the set-up they need from Python.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "handlers/engine_api.h"
+#include "xla/ffi/api/c_api.h"
+
+extern "C" {
+XLA_FFI_Error* jaccl_cuda_all_reduce(XLA_FFI_CallFrame* frame);
+XLA_FFI_Error* jaccl_cuda_reduce_scatter(XLA_FFI_CallFrame* frame);
+XLA_FFI_Error* jaccl_cuda_all_gather(XLA_FFI_CallFrame* frame);
+XLA_FFI_Error* jaccl_cuda_all_to_all(XLA_FFI_CallFrame* frame);
+}
+
+namespace jaccl::cuda {
+void set_engine(JacclRunHostCall run);
+void set_device_ids(const std::vector<std::pair<int, int64_t>>& ordinal_to_global);
+}  // namespace jaccl::cuda
