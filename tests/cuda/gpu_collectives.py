@@ -7,7 +7,6 @@ sharing the GPU. Skips with the reason when JAX has no GPU."""
 
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
