@@ -33,6 +33,7 @@ import threading
 
 import jax
 
+from . import _cuda_peers
 from ._ext import cuda_engine, engine
 
 _lock = threading.Lock()
@@ -107,7 +108,8 @@ def _at_exit() -> None:
     # broken: jax.distributed's shutdown barrier would wait for the dead peer and then abort
     # the process. End at once with status 1 instead (our hook runs before jax's).
     world = _world
-    if world is not None and world.process_count > 1 and engine.aborted():
+    gpu_failed = cuda_engine is not None and cuda_engine.any_failure()
+    if world is not None and world.process_count > 1 and (engine.aborted() or gpu_failed):
         import sys
 
         sys.stdout.flush()
@@ -137,7 +139,7 @@ def _start() -> WorldInfo:
     me, count = jax.process_index(), jax.process_count()
     device_table = [(int(d.id), int(d.process_index)) for d in devices]
     mine = {"pid": os.getpid(), "host": host_id(), "frame_bytes": settings.frame_bytes,
-            "slots": settings.slots}
+            "slots": settings.slots, "gpus": len(_cuda_peers.local_gpus())}
     if count == 1:
         infos = [mine]
         job_tag = os.environ.get("JACCL_JOB_ID") or secrets.token_hex(6)
@@ -172,6 +174,7 @@ def _start() -> WorldInfo:
             engine.attach_peers()
         else:
             _attach(me, hosts, settings.timeout_s)
+        _cuda_peers.setup(me, infos, hosts, f"{_KV_PREFIX}/{job_tag}", settings.timeout_s)
     except BaseException:
         engine.shutdown()
         raise

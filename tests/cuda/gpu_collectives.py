@@ -1,15 +1,27 @@
-"""Collectives on GPUs (the staged CUDA path), runnable with pytest or as a plain script (the
-GPU machine may have no pytest): `python tests/cuda/gpu_collectives.py [--worker]`.
+"""The collective battery on GPUs, runnable with pytest (test_gpu.py) or as a script:
+`python tests/cuda/gpu_collectives.py [--worker] [--expect-path peer|staged]`.
 
-Checks every op against numpy on exact data, over dtypes and odd sizes, in the process's
-GPUs (a world of 1 on a one-GPU machine) and, with --worker under jaccl-run, across processes
-sharing the GPU. Skips with the reason when JAX has no GPU."""
+Every collective of tests/unit/suite.py (each op, tiled and untiled, split along the first
+and a later dimension) runs with jaccl on the GPUs of the job and, as the reference, with
+jax.lax on as many CPU devices of this process, on exact data: results must be equal, not
+close. In one process the battery also runs with jax.lax on the GPUs. With --worker (under
+jaccl-run) the processes share the machine's GPUs; --expect-path checks which path the
+handlers took (the counts come from _jaccl_cuda). Prints `OK <checks> ...` at the end."""
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
+
+CPU_DEVICES = 8  # reference devices; set before JAX starts its backends
+
+SHAPES = [(7,), (65_537,), (6, 40), (1024, 1024)]
 
 
 def gpu_reason():
@@ -18,72 +30,129 @@ def gpu_reason():
 
         return None if jax.devices("gpu") else "no GPU"
     except Exception as e:  # noqa: BLE001
-        return f"JAX has no GPU backend here ({type(e).__name__})"
+        return f"JAX has no GPU backend here (jax.devices('gpu') raised {type(e).__name__})"
 
 
-def check_all(verbose=True):
-    import jax
+def dtypes():
     import jax.numpy as jnp
-    from jax.sharding import NamedSharding, PartitionSpec as P
 
-    import jax_jaccl as jaccl
+    return [np.float32, jnp.bfloat16, np.float16, np.int32, np.int8, np.uint8, np.bool_]
 
-    devices = jax.devices("gpu")
+
+def battery(impl, devices, shape, dtype):
+    """{name: {mesh position: that device's result}} for the devices this process holds."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    from suite import every_collective
+    from util import exact_data
+
     n = len(devices)
-    mesh = jax.sharding.Mesh(np.array(devices), ("x",))
-    sharding = NamedSharding(mesh, P("x"))
+    mesh = Mesh(np.array(devices), ("x",))
+    whole = np.concatenate([exact_data(shape, dtype, seed=i) for i in range(n)])
+    x = jax.make_array_from_callback(whole.shape, NamedSharding(mesh, P("x")), lambda i: whole[i])
+    per_device = lambda v: jax.tree.map(lambda r: r[None], every_collective(impl, v, dtype, n=n))  # noqa: E731
+    out = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=P("x"), out_specs=P("x")))(x)
+    return {name: {s.index[0].start: np.asarray(s.data)[0] for s in a.addressable_shards}
+            for name, a in out.items()}
+
+
+def check_all(verbose=True, devices=None, reference=None, lax_on_devices=None):
+    """Runs the battery on `devices` (default: every GPU of the job) against jax.lax on
+    `reference` (default: as many CPU devices of this process); returns the checks made."""
+    import jax
+
+    from suite import Jaccl, Lax
+    from util import assert_equal
+
+    devices = devices or jax.devices("gpu")
+    n = len(devices)
+    reference = reference or jax.local_devices(backend="cpu")[:n]
+    assert len(reference) == n, f"need {n} CPU devices for the reference, have {len(reference)}"
+    if lax_on_devices is None:
+        lax_on_devices = jax.process_count() == 1
     checked = 0
-    for dtype in (np.float32, jnp.bfloat16, np.float16, np.int32, np.int8, np.float64):
-        if dtype == np.float64 and not jax.config.jax_enable_x64:
-            continue
-        for size in (1, 7, 1000, 65_537, 1 << 20):
-            rng = np.random.default_rng(size)
-            local = (rng.integers(-8, 8, size=(n, size * n)) / (1 if np.dtype(dtype).kind == "i" else 4))
-            local = local.astype(dtype)
-            x = jax.make_array_from_callback(local.reshape(-1).shape, sharding,
-                                             lambda i: local.reshape(-1)[i])
-
-            def run(fn):
-                body = lambda v: fn(v)[None]  # noqa: E731
-                f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
-                return np.asarray(jax.device_get(f(x)), np.float64)
-
-            total = local.astype(np.float64).sum(0)
-            want = {
-                "all_reduce": np.broadcast_to(total, (n,) + total.shape),
-                "reduce_scatter": total.reshape(n, -1),
-                "all_gather": np.broadcast_to(local.astype(np.float64).reshape(-1), (n, local.size)),
-            }
-            got = {
-                "all_reduce": run(lambda v: jaccl.all_reduce(v, "x")),
-                "reduce_scatter": run(lambda v: jaccl.reduce_scatter(v, "x", tiled=True)),
-                "all_gather": run(lambda v: jaccl.all_gather(v, "x", tiled=True)),
-            }
-            for name in want:
-                np.testing.assert_array_equal(got[name], want[name],
-                                              err_msg=f"{name} {np.dtype(dtype).name} {size}")
-                checked += 1
+    for dtype in dtypes():
+        for shape in SHAPES:
+            if shape == (1024, 1024) and np.dtype(dtype).itemsize != 4:
+                continue
+            got = battery(Jaccl, devices, shape, dtype)
+            references = [battery(Lax, reference, shape, dtype)]
+            if lax_on_devices:
+                references.append(battery(Lax, devices, shape, dtype))
+            for want in references:
+                assert got.keys() == want.keys()
+                for name, results in got.items():
+                    for position, result in results.items():
+                        assert_equal(result, want[name][position],
+                                     err_msg=f"{name} {np.dtype(dtype).name} {shape} device {position}")
+                        checked += 1
+    checked += check_forced_algorithms(devices)
     if verbose:
-        print(f"OK {checked} GPU checks on {n} device(s) of process {jax.process_index()}", flush=True)
+        print(f"OK {checked} checks on {n} {devices[0].platform} device(s), process "
+              f"{jax.process_index()} of {jax.process_count()}", flush=True)
     return checked
 
 
-def test_collectives_on_gpu():
-    import pytest
+def check_forced_algorithms(devices):
+    """all_reduce one-shot on a large message and two-shot on a small one, in place too."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-    reason = gpu_reason()
-    if reason:
-        pytest.skip(reason)
-    assert check_all() > 0
+    import jax_jaccl as jaccl
+
+    n = len(devices)
+    mesh = Mesh(np.array(devices), ("x",))
+    checked = 0
+    for algorithm in ("naive", "mesh"):
+        for size in (3, 300_001):
+            whole = np.arange(n * size, dtype=np.float32) % 13
+            x = jax.make_array_from_callback(whole.shape, NamedSharding(mesh, P("x")),
+                                             lambda i: whole[i])
+            f = jax.jit(jax.shard_map(lambda v: jaccl.all_reduce(v, "x", algorithm=algorithm),
+                                      mesh=mesh, in_specs=P("x"), out_specs=P("x")),
+                        donate_argnums=0)
+            want = whole.reshape(n, size).sum(0)
+            for s in f(x).addressable_shards:
+                np.testing.assert_array_equal(np.asarray(s.data), want, err_msg=f"{algorithm} {size}")
+                checked += 1
+    return checked
 
 
-if __name__ == "__main__":
-    if "--worker" in sys.argv:
+def expect_path(path: str) -> None:
+    from jax_jaccl._ext import cuda_engine
+
+    peer, staged = cuda_engine.path_counts()
+    print(f"PATHS peer={peer} staged={staged}", flush=True)
+    if path == "peer":
+        assert peer > 0 and staged == 0, f"expected the peer path: peer={peer} staged={staged}"
+    elif path == "staged":
+        assert staged > 0 and peer == 0, f"expected the staged path: peer={peer} staged={staged}"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--worker", action="store_true", help="one process of a jaccl-run job")
+    parser.add_argument("--expect-path", choices=["peer", "staged"])
+    args = parser.parse_args()
+    os.environ.setdefault("JACCL_TIMEOUT", "60")
+    if args.worker:
         import jax_jaccl.distributed
 
-        jax_jaccl.distributed.initialize()
+        _, count = jax_jaccl.distributed.initialize(local_devices=CPU_DEVICES)
+        assert count > 1, "worker started with a single process"
+    else:
+        import jax
+
+        jax.config.update("jax_num_cpu_devices", CPU_DEVICES)
     reason = gpu_reason()
     if reason:
         print(f"SKIP: {reason}")
-        sys.exit(0)
+        return
     check_all()
+    if args.expect_path:
+        expect_path(args.expect_path)
+
+
+if __name__ == "__main__":
+    main()

@@ -17,3 +17,18 @@ def test_cuda_extension_is_built_and_importable_without_a_gpu():
         "jaccl_all_reduce", "jaccl_reduce_scatter", "jaccl_all_gather", "jaccl_all_to_all"}
     assert ext.PLATFORMS == ("cpu", "cuda")
     assert ext.cuda_engine.device_count() >= 0
+
+
+@pytest.mark.skipif(ext.cuda_engine is None, reason="CPU-only build")
+def test_peer_registry_without_a_gpu_is_empty_and_fails_cleanly():
+    cuda = ext.cuda_engine
+    if cuda.device_count() > 0:
+        pytest.skip("a GPU is present: tests/cuda covers the peer path")
+    assert cuda.path_counts() == (0, 0)
+    assert cuda.readable_pairs() == []
+    assert not cuda.any_failure()
+    with pytest.raises(RuntimeError, match="jaccl: "):
+        cuda.create_workspace(ordinal=0, device=0, world_devices=1, world_processes=1,
+                              data_bytes=1 << 20, timeout_s=1.0)
+    ok, why = cuda.open_peer(device=1, process=1, pid=1, handle=b"", bus_id="0000:00:00.0")
+    assert not ok and why

@@ -1,16 +1,26 @@
-// XLA FFI handlers for the collectives on CUDA devices: the staged path. Device buffers are
-// copied into pinned host memory on XLA's stream, a host function enqueued on the same stream
-// runs the CPU engine on them (the engine _jaccl owns, through engine_api.h), and the result
-// is copied back: stream-ordered, with no host synchronisation in the handler. Peers anywhere
-// (this host or others) are reached by the CPU transports.
+// XLA FFI handlers for the collectives on CUDA devices. Two paths, chosen per group the same
+// way on every rank:
+// - the peer path (cuda_peer_path.h): every member is a GPU of this host whose workspace this
+//   process mapped (CUDA IPC or peer access); kernels and copies on XLA's stream, barriers by
+//   flags in device memory, no host involvement;
+// - the staged path: device buffers are copied into pinned host memory on XLA's stream, a
+//   host function enqueued on the same stream runs the CPU engine on them (the engine _jaccl
+//   owns, through engine_api.h), and the result is copied back. Peers anywhere (this host or
+//   others) are reached by the CPU transports.
+// JACCL_CUDA_PATH=auto (default) | peer | staged overrides the choice (same on every process).
 //
 // Contract: registered for platform CUDA with the same names and attributes as the CPU
-// handlers; never marked command-buffer compatible (the host function would not replay). An
-// error inside the host function cannot fail the XLA call that enqueued it: it is posted on
-// the abort board (peers stop) and returned by this device's next jaccl call.
+// handlers; never marked command-buffer compatible (barrier counts are taken at enqueue time
+// and the staged host function would not replay). A failure that happens on the stream
+// cannot fail the XLA call that enqueued it: the peer path's barrier traps (the context
+// stops, so nothing consumes a wrong result) and leaves the reason in the device status; the
+// staged path posts it on the abort board (peers stop). Either is returned by this device's
+// next jaccl call and printed on stderr.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -21,7 +31,9 @@
 #include "collectives/kinds.h"
 #include "common/dtype.h"
 #include "common/reduce.h"
+#include "common/log.h"
 #include "handlers/cuda_handlers.h"
+#include "handlers/cuda_peer_path.h"
 #include "handlers/engine_api.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -34,6 +46,7 @@ JacclRunHostCall engine = nullptr;
 std::mutex mutex;  // guards the maps below
 std::unordered_map<int, int64_t> global_ids;  // CUDA ordinal -> XLA global device id
 std::unordered_map<int, std::string> pending_errors;
+std::atomic<uint64_t> peer_calls{0}, staged_calls{0};  // enqueued so far, for tests
 
 // Pinned staging memory of one device, grown (after draining the stream) when too small.
 struct Staging {
@@ -83,32 +96,58 @@ Dtype dtype_of(ffi::DataType type, bool* ok) {
   }
 }
 
-ffi::Error staged(CollectiveKind kind, cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer in,
-                  ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                  int64_t group_size, int64_t op, int64_t algorithm, int64_t outer_in,
-                  int64_t outer_out) {
+enum class PathMode { kAuto, kPeer, kStaged };
+
+PathMode path_mode() {
+  static const PathMode mode = [] {
+    const char* v = std::getenv("JACCL_CUDA_PATH");
+    const std::string s = v != nullptr ? v : "auto";
+    if (s == "peer") return PathMode::kPeer;
+    if (s == "staged") return PathMode::kStaged;
+    if (s != "auto" && !s.empty()) {
+      std::fprintf(stderr, "jaccl: JACCL_CUDA_PATH=%s is not auto, peer or staged; using auto\n", v);
+    }
+    return PathMode::kAuto;
+  }();
+  return mode;
+}
+
+// The members (global device ids, in rank order) of the group `device` belongs to.
+std::vector<int64_t> group_of(ffi::Span<const int64_t> groups, int64_t group_size, int64_t device,
+                              int* rank) {
+  const size_t n = static_cast<size_t>(group_size);
+  for (size_t g = 0; n > 0 && g + n <= groups.size(); g += n) {
+    for (size_t r = 0; r < n; ++r) {
+      if (groups[g + r] == device) {
+        *rank = static_cast<int>(r);
+        return std::vector<int64_t>(groups.begin() + g, groups.begin() + g + n);
+      }
+    }
+  }
+  return {};
+}
+
+void log_path(CollectiveKind kind, size_t bytes, int64_t device, size_t n, const char* path) {
+  if (log_level() < LogLevel::kInfo) return;
+  int size_class = 0;
+  while ((size_t{1} << size_class) < bytes) ++size_class;
+  if (!first_time("cuda/" + std::to_string(static_cast<int>(kind)) + "/" +
+                  std::to_string(size_class) + "/" + std::to_string(device) + "/" + path)) {
+    return;
+  }
+  log(LogLevel::kInfo, kind_name(kind), " ", bytes, " B (<= 2^", size_class, ") on GPU device ",
+      device, ", group of ", n, ": ", path);
+}
+
+ffi::Error staged(const JacclHostCall& call, const std::vector<int64_t>& groups, int32_t ordinal,
+                  cudaStream_t stream, ffi::AnyBuffer in, ffi::Result<ffi::AnyBuffer> out) {
   if (engine == nullptr) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                       "jaccl: the CUDA handlers have no engine (import jax_jaccl first)");
   }
-  bool ok;
-  const Dtype dtype = dtype_of(in.element_type(), &ok);
-  if (!ok) return ffi::Error::InvalidArgument("jaccl: unsupported element type on CUDA");
-  int64_t device;
   Staging* stage;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    auto error = pending_errors.find(ordinal);
-    if (error != pending_errors.end()) {
-      return ffi::Error(ffi::ErrorCode::kUnavailable, "jaccl: an earlier collective on this GPU "
-                        "failed: " + error->second);
-    }
-    auto id = global_ids.find(ordinal);
-    if (id == global_ids.end()) {
-      return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                        "jaccl: CUDA device " + std::to_string(ordinal) + " is not in the jaccl world");
-    }
-    device = id->second;
     stage = &staging[ordinal];
   }
   const size_t in_bytes = in.size_bytes(), out_bytes = out->size_bytes();
@@ -126,13 +165,11 @@ ffi::Error staged(CollectiveKind kind, cudaStream_t stream, int32_t ordinal, ffi
   char* host_out = host_in + in_bytes;
   cudaError_t err = cudaMemcpyAsync(host_in, in.untyped_data(), in_bytes, cudaMemcpyDeviceToHost, stream);
   auto job = std::make_unique<Job>();
-  job->groups.assign(groups.begin(), groups.end());
+  job->groups = groups;
   job->ordinal = ordinal;
-  job->call = JacclHostCall{static_cast<int32_t>(kind), device, nullptr, job->groups.size(),
-                            group_size, static_cast<int32_t>(dtype), static_cast<int32_t>(op),
-                            static_cast<int32_t>(algorithm), host_in, host_out,
-                            in.element_count(), out->element_count(),
-                            static_cast<uint64_t>(outer_in), static_cast<uint64_t>(outer_out)};
+  job->call = call;
+  job->call.in = host_in;
+  job->call.out = host_out;
   if (err == cudaSuccess) err = cudaLaunchHostFunc(stream, run_job, job.get());
   if (err != cudaSuccess) return cuda_error(err, "enqueueing a staged collective");
   job.release();  // run_job owns it now
@@ -141,37 +178,119 @@ ffi::Error staged(CollectiveKind kind, cudaStream_t stream, int32_t ordinal, ffi
   return ffi::Error::Success();
 }
 
+ffi::Error collective(CollectiveKind kind, cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer in,
+                      ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
+                      int64_t group_size, int64_t op, int64_t algorithm, int64_t outer_in,
+                      int64_t outer_out) {
+  bool ok;
+  const Dtype dtype = dtype_of(in.element_type(), &ok);
+  if (!ok) return ffi::Error::InvalidArgument("jaccl: unsupported element type on CUDA");
+  int64_t device;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto error = pending_errors.find(ordinal);
+    if (error != pending_errors.end()) {
+      return ffi::Error(ffi::ErrorCode::kUnavailable, "jaccl: an earlier collective on this GPU "
+                        "failed: " + error->second);
+    }
+    auto id = global_ids.find(ordinal);
+    if (id == global_ids.end()) {
+      return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                        "jaccl: CUDA device " + std::to_string(ordinal) + " is not in the jaccl world");
+    }
+    device = id->second;
+  }
+  LocalDevice* local = local_device(ordinal);
+  if (local != nullptr) {
+    const std::string why = failure(*local);
+    if (!why.empty()) return ffi::Error(ffi::ErrorCode::kUnavailable, why);
+  }
+  int rank = 0;
+  const std::vector<int64_t> members = group_of(groups, group_size, device, &rank);
+  if (members.empty()) {
+    return ffi::Error::InvalidArgument("jaccl: device " + std::to_string(device) +
+                                       " is in none of the call's groups");
+  }
+  const size_t bytes = std::max(in.size_bytes(), out->size_bytes());
+  if (members.size() == 1) {
+    if (out->untyped_data() == in.untyped_data() || in.size_bytes() == 0) return ffi::Error::Success();
+    cudaError_t err = cudaMemcpyAsync(out->untyped_data(), in.untyped_data(), in.size_bytes(),
+                                      cudaMemcpyDeviceToDevice, stream);
+    return err == cudaSuccess ? ffi::Error::Success() : cuda_error(err, "copying a group of one");
+  }
+  const PathMode mode = path_mode();
+  if (mode != PathMode::kStaged && peer_path_group(local, members)) {
+    PeerCollective call;
+    call.kind = kind;
+    call.dtype = dtype;
+    call.op = static_cast<ReduceOp>(op);
+    call.algorithm = static_cast<Algorithm>(algorithm);
+    call.in = in.untyped_data();
+    call.out = out->untyped_data();
+    call.in_count = in.element_count();
+    call.out_count = out->element_count();
+    call.outer_in = static_cast<size_t>(outer_in);
+    call.outer_out = static_cast<size_t>(outer_out);
+    const bool one_shot = kind == CollectiveKind::kAllReduce &&
+        peer_all_reduce_algorithm(call.algorithm, bytes) == Algorithm::kNaive;
+    log_path(kind, bytes, device, members.size(),
+             kind != CollectiveKind::kAllReduce ? "peer path" : one_shot ? "peer path, one-shot"
+                                                                          : "peer path, two-shot");
+    peer_calls.fetch_add(1, std::memory_order_relaxed);
+    cudaError_t err = run_peer_collective(*local, members, rank, call, stream);
+    return err == cudaSuccess ? ffi::Error::Success() : cuda_error(err, "enqueueing a peer collective");
+  }
+  if (mode == PathMode::kPeer) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      "jaccl: JACCL_CUDA_PATH=peer but the group of device " + std::to_string(device) +
+                      " cannot take the peer path (it needs every member on this host, mapped "
+                      "both ways, at most " + std::to_string(kMaxPeers) + " members)");
+  }
+  log_path(kind, bytes, device, members.size(), "staged through host memory");
+  staged_calls.fetch_add(1, std::memory_order_relaxed);
+  JacclHostCall call{static_cast<int32_t>(kind), device, nullptr, 0, group_size,
+                     static_cast<int32_t>(dtype), static_cast<int32_t>(op),
+                     static_cast<int32_t>(algorithm), nullptr, nullptr, in.element_count(),
+                     out->element_count(), static_cast<uint64_t>(outer_in),
+                     static_cast<uint64_t>(outer_out)};
+  std::vector<int64_t> table(groups.begin(), groups.end());
+  call.groups_len = table.size();
+  return staged(call, table, ordinal, stream, in, out);
+}
+
 ffi::Error AllReduce(cudaStream_t s, int32_t d, ffi::Token, ffi::AnyBuffer x, ffi::Result<ffi::Token>,
                      ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
                      int64_t group_size, int64_t op, int64_t algorithm) {
-  return staged(CollectiveKind::kAllReduce, s, d, x, out, groups, group_size, op, algorithm, 1, 1);
+  return collective(CollectiveKind::kAllReduce, s, d, x, out, groups, group_size, op, algorithm, 1, 1);
 }
 
 ffi::Error ReduceScatter(cudaStream_t s, int32_t d, ffi::Token, ffi::AnyBuffer x,
                          ffi::Result<ffi::Token>, ffi::Result<ffi::AnyBuffer> out,
                          ffi::Span<const int64_t> groups, int64_t group_size, int64_t op,
                          int64_t algorithm, int64_t outer) {
-  return staged(CollectiveKind::kReduceScatter, s, d, x, out, groups, group_size, op, algorithm,
+  return collective(CollectiveKind::kReduceScatter, s, d, x, out, groups, group_size, op, algorithm,
                 outer, 1);
 }
 
 ffi::Error AllGather(cudaStream_t s, int32_t d, ffi::Token, ffi::AnyBuffer x, ffi::Result<ffi::Token>,
                      ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
                      int64_t group_size, int64_t algorithm, int64_t outer) {
-  return staged(CollectiveKind::kAllGather, s, d, x, out, groups, group_size,
+  return collective(CollectiveKind::kAllGather, s, d, x, out, groups, group_size,
                 static_cast<int64_t>(ReduceOp::kSum), algorithm, 1, outer);
 }
 
 ffi::Error AllToAll(cudaStream_t s, int32_t d, ffi::Token, ffi::AnyBuffer x, ffi::Result<ffi::Token>,
                     ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
                     int64_t group_size, int64_t outer_in, int64_t outer_out) {
-  return staged(CollectiveKind::kAllToAll, s, d, x, out, groups, group_size,
+  return collective(CollectiveKind::kAllToAll, s, d, x, out, groups, group_size,
                 static_cast<int64_t>(ReduceOp::kSum), 0, outer_in, outer_out);
 }
 
 }  // namespace
 
 void set_engine(JacclRunHostCall run) { engine = run; }
+
+std::pair<uint64_t, uint64_t> path_counts() { return {peer_calls.load(), staged_calls.load()}; }
 
 void set_device_ids(const std::vector<std::pair<int, int64_t>>& ids) {
   std::lock_guard<std::mutex> lock(mutex);

@@ -18,4 +18,6 @@ XLA_FFI_Error* jaccl_cuda_all_to_all(XLA_FFI_CallFrame* frame);
 namespace jaccl::cuda {
 void set_engine(JacclRunHostCall run);
 void set_device_ids(const std::vector<std::pair<int, int64_t>>& ordinal_to_global);
+// Collectives enqueued on the peer path and on the staged path by this process so far.
+std::pair<uint64_t, uint64_t> path_counts();
 }  // namespace jaccl::cuda

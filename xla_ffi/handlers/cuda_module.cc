@@ -1,11 +1,15 @@
 // The Python extension _jaccl_cuda: CUDA FFI handler capsules, the link to _jaccl's engine,
-// the CUDA-ordinal -> global-device-id table, and kernel benchmarks for `jaccl-bench kernels`.
+// the CUDA-ordinal -> global-device-id table, the peer registry's set-up (workspaces, IPC
+// handles, reachable pairs) and kernel benchmarks for `jaccl-bench kernels`.
 //
-// Contract: importable on machines without a GPU (nothing touches CUDA at import); the bench
-// functions need a GPU and time with CUDA events on device 0, returning seconds per call.
+// Contract: importable on machines without a GPU (nothing touches CUDA at import); the
+// set-up functions raise RuntimeError with CUDA's message on failure; the bench functions
+// need a GPU and time with CUDA events on device 0, returning seconds per call.
 #include <cuda_runtime.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <random>
@@ -15,6 +19,7 @@
 
 #include "cuda/kernels.h"
 #include "handlers/cuda_handlers.h"
+#include "handlers/cuda_peers.h"
 
 namespace nb = nanobind;
 
@@ -107,6 +112,24 @@ NB_MODULE(_jaccl_cuda, m) {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
   });
+  m.def("create_workspace", [](int ordinal, int64_t device, int64_t world_devices,
+                               int world_processes, size_t data_bytes, double timeout_s) {
+    auto [handle, bus] = jaccl::cuda::create_workspace(ordinal, device, world_devices,
+                                                       world_processes, data_bytes, timeout_s);
+    return nb::make_tuple(nb::bytes(handle.data(), handle.size()), bus);
+  }, nb::arg("ordinal"), nb::arg("device"), nb::arg("world_devices"), nb::arg("world_processes"),
+        nb::arg("data_bytes"), nb::arg("timeout_s"));
+  m.def("open_peer", [](int64_t device, int process, int pid, nb::bytes handle,
+                        const std::string& bus_id) {
+    std::string why;
+    const bool ok = jaccl::cuda::open_peer(device, process, pid,
+                                           std::string(handle.c_str(), handle.size()), bus_id, &why);
+    return nb::make_tuple(ok, why);
+  }, nb::arg("device"), nb::arg("process"), nb::arg("pid"), nb::arg("handle"), nb::arg("bus_id"));
+  m.def("readable_pairs", &jaccl::cuda::readable_pairs);
+  m.def("set_reachable", &jaccl::cuda::set_reachable);
+  m.def("any_failure", &jaccl::cuda::any_failure);
+  m.def("path_counts", &jaccl::cuda::path_counts);
   m.def("bench_copy", &bench_copy, nb::arg("bytes"), nb::arg("iters"));
   m.def("bench_reduce", &bench_reduce, nb::arg("dtype"), nb::arg("op"), nb::arg("count"),
         nb::arg("operands"), nb::arg("iters"));

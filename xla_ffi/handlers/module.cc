@@ -15,6 +15,7 @@
 
 #include "comm/world.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "handlers/cpu_handlers.h"
 #include "handlers/engine_api.h"
 #include "transport/tcp/socket.h"
@@ -96,6 +97,8 @@ NB_MODULE(_jaccl, m) {
         nb::call_guard<nb::gil_scoped_release>());
   m.def("unlink_own_segment", [] { jaccl::World::require().unlink_own_segment(); });
   m.def("own_segment_name", [] { return jaccl::World::require().own_segment_name(); });
+  m.def("log_info", [](const std::string& line) { jaccl::log(jaccl::LogLevel::kInfo, line); });
+  m.def("log_warning", [](const std::string& line) { jaccl::log(jaccl::LogLevel::kWarn, line); });
   m.def("is_initialized", [] { return jaccl::World::get() != nullptr; });
   m.def("aborted", [] {
     jaccl::World* world = jaccl::World::get();

@@ -1,0 +1,21 @@
+"""The GPU suite's battery (tests/cuda/gpu_collectives.py) run on CPU devices: two devices
+under test against jax.lax on two others. The GPU machine is lent rarely and briefly; this
+keeps its script from failing for reasons a CPU could have shown."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import jax
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "cuda"))
+
+import gpu_collectives  # noqa: E402
+
+
+def test_the_gpu_battery_passes_on_cpu_devices():
+    cpu = jax.devices("cpu")
+    checked = gpu_collectives.check_all(verbose=False, devices=cpu[:2], reference=cpu[2:4],
+                                        lax_on_devices=True)
+    assert checked > 800

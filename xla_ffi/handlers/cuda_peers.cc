@@ -1,0 +1,306 @@
+#include "handlers/cuda_peers.h"
+
+#include <cuda_runtime.h>
+#include <signal.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "collectives/kinds.h"
+#include "common/dtype.h"
+#include "common/reduce.h"
+
+namespace jaccl::cuda {
+namespace {
+
+constexpr size_t kHeaderAlign = 256;
+
+struct Registry {
+  std::mutex mutex;
+  std::map<int, std::unique_ptr<LocalDevice>> locals;  // by CUDA ordinal
+  std::map<int64_t, Peer> peers;                       // by global device id, locals included
+  std::map<int, int> peer_pids;                        // process index -> pid (other processes)
+  std::set<std::pair<int64_t, int64_t>> readable;      // (local device, peer device)
+  std::set<std::pair<int64_t, int64_t>> reachable;     // both ways, agreed by every process
+  uint8_t* dead_host = nullptr;                        // per process, mapped
+  uint8_t* dead_device = nullptr;
+  uint64_t timeout_ns = 0;
+  std::set<int64_t> reported;
+  bool watching = false;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: the watcher may outlive main()
+  return *r;
+}
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw std::runtime_error(std::string("jaccl: ") + what + ": " + cudaGetErrorString(err));
+  }
+}
+
+size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+// Lays out flags, descriptor and staging data in one allocation.
+Workspace lay_out(char* base, int64_t world_devices, size_t data_bytes) {
+  Workspace w;
+  const size_t flag_bytes = round_up(static_cast<size_t>(world_devices) * sizeof(uint64_t), kHeaderAlign);
+  w.flags = reinterpret_cast<uint64_t*>(base);
+  w.descriptor = reinterpret_cast<uint64_t*>(base + flag_bytes);
+  w.data = base + flag_bytes + kHeaderAlign;
+  w.data_bytes = data_bytes;
+  return w;
+}
+
+size_t workspace_bytes(int64_t world_devices, size_t data_bytes) {
+  return round_up(static_cast<size_t>(world_devices) * sizeof(uint64_t), kHeaderAlign) +
+         kHeaderAlign + data_bytes;
+}
+
+std::string describe_call(const volatile uint64_t* d) {
+  const uint64_t w0 = d[0];
+  std::ostringstream s;
+  s << kind_name(static_cast<CollectiveKind>(w0 & 0xff)) << " of "
+    << dtype_name(static_cast<Dtype>((w0 >> 8) & 0xff)) << "[" << d[1] << "] -> [" << d[2] << "] ("
+    << reduce_op_name(static_cast<ReduceOp>((w0 >> 16) & 0xff)) << ", chunk at " << d[5]
+    << ", group " << std::hex << d[6] << std::dec << ")";
+  return s.str();
+}
+
+std::string describe_failure(const LocalDevice& local, const DeviceStatus& st) {
+  std::ostringstream s;
+  s << "jaccl: GPU collective on device " << local.device << " failed: ";
+  switch (st.error) {
+    case kPeerTimeout:
+      s << "timed out after " << registry().timeout_ns / 1e9 << " s waiting for device "
+        << st.device << " (group rank " << st.rank << "); raise JACCL_TIMEOUT if it is only slow";
+      break;
+    case kPeerDead:
+      s << "the process of device " << st.device << " (group rank " << st.rank << ") died";
+      break;
+    case kPeerMismatch:
+      s << "ranks disagree: device " << local.device << " runs " << describe_call(st.mine)
+        << " but device " << st.device << " (group rank " << st.rank << ") runs "
+        << describe_call(st.theirs);
+      break;
+    default:
+      s << "unknown failure " << st.error;
+  }
+  return s.str();
+}
+
+// Every 10 ms: mark peer processes that no longer exist (the barriers waiting on them fail
+// at once) and print each device's failure once.
+void watch() {
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    for (const auto& [process, pid] : r.peer_pids) {
+      if (!r.dead_host[process] && kill(pid, 0) != 0 && errno == ESRCH) {
+        r.dead_host[process] = 1;
+      }
+    }
+    for (const auto& [ordinal, local] : r.locals) {
+      if (local->status_host->error != kPeerOk && r.reported.insert(local->device).second) {
+        std::fprintf(stderr, "%s\n", describe_failure(*local, *local->status_host).c_str());
+        std::fflush(stderr);
+      }
+    }
+  }
+}
+
+// Call with r.mutex held.
+void ensure_shared_state(Registry& r, int world_processes, double timeout_s) {
+  if (r.dead_host == nullptr) {
+    void* p = nullptr;
+    check(cudaHostAlloc(&p, std::max(world_processes, 1), cudaHostAllocMapped | cudaHostAllocPortable),
+          "mapped host memory for the peer list");
+    std::memset(p, 0, std::max(world_processes, 1));
+    r.dead_host = static_cast<uint8_t*>(p);
+    void* d = nullptr;
+    check(cudaHostGetDevicePointer(&d, p, 0), "device view of the peer list");
+    r.dead_device = static_cast<uint8_t*>(d);
+  }
+  r.timeout_ns = static_cast<uint64_t>(timeout_s * 1e9);
+  if (!r.watching) {
+    std::thread(watch).detach();
+    r.watching = true;
+  }
+}
+
+class CurrentDevice {  // restores the caller's current device
+ public:
+  explicit CurrentDevice(int ordinal) {
+    cudaGetDevice(&saved_);
+    check(cudaSetDevice(ordinal), "cudaSetDevice");
+  }
+  ~CurrentDevice() { cudaSetDevice(saved_); }
+
+ private:
+  int saved_ = 0;
+};
+
+}  // namespace
+
+std::pair<std::string, std::string> create_workspace(int ordinal, int64_t device,
+                                                     int64_t world_devices, int world_processes,
+                                                     size_t data_bytes, double timeout_s) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (r.locals.count(ordinal)) throw std::runtime_error("jaccl: workspace created twice");
+  CurrentDevice current(ordinal);
+  ensure_shared_state(r, world_processes, timeout_s);
+  auto local = std::make_unique<LocalDevice>();
+  local->ordinal = ordinal;
+  local->device = device;
+  local->barriers.assign(static_cast<size_t>(world_devices), 0);
+  void* base = nullptr;
+  check(cudaMalloc(&base, workspace_bytes(world_devices, data_bytes)), "cudaMalloc (workspace)");
+  local->workspace = lay_out(static_cast<char*>(base), world_devices, data_bytes);
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cudaMemsetAsync(base, 0, workspace_bytes(world_devices, 0), stream), "cudaMemset");
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  cudaStreamDestroy(stream);
+  void* status = nullptr;
+  check(cudaHostAlloc(&status, sizeof(DeviceStatus), cudaHostAllocMapped | cudaHostAllocPortable),
+        "mapped host memory for the device status");
+  std::memset(status, 0, sizeof(DeviceStatus));
+  local->status_host = static_cast<DeviceStatus*>(status);
+  void* status_device = nullptr;
+  check(cudaHostGetDevicePointer(&status_device, status, 0), "device view of the status");
+  local->status_device = static_cast<DeviceStatus*>(status_device);
+  cudaIpcMemHandle_t handle;
+  check(cudaIpcGetMemHandle(&handle, base), "cudaIpcGetMemHandle");
+  char bus[32] = {};
+  check(cudaDeviceGetPCIBusId(bus, sizeof bus, ordinal), "cudaDeviceGetPCIBusId");
+  r.peers[device] = Peer{local->workspace, -1};
+  r.readable.insert({device, device});
+  r.locals[ordinal] = std::move(local);
+  return {std::string(reinterpret_cast<const char*>(&handle), sizeof handle), std::string(bus)};
+}
+
+bool open_peer(int64_t device, int process, int pid, const std::string& handle,
+               const std::string& bus_id, std::string* why) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (r.locals.empty()) {
+    *why = "no local GPU workspace";
+    return false;
+  }
+  int owner = -1;  // the peer's GPU as this process numbers it
+  if (cudaDeviceGetByPCIBusId(&owner, bus_id.c_str()) != cudaSuccess) {
+    cudaGetLastError();
+    *why = "its GPU " + bus_id + " is not visible in this process";
+    return false;
+  }
+  Workspace workspace;
+  if (handle.empty()) {  // a device of this process
+    auto found = r.peers.find(device);
+    if (found == r.peers.end()) {
+      *why = "no workspace for that device in this process";
+      return false;
+    }
+    workspace = found->second.workspace;
+  } else {
+    if (handle.size() != sizeof(cudaIpcMemHandle_t)) {
+      *why = "malformed IPC handle";
+      return false;
+    }
+    cudaIpcMemHandle_t h;
+    std::memcpy(&h, handle.data(), sizeof h);
+    CurrentDevice current(owner);
+    void* base = nullptr;
+    cudaError_t err = cudaIpcOpenMemHandle(&base, h, cudaIpcMemLazyEnablePeerAccess);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      *why = std::string("cudaIpcOpenMemHandle: ") + cudaGetErrorString(err);
+      return false;
+    }
+    const size_t world_devices = r.locals.begin()->second->barriers.size();
+    workspace = lay_out(static_cast<char*>(base), static_cast<int64_t>(world_devices),
+                        r.locals.begin()->second->workspace.data_bytes);
+    r.peer_pids[process] = pid;
+  }
+  r.peers[device] = Peer{workspace, process};
+  for (const auto& [ordinal, local] : r.locals) {
+    int can = ordinal == owner ? 1 : 0;
+    if (!can && cudaDeviceCanAccessPeer(&can, ordinal, owner) != cudaSuccess) can = 0;
+    if (can && ordinal != owner) {
+      CurrentDevice current(ordinal);
+      cudaError_t err = cudaDeviceEnablePeerAccess(owner, 0);
+      if (err == cudaErrorPeerAccessAlreadyEnabled) err = cudaSuccess;
+      cudaGetLastError();
+      can = err == cudaSuccess;
+    }
+    if (can) r.readable.insert({local->device, device});
+  }
+  return true;
+}
+
+std::vector<std::pair<int64_t, int64_t>> readable_pairs() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return {r.readable.begin(), r.readable.end()};
+}
+
+void set_reachable(const std::vector<std::pair<int64_t, int64_t>>& pairs) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::set<std::pair<int64_t, int64_t>> one_way(pairs.begin(), pairs.end());
+  r.reachable.clear();
+  for (const auto& [a, b] : one_way) {
+    if (one_way.count({b, a})) r.reachable.insert({a, b});
+  }
+}
+
+bool any_failure() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (const auto& [ordinal, local] : r.locals) {
+    if (local->status_host->error != kPeerOk) return true;
+  }
+  return false;
+}
+
+LocalDevice* local_device(int ordinal) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto found = r.locals.find(ordinal);
+  return found == r.locals.end() ? nullptr : found->second.get();
+}
+
+const Peer* peer(int64_t device) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto found = r.peers.find(device);
+  return found == r.peers.end() ? nullptr : &found->second;
+}
+
+bool reachable(int64_t a, int64_t b) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return a == b ? r.reachable.count({a, a}) > 0 : r.reachable.count({a, b}) > 0;
+}
+
+uint64_t timeout_ns() { return registry().timeout_ns; }
+
+const volatile uint8_t* dead_processes() { return registry().dead_device; }
+
+std::string failure(const LocalDevice& device) {
+  if (device.status_host == nullptr || device.status_host->error == kPeerOk) return "";
+  return describe_failure(device, *device.status_host);
+}
+
+}  // namespace jaccl::cuda
