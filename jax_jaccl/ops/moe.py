@@ -22,6 +22,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
 from .. import _compat
+from .._ext import PLATFORMS
 from . import _common
 from .all_gather import all_gather
 from .moe_routing import route
@@ -79,13 +80,14 @@ def _no_eager(*args, **params):
 moe_exchange_p = Primitive("jaccl_moe_exchange")
 moe_exchange_p.def_impl(_no_eager)
 moe_exchange_p.def_effectful_abstract_eval(_exchange_abstract)
-# CPU only so far: on GPUs the MoE ops have no handlers yet (jax says no lowering for cuda).
-mlir.register_lowering(moe_exchange_p, _exchange_lowering, platform="cpu", cacheable=False)
+for _platform in PLATFORMS:  # on GPUs: staged through the CPU engine (cuda_moe_handlers.cc)
+    mlir.register_lowering(moe_exchange_p, _exchange_lowering, platform=_platform, cacheable=False)
 
 moe_combine_p = Primitive("jaccl_moe_combine")
 moe_combine_p.def_impl(_no_eager)
 moe_combine_p.def_effectful_abstract_eval(_combine_abstract)
-mlir.register_lowering(moe_combine_p, _combine_lowering, platform="cpu", cacheable=False)
+for _platform in PLATFORMS:
+    mlir.register_lowering(moe_combine_p, _combine_lowering, platform=_platform, cacheable=False)
 
 
 def _exchange(src, h: MoeHandle, send_rows, dst_rows, axes, num_experts):

@@ -1,6 +1,7 @@
 """The GPU suite (skipped, with the reason, where JAX has no GPU): the collective battery in
 this process's GPUs, across 2 processes sharing the machine's GPUs on the peer path (CUDA
-IPC, device-memory flags) and on the staged path, and failures on the GPU: ranks that
+IPC, device-memory flags) and on the staged path; the MoE ops likewise; and failures on
+the GPU: ranks that
 disagree, a killed peer and a stalled peer end in an error on every survivor within the
 deadline, never a hung stream, and leave no process behind."""
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpu_collectives import check_all, gpu_reason
+from gpu_moe import check_moe
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "multiprocess"))
@@ -45,6 +47,22 @@ def test_battery_in_two_processes(path, buffer_mb):
     assert done.returncode == 0, clean(output)[-6000:]
     assert output.count("OK ") == 2, clean(output)[-3000:]
     assert "of 2" in output  # both processes report a job of two
+
+
+def test_moe_in_this_process():
+    assert check_moe() > 0
+
+
+@pytest.mark.parametrize("path", ["peer", "staged"])
+def test_moe_in_two_processes(path):
+    """The MoE ops are staged through the CPU engine; their count all_gather takes `path`."""
+    env = dict(os.environ, **SHARED_GPU, JACCL_CUDA_PATH=path)
+    done = subprocess.run([sys.executable, "-m", "jax_jaccl.launch", "-n", "2", "--",
+                           sys.executable, str(HERE / "gpu_moe.py"), "--worker"],
+                          capture_output=True, text=True, timeout=900, env=env)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, clean(output)[-6000:]
+    assert output.count("OK ") == 2, clean(output)[-3000:]
 
 
 def fault_env(path):

@@ -1,5 +1,5 @@
-"""The GPU suite's battery (tests/cuda/gpu_collectives.py) run on CPU devices: two devices
-under test against jax.lax on two others. The GPU machine is lent rarely and briefly; this
+"""The GPU suite's batteries (tests/cuda/gpu_collectives.py, gpu_moe.py) run on CPU devices:
+two devices under test against the references on two others. The GPU machine is lent rarely and briefly; this
 keeps its script from failing for reasons a CPU could have shown."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import jax
 sys.path.insert(0, str(Path(__file__).parents[1] / "cuda"))
 
 import gpu_collectives  # noqa: E402
+import gpu_moe  # noqa: E402
 
 
 def test_the_gpu_battery_passes_on_cpu_devices():
@@ -19,3 +20,8 @@ def test_the_gpu_battery_passes_on_cpu_devices():
     checked = gpu_collectives.check_all(verbose=False, devices=cpu[:2], reference=cpu[2:4],
                                         lax_on_devices=True)
     assert checked > 800
+
+
+def test_the_gpu_moe_checks_pass_on_cpu_devices():
+    cpu = jax.devices("cpu")
+    assert gpu_moe.check_moe(verbose=False, devices=cpu[:2], reference=cpu[2:4]) > 100

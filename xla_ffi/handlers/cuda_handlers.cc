@@ -21,11 +21,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "collectives/kinds.h"
@@ -34,6 +31,7 @@
 #include "common/log.h"
 #include "handlers/cuda_handlers.h"
 #include "handlers/cuda_peer_path.h"
+#include "handlers/cuda_staging.h"
 #include "handlers/engine_api.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -43,58 +41,7 @@ namespace jaccl::cuda {
 namespace {
 
 JacclRunHostCall engine = nullptr;
-std::mutex mutex;  // guards the maps below
-std::unordered_map<int, int64_t> global_ids;  // CUDA ordinal -> XLA global device id
-std::unordered_map<int, std::string> pending_errors;
 std::atomic<uint64_t> peer_calls{0}, staged_calls{0};  // enqueued so far, for tests
-
-// Pinned staging memory of one device, grown (after draining the stream) when too small.
-struct Staging {
-  void* host = nullptr;
-  size_t bytes = 0;
-};
-std::unordered_map<int, Staging> staging;
-
-struct Job {
-  JacclHostCall call;
-  std::vector<int64_t> groups;
-  int ordinal;
-};
-
-void CUDART_CB run_job(void* data) {
-  std::unique_ptr<Job> job(static_cast<Job*>(data));
-  job->call.groups = job->groups.data();
-  char error[2048];
-  if (engine(&job->call, error, sizeof error) != 0) {
-    std::lock_guard<std::mutex> lock(mutex);
-    pending_errors.emplace(job->ordinal, error);
-  }
-}
-
-ffi::Error cuda_error(cudaError_t err, const char* what) {
-  return ffi::Error(ffi::ErrorCode::kInternal,
-                    std::string("jaccl: ") + what + ": " + cudaGetErrorString(err));
-}
-
-Dtype dtype_of(ffi::DataType type, bool* ok) {
-  *ok = true;
-  switch (type) {
-    case ffi::DataType::PRED: return Dtype::kBool;
-    case ffi::DataType::S8: return Dtype::kI8;
-    case ffi::DataType::S16: return Dtype::kI16;
-    case ffi::DataType::S32: return Dtype::kI32;
-    case ffi::DataType::S64: return Dtype::kI64;
-    case ffi::DataType::U8: return Dtype::kU8;
-    case ffi::DataType::U16: return Dtype::kU16;
-    case ffi::DataType::U32: return Dtype::kU32;
-    case ffi::DataType::U64: return Dtype::kU64;
-    case ffi::DataType::F16: return Dtype::kF16;
-    case ffi::DataType::BF16: return Dtype::kBF16;
-    case ffi::DataType::F32: return Dtype::kF32;
-    case ffi::DataType::F64: return Dtype::kF64;
-    default: *ok = false; return Dtype::kF32;
-  }
-}
 
 enum class PathMode { kAuto, kPeer, kStaged };
 
@@ -139,40 +86,32 @@ void log_path(CollectiveKind kind, size_t bytes, int64_t device, size_t n, const
       device, ", group of ", n, ": ", path);
 }
 
-ffi::Error staged(const JacclHostCall& call, const std::vector<int64_t>& groups, int32_t ordinal,
+// Device buffers -> pinned host memory -> the CPU engine (on the device's worker thread) ->
+// back, all ordered on the stream.
+ffi::Error staged(const JacclHostCall& call, std::vector<int64_t> groups, int32_t ordinal,
                   cudaStream_t stream, ffi::AnyBuffer in, ffi::Result<ffi::AnyBuffer> out) {
   if (engine == nullptr) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                       "jaccl: the CUDA handlers have no engine (import jax_jaccl first)");
   }
-  Staging* stage;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    stage = &staging[ordinal];
-  }
   const size_t in_bytes = in.size_bytes(), out_bytes = out->size_bytes();
-  const size_t need = in_bytes + out_bytes;
-  if (stage->bytes < need) {
-    cudaError_t err = cudaStreamSynchronize(stream);  // the old buffer may still be in use
-    if (err == cudaSuccess && stage->host != nullptr) err = cudaFreeHost(stage->host);
-    stage->host = nullptr;
-    stage->bytes = 0;
-    if (err == cudaSuccess) err = cudaHostAlloc(&stage->host, need, cudaHostAllocPortable);
-    if (err != cudaSuccess) return cuda_error(err, "pinned staging memory");
-    stage->bytes = need;
+  char* host_in = nullptr;
+  if (ffi::Error e = staging_memory(ordinal, in_bytes + out_bytes, stream, &host_in); e.failure()) {
+    return e;
   }
-  char* host_in = static_cast<char*>(stage->host);
   char* host_out = host_in + in_bytes;
   cudaError_t err = cudaMemcpyAsync(host_in, in.untyped_data(), in_bytes, cudaMemcpyDeviceToHost, stream);
-  auto job = std::make_unique<Job>();
-  job->groups = groups;
-  job->ordinal = ordinal;
-  job->call = call;
-  job->call.in = host_in;
-  job->call.out = host_out;
-  if (err == cudaSuccess) err = cudaLaunchHostFunc(stream, run_job, job.get());
-  if (err != cudaSuccess) return cuda_error(err, "enqueueing a staged collective");
-  job.release();  // run_job owns it now
+  if (err != cudaSuccess) return cuda_error(err, "staging a collective's input");
+  JacclHostCall host = call;
+  host.in = host_in;
+  host.out = host_out;
+  ffi::Error enqueued = enqueue_host_job(
+      ordinal, call.device, stream, [host, groups = std::move(groups)](char* error, size_t len) mutable {
+        host.groups = groups.data();
+        host.groups_len = groups.size();
+        return engine(&host, error, len);
+      });
+  if (enqueued.failure()) return enqueued;
   err = cudaMemcpyAsync(out->untyped_data(), host_out, out_bytes, cudaMemcpyHostToDevice, stream);
   if (err != cudaSuccess) return cuda_error(err, "copying a collective's result back");
   return ffi::Error::Success();
@@ -186,19 +125,10 @@ ffi::Error collective(CollectiveKind kind, cudaStream_t stream, int32_t ordinal,
   const Dtype dtype = dtype_of(in.element_type(), &ok);
   if (!ok) return ffi::Error::InvalidArgument("jaccl: unsupported element type on CUDA");
   int64_t device;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto error = pending_errors.find(ordinal);
-    if (error != pending_errors.end()) {
-      return ffi::Error(ffi::ErrorCode::kUnavailable, "jaccl: an earlier collective on this GPU "
-                        "failed: " + error->second);
-    }
-    auto id = global_ids.find(ordinal);
-    if (id == global_ids.end()) {
-      return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                        "jaccl: CUDA device " + std::to_string(ordinal) + " is not in the jaccl world");
-    }
-    device = id->second;
+  if (ffi::Error e = global_device(ordinal, &device); e.failure()) return e;
+  if (std::string why = pending_error(ordinal); !why.empty()) {
+    return ffi::Error(ffi::ErrorCode::kUnavailable,
+                      "jaccl: an earlier collective on this GPU failed: " + why);
   }
   LocalDevice* local = local_device(ordinal);
   if (local != nullptr) {
@@ -253,9 +183,7 @@ ffi::Error collective(CollectiveKind kind, cudaStream_t stream, int32_t ordinal,
                      static_cast<int32_t>(algorithm), nullptr, nullptr, in.element_count(),
                      out->element_count(), static_cast<uint64_t>(outer_in),
                      static_cast<uint64_t>(outer_out)};
-  std::vector<int64_t> table(groups.begin(), groups.end());
-  call.groups_len = table.size();
-  return staged(call, table, ordinal, stream, in, out);
+  return staged(call, std::vector<int64_t>(groups.begin(), groups.end()), ordinal, stream, in, out);
 }
 
 ffi::Error AllReduce(cudaStream_t s, int32_t d, ffi::Token, ffi::AnyBuffer x, ffi::Result<ffi::Token>,
@@ -291,11 +219,6 @@ ffi::Error AllToAll(cudaStream_t s, int32_t d, ffi::Token, ffi::AnyBuffer x, ffi
 void set_engine(JacclRunHostCall run) { engine = run; }
 
 std::pair<uint64_t, uint64_t> path_counts() { return {peer_calls.load(), staged_calls.load()}; }
-
-void set_device_ids(const std::vector<std::pair<int, int64_t>>& ids) {
-  std::lock_guard<std::mutex> lock(mutex);
-  for (const auto& [ordinal, id] : ids) global_ids[ordinal] = id;
-}
 
 }  // namespace jaccl::cuda
 

@@ -13,11 +13,13 @@ XLA_FFI_Error* jaccl_cuda_all_reduce(XLA_FFI_CallFrame* frame);
 XLA_FFI_Error* jaccl_cuda_reduce_scatter(XLA_FFI_CallFrame* frame);
 XLA_FFI_Error* jaccl_cuda_all_gather(XLA_FFI_CallFrame* frame);
 XLA_FFI_Error* jaccl_cuda_all_to_all(XLA_FFI_CallFrame* frame);
+XLA_FFI_Error* jaccl_cuda_moe_exchange(XLA_FFI_CallFrame* frame);
+XLA_FFI_Error* jaccl_cuda_moe_combine(XLA_FFI_CallFrame* frame);
 }
 
 namespace jaccl::cuda {
 void set_engine(JacclRunHostCall run);
-void set_device_ids(const std::vector<std::pair<int, int64_t>>& ordinal_to_global);
+void set_moe_engine(JacclRunHostMoe run);
 // Collectives enqueued on the peer path and on the staged path by this process so far.
 std::pair<uint64_t, uint64_t> path_counts();
 }  // namespace jaccl::cuda

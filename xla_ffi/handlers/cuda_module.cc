@@ -20,6 +20,7 @@
 #include "cuda/kernels.h"
 #include "handlers/cuda_handlers.h"
 #include "handlers/cuda_peers.h"
+#include "handlers/cuda_staging.h"
 
 namespace nb = nanobind;
 
@@ -97,6 +98,8 @@ nb::dict registrations() {
   d["jaccl_reduce_scatter"] = nb::capsule(reinterpret_cast<void*>(jaccl_cuda_reduce_scatter));
   d["jaccl_all_gather"] = nb::capsule(reinterpret_cast<void*>(jaccl_cuda_all_gather));
   d["jaccl_all_to_all"] = nb::capsule(reinterpret_cast<void*>(jaccl_cuda_all_to_all));
+  d["jaccl_moe_exchange"] = nb::capsule(reinterpret_cast<void*>(jaccl_cuda_moe_exchange));
+  d["jaccl_moe_combine"] = nb::capsule(reinterpret_cast<void*>(jaccl_cuda_moe_combine));
   return d;
 }
 
@@ -104,8 +107,9 @@ nb::dict registrations() {
 
 NB_MODULE(_jaccl_cuda, m) {
   m.def("registrations", &registrations);
-  m.def("set_engine", [](nb::capsule api) {
-    jaccl::cuda::set_engine(reinterpret_cast<JacclRunHostCall>(api.data()));
+  m.def("set_engine", [](nb::capsule collectives, nb::capsule moe) {
+    jaccl::cuda::set_engine(reinterpret_cast<JacclRunHostCall>(collectives.data()));
+    jaccl::cuda::set_moe_engine(reinterpret_cast<JacclRunHostMoe>(moe.data()));
   });
   m.def("set_device_ids", &jaccl::cuda::set_device_ids);
   m.def("device_count", [] {
@@ -128,7 +132,7 @@ NB_MODULE(_jaccl_cuda, m) {
   }, nb::arg("device"), nb::arg("process"), nb::arg("pid"), nb::arg("handle"), nb::arg("bus_id"));
   m.def("readable_pairs", &jaccl::cuda::readable_pairs);
   m.def("set_reachable", &jaccl::cuda::set_reachable);
-  m.def("any_failure", &jaccl::cuda::any_failure);
+  m.def("any_failure", [] { return jaccl::cuda::any_failure() || jaccl::cuda::any_pending_error(); });
   m.def("path_counts", &jaccl::cuda::path_counts);
   m.def("bench_copy", &bench_copy, nb::arg("bytes"), nb::arg("iters"));
   m.def("bench_reduce", &bench_reduce, nb::arg("dtype"), nb::arg("op"), nb::arg("count"),

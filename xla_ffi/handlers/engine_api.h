@@ -2,10 +2,11 @@
 // handlers (_jaccl_cuda) stage device buffers through pinned host memory and hand them to
 // the engine that _jaccl owns (one World per process, whichever module calls it).
 //
-// Contract: jaccl_run_host_call runs one collective for one device on host buffers, as the
-// CPU FFI handler would; returns 0, or non-zero with a message in `error` (also posted on the
-// abort board, so the peers stop too). Thread-safe in the engine's usual sense: one caller
-// per device at a time.
+// Contract: jaccl_run_host_call runs one collective, jaccl_run_host_moe one MoE row exchange
+// or combine, for one device on host buffers, as the CPU FFI handlers do (they call the same
+// code); each returns 0, or non-zero with a message in `error` (also posted on the abort
+// board, so the peers stop too). Thread-safe in the engine's usual sense: one caller per
+// device at a time.
 #pragma once
 
 #include <cstddef>
@@ -30,4 +31,39 @@ struct JacclHostCall {
 typedef int (*JacclRunHostCall)(const JacclHostCall* call, char* error, size_t error_len);
 
 int jaccl_run_host_call(const JacclHostCall* call, char* error, size_t error_len);
+
+// The MoE ops (moe/moe.h). Exchange: `rows` are the rows to send, `out` receives out_rows
+// rows; topk_idx is validated against num_experts. Combine: `rows` are the expert outputs y,
+// `extra` the router weights (float32 [out_rows, topk]) or, with pair_dot, dout ([out_rows,
+// row_elems] of the rows' dtype); `out` is [out_rows, row_elems] or float32 [out_rows, topk].
+enum { kJacclMoeSendRows = 0, kJacclMoeSendOffsets, kJacclMoeRecvRows, kJacclMoeRecvOffsets };
+
+struct JacclHostMoeCall {
+  int32_t kind;           // CollectiveKind: kMoeDispatch (exchange) or kMoeCombine
+  int64_t device;
+  const int64_t* groups;
+  size_t groups_len;
+  int64_t group_size;
+  int32_t dtype;          // Dtype of the rows
+  const void* rows;
+  uint64_t rows_count;    // rows
+  uint64_t row_elems;
+  const int32_t* lists[4];
+  uint64_t list_counts[4];
+  const int32_t* topk_idx;  // exchange
+  uint64_t topk_count;
+  int64_t num_experts;
+  const void* extra;        // combine: weights or dout
+  uint64_t extra_count;
+  int32_t extra_dtype;      // Dtype
+  int64_t topk;
+  int32_t pair_dot;
+  void* out;
+  uint64_t out_rows;
+  uint64_t out_count;       // elements
+};
+
+typedef int (*JacclRunHostMoe)(const JacclHostMoeCall* call, char* error, size_t error_len);
+
+int jaccl_run_host_moe(const JacclHostMoeCall* call, char* error, size_t error_len);
 }
