@@ -40,9 +40,11 @@ def setup(me: int, infos: list, hosts: tuple, prefix: str, timeout_s: float) -> 
     try:
         for d in gpus:
             handle, bus = cuda_engine.create_workspace(
-                ordinal=int(d.local_hardware_id), device=int(d.id), world_devices=world_devices,
-                world_processes=len(infos), data_bytes=buffer_mb << 20, timeout_s=timeout_s)
-            mine.append({"device": int(d.id), "handle": handle.hex(), "bus": bus})
+                ordinal=int(d.local_hardware_id), device=int(d.id), process=me,
+                world_devices=world_devices, world_processes=len(infos),
+                data_bytes=buffer_mb << 20, timeout_s=timeout_s)
+            mine.append({"device": int(d.id), "handle": handle.hex(), "bus": bus,
+                         "bytes": buffer_mb << 20})
     except RuntimeError as e:
         engine.log_warning(f"GPU peer path unavailable on process {me}: {e}")
         mine = []
@@ -58,10 +60,11 @@ def setup(me: int, infos: list, hosts: tuple, prefix: str, timeout_s: float) -> 
         for w in workspaces:
             handle = b"" if p == me else bytes.fromhex(w["handle"])
             ok, why = cuda_engine.open_peer(device=w["device"], process=p, pid=int(infos[p]["pid"]),
-                                            handle=handle, bus_id=w["bus"])
+                                            handle=handle, bus_id=w["bus"], data_bytes=w["bytes"])
             if not ok:
-                engine.log_info(f"GPU device {w['device']} of process {p} is not readable from "
-                                f"process {me}: {why}; groups with it are staged through host memory")
+                engine.log_warning(f"GPU device {w['device']} of process {p} is not readable from "
+                                   f"process {me}: {why}; groups with it are staged through host "
+                                   "memory")
     readable = [list(pair) for pair in cuda_engine.readable_pairs()]
     everyone = _share(kv, f"{prefix}/cuda/readable", me, partners, readable, timeout_s)
     cuda_engine.set_reachable([tuple(pair) for pairs in everyone.values() for pair in pairs])

@@ -29,7 +29,8 @@ def test_peer_registry_without_a_gpu_is_empty_and_fails_cleanly():
     assert cuda.readable_pairs() == []
     assert not cuda.any_failure()
     with pytest.raises(RuntimeError, match="jaccl: "):
-        cuda.create_workspace(ordinal=0, device=0, world_devices=1, world_processes=1,
+        cuda.create_workspace(ordinal=0, device=0, process=0, world_devices=1, world_processes=1,
                               data_bytes=1 << 20, timeout_s=1.0)
-    ok, why = cuda.open_peer(device=1, process=1, pid=1, handle=b"", bus_id="0000:00:00.0")
+    ok, why = cuda.open_peer(device=1, process=1, pid=1, handle=b"", bus_id="0000:00:00.0",
+                             data_bytes=1 << 20)
     assert not ok and why

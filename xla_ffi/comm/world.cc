@@ -12,6 +12,7 @@
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/process.h"
 #include "transport/ring_channel.h"
 
 namespace jaccl {
@@ -20,19 +21,6 @@ namespace {
 std::unique_ptr<World>& world_slot() {
   static std::unique_ptr<World> world;
   return world;
-}
-
-// A process is alive while kill(pid, 0) finds it and it is not a zombie.
-bool pid_alive(int pid) {
-  if (pid <= 0) return true;
-  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return false;
-  auto close_paren = line.rfind(')');
-  if (close_paren == std::string::npos || close_paren + 2 >= line.size()) return true;
-  char state = line[close_paren + 2];
-  return state != 'Z' && state != 'X';
 }
 
 uint64_t hash_table(const int64_t* table, size_t size, int group_size) {

@@ -25,43 +25,54 @@ __device__ __forceinline__ uint64_t global_time_ns() {
   return t;
 }
 
-__device__ void fail(const BarrierArgs& a, int* claimed, PeerError error, int q,
+// The first failing lane reports and traps; any other waits for the trap.
+__device__ void fail(const BarrierArgs& a, int* claimed, PeerError error, int q, int64_t device,
                      const uint64_t* theirs) {
-  if (atomicCAS(claimed, 0, 1) == 0) {
-    a.status->rank = q;
-    a.status->device = a.device[q];
-    for (int i = 0; i < kDescriptorWords; ++i) {
-      a.status->mine[i] = a.call[i];
-      a.status->theirs[i] = theirs != nullptr ? theirs[i] : 0;
-    }
-    __threadfence_system();
-    a.status->error = error;
-    __threadfence_system();
+  if (atomicCAS(claimed, 0, 1) != 0) {
+    for (;;) __nanosleep(1000);
   }
+  a.status->rank = q;
+  a.status->device = device;
+  for (int i = 0; i < kDescriptorWords; ++i) {
+    a.status->mine[i] = a.call[i];
+    a.status->theirs[i] = theirs != nullptr ? theirs[i] : 0;
+  }
+  for (int p = 0; p < a.n; ++p) {
+    if (a.abort_peer[p] != nullptr && !(a.dead != nullptr && a.dead[a.process[p]])) {
+      *reinterpret_cast<volatile int64_t*>(a.abort_peer[p]) = a.self + 1;
+    }
+  }
+  __threadfence_system();
+  a.status->error = error;
+  __threadfence_system();
   __trap();
 }
 
 __global__ void barrier_kernel(BarrierArgs a) {
-  __shared__ int claimed;  // the first failing lane reports
+  __shared__ int claimed;
   const int q = threadIdx.x;
   if (q == 0) {
     claimed = 0;
     if (a.check) {
       for (int i = 0; i < kDescriptorWords; ++i) a.my_descriptor[i] = a.call[i];
     }
+    __threadfence_system();
   }
   __syncthreads();
   __threadfence_system();
   const bool peer = q < a.n && q != a.rank;
-  if (peer) *reinterpret_cast<volatile uint64_t*>(a.signal[q]) = a.value[q];
+  const volatile int64_t* aborted = a.aborted;
   if (peer) {
+    if (a.dead != nullptr && a.dead[a.process[q]]) fail(a, &claimed, kPeerDead, q, a.device[q], nullptr);
+    *reinterpret_cast<volatile uint64_t*>(a.signal[q]) = a.value[q];
     const volatile uint64_t* slot = a.arrived[q];
     const uint64_t start = global_time_ns();
     uint32_t spins = 0;
     while (*slot < a.value[q]) {
       if ((++spins & 255) == 0) {
-        if (a.dead != nullptr && a.dead[a.process[q]]) fail(a, &claimed, kPeerDead, q, nullptr);
-        if (global_time_ns() - start > a.timeout_ns) fail(a, &claimed, kPeerTimeout, q, nullptr);
+        if (*aborted != 0) fail(a, &claimed, kPeerAborted, q, *aborted - 1, nullptr);
+        if (a.dead != nullptr && a.dead[a.process[q]]) fail(a, &claimed, kPeerDead, q, a.device[q], nullptr);
+        if (global_time_ns() - start > a.timeout_ns) fail(a, &claimed, kPeerTimeout, q, a.device[q], nullptr);
       }
       __nanosleep(64);
     }
@@ -76,7 +87,7 @@ __global__ void barrier_kernel(BarrierArgs a) {
       copy[i] = theirs[i];
       same &= copy[i] == a.call[i];
     }
-    if (!same) fail(a, &claimed, kPeerMismatch, q, copy);
+    if (!same) fail(a, &claimed, kPeerMismatch, q, a.device[q], copy);
   }
 }
 

@@ -3,9 +3,11 @@
 //
 // Contract: launchers enqueue on `stream` and return the launch error; nothing blocks the
 // host. A barrier that fails (a peer too slow past the deadline, a peer process dead, ranks
-// disagreeing on the call) writes what happened into the device's DeviceStatus (mapped host
-// memory) and traps: the CUDA context stops, so no later work on it can consume a wrong
-// result, and the host reads the reason from the status.
+// disagreeing on the call, a peer that failed first) writes what happened into the device's
+// DeviceStatus (mapped host memory), raises the abort word of every peer of the group (so
+// they stop at once instead of waiting out the deadline) and traps: the CUDA context stops,
+// so no later work on it can consume a wrong result, and the host reads the reason from the
+// status.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,9 +20,16 @@
 namespace jaccl::cuda {
 
 constexpr int kMaxPeers = kMaxOperands;
-constexpr int kDescriptorWords = 7;
+constexpr int kDescriptorWords = 8;
 
-enum PeerError : int32_t { kPeerOk = 0, kPeerTimeout = 1, kPeerMismatch = 2, kPeerDead = 3 };
+enum PeerError : int32_t {
+  kPeerOk = 0,
+  kPeerTimeout = 1,
+  kPeerMismatch = 2,
+  kPeerDead = 3,
+  kPeerAborted = 4,  // a peer failed first (DeviceStatus::device says which)
+  kPeerBroken = 5,   // the host could not enqueue a peer collective
+};
 
 // Written by a failing barrier, read by the host (mapped, pinned host memory).
 struct DeviceStatus {
@@ -42,6 +51,9 @@ struct BarrierArgs {
   int64_t device[kMaxPeers] = {};             // peer q's global device id
   const volatile uint8_t* dead = nullptr;     // per process: 1 once the host saw it die
   int32_t process[kMaxPeers] = {};            // peer q's process index
+  int64_t* abort_peer[kMaxPeers] = {};        // peer q's abort word (null for me)
+  const int64_t* aborted = nullptr;           // mine: 1 + the device that failed first
+  int64_t self = 0;                           // my global device id
   bool check = false;                         // start barrier: compare descriptors
   uint64_t* my_descriptor = nullptr;          // in my workspace
   const uint64_t* descriptor[kMaxPeers] = {}; // peer q's, in its workspace

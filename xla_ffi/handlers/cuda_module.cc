@@ -116,20 +116,22 @@ NB_MODULE(_jaccl_cuda, m) {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
   });
-  m.def("create_workspace", [](int ordinal, int64_t device, int64_t world_devices,
+  m.def("create_workspace", [](int ordinal, int64_t device, int process, int64_t world_devices,
                                int world_processes, size_t data_bytes, double timeout_s) {
-    auto [handle, bus] = jaccl::cuda::create_workspace(ordinal, device, world_devices,
+    auto [handle, bus] = jaccl::cuda::create_workspace(ordinal, device, process, world_devices,
                                                        world_processes, data_bytes, timeout_s);
     return nb::make_tuple(nb::bytes(handle.data(), handle.size()), bus);
-  }, nb::arg("ordinal"), nb::arg("device"), nb::arg("world_devices"), nb::arg("world_processes"),
-        nb::arg("data_bytes"), nb::arg("timeout_s"));
+  }, nb::arg("ordinal"), nb::arg("device"), nb::arg("process"), nb::arg("world_devices"),
+        nb::arg("world_processes"), nb::arg("data_bytes"), nb::arg("timeout_s"));
   m.def("open_peer", [](int64_t device, int process, int pid, nb::bytes handle,
-                        const std::string& bus_id) {
+                        const std::string& bus_id, size_t data_bytes) {
     std::string why;
     const bool ok = jaccl::cuda::open_peer(device, process, pid,
-                                           std::string(handle.c_str(), handle.size()), bus_id, &why);
+                                           std::string(handle.c_str(), handle.size()), bus_id,
+                                           data_bytes, &why);
     return nb::make_tuple(ok, why);
-  }, nb::arg("device"), nb::arg("process"), nb::arg("pid"), nb::arg("handle"), nb::arg("bus_id"));
+  }, nb::arg("device"), nb::arg("process"), nb::arg("pid"), nb::arg("handle"), nb::arg("bus_id"),
+        nb::arg("data_bytes"));
   m.def("readable_pairs", &jaccl::cuda::readable_pairs);
   m.def("set_reachable", &jaccl::cuda::set_reachable);
   m.def("any_failure", [] { return jaccl::cuda::any_failure() || jaccl::cuda::any_pending_error(); });

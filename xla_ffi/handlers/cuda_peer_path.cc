@@ -67,9 +67,12 @@ class PeerSchedule {
     // Chunks keep every packed block 16-byte aligned in the staging area.
     vec_ = std::max<size_t>(1, 16 / esize_);
     capacity_ = me.workspace.data_bytes / esize_ / vec_ * vec_;
+    one_shot_ = call.kind == CollectiveKind::kAllReduce &&
+                peer_all_reduce_algorithm(call.algorithm, call.in_count * esize_) == Algorithm::kNaive;
   }
 
   cudaError_t run() {
+    if (capacity_ < vec_ * n_) return cudaErrorInvalidValue;  // below the 1 MiB minimum
     switch (call_.kind) {
       case CollectiveKind::kAllReduce: return all_reduce();
       case CollectiveKind::kReduceScatter: return split_input(/*reduce=*/true);
@@ -86,16 +89,15 @@ class PeerSchedule {
   }
 
   cudaError_t all_reduce() {
-    const bool one_shot = peer_all_reduce_algorithm(call_.algorithm, call_.in_count * esize_) ==
-                          Algorithm::kNaive;
     const size_t chunk = capacity_ / (vec_ * n_) * (vec_ * n_);
+    chunk_ = chunk;
     for (size_t a = 0; a < call_.in_count; a += chunk) {
       const size_t m = std::min(chunk, call_.in_count - a);
       cudaError_t err = cudaMemcpyAsync(staging(rank_), at(call_.in, a), m * esize_,
                                         cudaMemcpyDeviceToDevice, stream_);
       if (err == cudaSuccess) err = barrier(true, a);
       if (err != cudaSuccess) return err;
-      if (one_shot) {
+      if (one_shot_) {
         err = reduce(at(call_.out, a), 0, m);
       } else {
         const size_t slice = (m + n_ - 1) / n_;
@@ -122,7 +124,8 @@ class PeerSchedule {
   // gets block q of everyone, reduced into its output or placed as block p of its output.
   cudaError_t split_input(bool reduce_blocks) {
     const size_t block = call_.in_count / n_;
-    const size_t chunk = std::max<size_t>(vec_, capacity_ / n_ / vec_ * vec_);
+    const size_t chunk = capacity_ / n_ / vec_ * vec_;
+    chunk_ = chunk;
     for (size_t a = 0; a < block; a += chunk) {
       const size_t m = std::min(chunk, block - a);
       cudaError_t err = cudaSuccess;
@@ -149,6 +152,7 @@ class PeerSchedule {
   }
 
   cudaError_t all_gather() {
+    chunk_ = capacity_;
     for (size_t a = 0; a < call_.in_count; a += capacity_) {
       const size_t m = std::min(capacity_, call_.in_count - a);
       cudaError_t err = cudaMemcpyAsync(staging(rank_), at(call_.in, a), m * esize_,
@@ -185,18 +189,24 @@ class PeerSchedule {
       args.device[q] = g;
       args.process[q] = peers_[q]->process;
       args.descriptor[q] = peers_[q]->workspace.descriptor;
+      args.abort_peer[q] = peers_[q]->workspace.abort;
     }
+    args.aborted = me_.workspace.abort;
+    args.self = me_.device;
     args.dead = dead_processes();
     args.check = start;
     args.my_descriptor = me_.workspace.descriptor;
+    // Everything the ranks must agree on, the schedule included (JACCL_CUDA_ONESHOT_KB and
+    // the staging size decide it): a rank running another schedule fails the first barrier.
     args.call[0] = static_cast<uint64_t>(call_.kind) | static_cast<uint64_t>(call_.dtype) << 8 |
-                   static_cast<uint64_t>(call_.op) << 16;
+                   static_cast<uint64_t>(call_.op) << 16 | static_cast<uint64_t>(one_shot_) << 24;
     args.call[1] = call_.in_count;
     args.call[2] = call_.out_count;
     args.call[3] = call_.outer_in;
     args.call[4] = call_.outer_out;
     args.call[5] = chunk_first;
     args.call[6] = hash_;
+    args.call[7] = chunk_;
     args.timeout_ns = timeout_ns();
     args.status = me_.status_device;
     return launch_barrier(args, stream_);
@@ -210,7 +220,8 @@ class PeerSchedule {
   const size_t esize_;
   const uint64_t hash_;
   std::vector<const Peer*> peers_;
-  size_t vec_ = 1, capacity_ = 0;
+  size_t vec_ = 1, capacity_ = 0, chunk_ = 0;
+  bool one_shot_ = false;
 };
 
 }  // namespace
@@ -234,7 +245,13 @@ Algorithm peer_all_reduce_algorithm(Algorithm requested, size_t bytes) {
 
 cudaError_t run_peer_collective(LocalDevice& me, const std::vector<int64_t>& members, int rank,
                                 const PeerCollective& call, cudaStream_t stream) {
-  return PeerSchedule(me, members, rank, call, stream).run();
+  std::lock_guard<std::mutex> lock(me.mutex);
+  cudaGetLastError();  // an unrelated earlier error must not look like ours
+  cudaError_t err = PeerSchedule(me, members, rank, call, stream).run();
+  if (err != cudaSuccess) {
+    mark_broken(me, members, std::string("enqueueing a peer collective: ") + cudaGetErrorString(err));
+  }
+  return err;
 }
 
 }  // namespace jaccl::cuda

@@ -1,9 +1,8 @@
 #include "handlers/cuda_peers.h"
 
 #include <cuda_runtime.h>
-#include <signal.h>
 
-#include <cerrno>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +16,7 @@
 
 #include "collectives/kinds.h"
 #include "common/dtype.h"
+#include "common/process.h"
 #include "common/reduce.h"
 
 namespace jaccl::cuda {
@@ -57,6 +57,7 @@ Workspace lay_out(char* base, int64_t world_devices, size_t data_bytes) {
   const size_t flag_bytes = round_up(static_cast<size_t>(world_devices) * sizeof(uint64_t), kHeaderAlign);
   w.flags = reinterpret_cast<uint64_t*>(base);
   w.descriptor = reinterpret_cast<uint64_t*>(base + flag_bytes);
+  w.abort = reinterpret_cast<int64_t*>(base + flag_bytes + kHeaderAlign / 2);
   w.data = base + flag_bytes + kHeaderAlign;
   w.data_bytes = data_bytes;
   return w;
@@ -72,7 +73,8 @@ std::string describe_call(const volatile uint64_t* d) {
   std::ostringstream s;
   s << kind_name(static_cast<CollectiveKind>(w0 & 0xff)) << " of "
     << dtype_name(static_cast<Dtype>((w0 >> 8) & 0xff)) << "[" << d[1] << "] -> [" << d[2] << "] ("
-    << reduce_op_name(static_cast<ReduceOp>((w0 >> 16) & 0xff)) << ", chunk at " << d[5]
+    << reduce_op_name(static_cast<ReduceOp>((w0 >> 16) & 0xff)) << ", "
+    << (((w0 >> 24) & 1) ? "one-shot, " : "") << "chunk of " << d[7] << " at " << d[5]
     << ", group " << std::hex << d[6] << std::dec << ")";
   return s.str();
 }
@@ -88,6 +90,9 @@ std::string describe_failure(const LocalDevice& local, const DeviceStatus& st) {
     case kPeerDead:
       s << "the process of device " << st.device << " (group rank " << st.rank << ") died";
       break;
+    case kPeerAborted:
+      s << "device " << st.device << " of the group failed first (its process printed why)";
+      break;
     case kPeerMismatch:
       s << "ranks disagree: device " << local.device << " runs " << describe_call(st.mine)
         << " but device " << st.device << " (group rank " << st.rank << ") runs "
@@ -99,6 +104,19 @@ std::string describe_failure(const LocalDevice& local, const DeviceStatus& st) {
   return s.str();
 }
 
+// Call with r.mutex held: prints each device's failure once.
+void report_locked(Registry& r) {
+  for (const auto& [ordinal, local] : r.locals) {
+    const std::string why = !local->broken.empty()
+        ? "jaccl: GPU collective on device " + std::to_string(local->device) + " failed: " + local->broken
+        : local->status_host->error != kPeerOk ? describe_failure(*local, *local->status_host) : "";
+    if (!why.empty() && r.reported.insert(local->device).second) {
+      std::fprintf(stderr, "%s\n", why.c_str());
+      std::fflush(stderr);
+    }
+  }
+}
+
 // Every 10 ms: mark peer processes that no longer exist (the barriers waiting on them fail
 // at once) and print each device's failure once.
 void watch() {
@@ -107,16 +125,9 @@ void watch() {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
     for (const auto& [process, pid] : r.peer_pids) {
-      if (!r.dead_host[process] && kill(pid, 0) != 0 && errno == ESRCH) {
-        r.dead_host[process] = 1;
-      }
+      if (!r.dead_host[process] && !pid_alive(pid)) r.dead_host[process] = 1;
     }
-    for (const auto& [ordinal, local] : r.locals) {
-      if (local->status_host->error != kPeerOk && r.reported.insert(local->device).second) {
-        std::fprintf(stderr, "%s\n", describe_failure(*local, *local->status_host).c_str());
-        std::fflush(stderr);
-      }
-    }
+    report_locked(r);
   }
 }
 
@@ -132,34 +143,42 @@ void ensure_shared_state(Registry& r, int world_processes, double timeout_s) {
     check(cudaHostGetDevicePointer(&d, p, 0), "device view of the peer list");
     r.dead_device = static_cast<uint8_t*>(d);
   }
-  r.timeout_ns = static_cast<uint64_t>(timeout_s * 1e9);
+  // Clamped: 1 ms .. about 30 years (JACCL_TIMEOUT=inf means "never", in practice).
+  r.timeout_ns = static_cast<uint64_t>(std::min(std::max(timeout_s, 1e-3), 1e9) * 1e9);
   if (!r.watching) {
     std::thread(watch).detach();
     r.watching = true;
   }
 }
 
-class CurrentDevice {  // restores the caller's current device
+// Makes `ordinal` current for the scope. The previous device is restored only if it is one of
+// this process's devices: setting any other would create a CUDA context on a GPU the process
+// does not use. Call with r.mutex held.
+class CurrentDevice {
  public:
-  explicit CurrentDevice(int ordinal) {
-    cudaGetDevice(&saved_);
+  CurrentDevice(const Registry& r, int ordinal) : registry_(r) {
+    if (cudaGetDevice(&saved_) != cudaSuccess) saved_ = -1;
     check(cudaSetDevice(ordinal), "cudaSetDevice");
   }
-  ~CurrentDevice() { cudaSetDevice(saved_); }
+  ~CurrentDevice() {
+    if (saved_ >= 0 && registry_.locals.count(saved_)) cudaSetDevice(saved_);
+  }
 
  private:
-  int saved_ = 0;
+  const Registry& registry_;
+  int saved_ = -1;
 };
 
 }  // namespace
 
-std::pair<std::string, std::string> create_workspace(int ordinal, int64_t device,
+std::pair<std::string, std::string> create_workspace(int ordinal, int64_t device, int process,
                                                      int64_t world_devices, int world_processes,
                                                      size_t data_bytes, double timeout_s) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   if (r.locals.count(ordinal)) throw std::runtime_error("jaccl: workspace created twice");
-  CurrentDevice current(ordinal);
+  if (data_bytes < (size_t{1} << 20)) throw std::runtime_error("jaccl: workspace below 1 MiB");
+  CurrentDevice current(r, ordinal);
   ensure_shared_state(r, world_processes, timeout_s);
   auto local = std::make_unique<LocalDevice>();
   local->ordinal = ordinal;
@@ -185,66 +204,75 @@ std::pair<std::string, std::string> create_workspace(int ordinal, int64_t device
   check(cudaIpcGetMemHandle(&handle, base), "cudaIpcGetMemHandle");
   char bus[32] = {};
   check(cudaDeviceGetPCIBusId(bus, sizeof bus, ordinal), "cudaDeviceGetPCIBusId");
-  r.peers[device] = Peer{local->workspace, -1};
+  r.peers[device] = Peer{local->workspace, process};
   r.readable.insert({device, device});
   r.locals[ordinal] = std::move(local);
   return {std::string(reinterpret_cast<const char*>(&handle), sizeof handle), std::string(bus)};
 }
 
 bool open_peer(int64_t device, int process, int pid, const std::string& handle,
-               const std::string& bus_id, std::string* why) {
+               const std::string& bus_id, size_t data_bytes, std::string* why) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   if (r.locals.empty()) {
     *why = "no local GPU workspace";
     return false;
   }
-  int owner = -1;  // the peer's GPU as this process numbers it
-  if (cudaDeviceGetByPCIBusId(&owner, bus_id.c_str()) != cudaSuccess) {
-    cudaGetLastError();
-    *why = "its GPU " + bus_id + " is not visible in this process";
+  const LocalDevice& first = *r.locals.begin()->second;
+  if (data_bytes != first.workspace.data_bytes) {
+    *why = "its staging area has " + std::to_string(data_bytes) + " bytes, this process's " +
+           std::to_string(first.workspace.data_bytes) + " (set the same JACCL_CUDA_BUFFER_MB everywhere)";
     return false;
   }
-  Workspace workspace;
-  if (handle.empty()) {  // a device of this process
-    auto found = r.peers.find(device);
-    if (found == r.peers.end()) {
+  int owner = -1;  // the peer's GPU as this process numbers it, if visible
+  if (cudaDeviceGetByPCIBusId(&owner, bus_id.c_str()) != cudaSuccess) {
+    cudaGetLastError();
+    owner = -1;
+  }
+  if (handle.empty()) {  // a device of this process: its workspace is already registered
+    if (!r.peers.count(device)) {
       *why = "no workspace for that device in this process";
       return false;
     }
-    workspace = found->second.workspace;
-  } else {
-    if (handle.size() != sizeof(cudaIpcMemHandle_t)) {
-      *why = "malformed IPC handle";
-      return false;
+    // Local devices read each other through peer access.
+    for (const auto& [ordinal, local] : r.locals) {
+      int can = ordinal == owner;
+      if (!can && owner >= 0 && cudaDeviceCanAccessPeer(&can, ordinal, owner) != cudaSuccess) can = 0;
+      if (can && ordinal != owner) {
+        CurrentDevice current(r, ordinal);
+        cudaError_t err = cudaDeviceEnablePeerAccess(owner, 0);
+        if (err == cudaErrorPeerAccessAlreadyEnabled) err = cudaSuccess;
+        cudaGetLastError();
+        can = err == cudaSuccess;
+      }
+      if (can) r.readable.insert({local->device, device});
     }
-    cudaIpcMemHandle_t h;
-    std::memcpy(&h, handle.data(), sizeof h);
-    CurrentDevice current(owner);
-    void* base = nullptr;
+    return true;
+  }
+  if (handle.size() != sizeof(cudaIpcMemHandle_t)) {
+    *why = "malformed IPC handle";
+    return false;
+  }
+  // A handle opens once per process, into the current device's context (the first local
+  // device); the driver enables peer access to the owner lazily. Other local devices read it
+  // only when they are the owner GPU itself.
+  cudaIpcMemHandle_t h;
+  std::memcpy(&h, handle.data(), sizeof h);
+  void* base = nullptr;
+  {
+    CurrentDevice current(r, first.ordinal);
     cudaError_t err = cudaIpcOpenMemHandle(&base, h, cudaIpcMemLazyEnablePeerAccess);
     if (err != cudaSuccess) {
       cudaGetLastError();
       *why = std::string("cudaIpcOpenMemHandle: ") + cudaGetErrorString(err);
       return false;
     }
-    const size_t world_devices = r.locals.begin()->second->barriers.size();
-    workspace = lay_out(static_cast<char*>(base), static_cast<int64_t>(world_devices),
-                        r.locals.begin()->second->workspace.data_bytes);
-    r.peer_pids[process] = pid;
   }
-  r.peers[device] = Peer{workspace, process};
+  const int64_t world_devices = static_cast<int64_t>(first.barriers.size());
+  r.peers[device] = Peer{lay_out(static_cast<char*>(base), world_devices, data_bytes), process};
+  r.peer_pids[process] = pid;
   for (const auto& [ordinal, local] : r.locals) {
-    int can = ordinal == owner ? 1 : 0;
-    if (!can && cudaDeviceCanAccessPeer(&can, ordinal, owner) != cudaSuccess) can = 0;
-    if (can && ordinal != owner) {
-      CurrentDevice current(ordinal);
-      cudaError_t err = cudaDeviceEnablePeerAccess(owner, 0);
-      if (err == cudaErrorPeerAccessAlreadyEnabled) err = cudaSuccess;
-      cudaGetLastError();
-      can = err == cudaSuccess;
-    }
-    if (can) r.readable.insert({local->device, device});
+    if (ordinal == first.ordinal || ordinal == owner) r.readable.insert({local->device, device});
   }
   return true;
 }
@@ -268,8 +296,9 @@ void set_reachable(const std::vector<std::pair<int64_t, int64_t>>& pairs) {
 bool any_failure() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
+  report_locked(r);
   for (const auto& [ordinal, local] : r.locals) {
-    if (local->status_host->error != kPeerOk) return true;
+    if (local->status_host->error != kPeerOk || !local->broken.empty()) return true;
   }
   return false;
 }
@@ -299,8 +328,33 @@ uint64_t timeout_ns() { return registry().timeout_ns; }
 const volatile uint8_t* dead_processes() { return registry().dead_device; }
 
 std::string failure(const LocalDevice& device) {
-  if (device.status_host == nullptr || device.status_host->error == kPeerOk) return "";
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (device.status_host == nullptr) return "";
+  if (device.status_host->error == kPeerOk && device.broken.empty()) return "";
+  report_locked(r);
+  if (!device.broken.empty()) {
+    return "jaccl: GPU collective on device " + std::to_string(device.device) + " failed: " + device.broken;
+  }
   return describe_failure(device, *device.status_host);
+}
+
+void mark_broken(LocalDevice& device, const std::vector<int64_t>& members, const std::string& why) {
+  // A stream of its own: the legacy default stream would wait for XLA's work (our barriers).
+  const int64_t value = device.device + 1;
+  cudaStream_t stream;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess) {
+    for (int64_t m : members) {
+      const Peer* p = m == device.device ? nullptr : peer(m);
+      if (p != nullptr) cudaMemcpyAsync(p->workspace.abort, &value, sizeof value, cudaMemcpyDefault, stream);
+    }
+    cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
+  }
+  cudaGetLastError();
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (device.broken.empty()) device.broken = why;
 }
 
 }  // namespace jaccl::cuda
