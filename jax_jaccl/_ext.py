@@ -19,7 +19,7 @@ except ImportError:  # built without CUDA
     cuda_engine = None
 
 if cuda_engine is not None:
-    cuda_engine.set_engine(_jaccl.engine_api(), _jaccl.engine_moe_api())
+    cuda_engine.set_engine(_jaccl.engine_api(), _jaccl.engine_moe_api(), _jaccl.engine_abort_api())
     for _name, _capsule in cuda_engine.registrations().items():
         jax.ffi.register_ffi_target(_name, _capsule, platform="CUDA")
 

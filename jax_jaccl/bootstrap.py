@@ -127,6 +127,8 @@ def shutdown() -> None:
     global _world
     with _lock:
         if _world is not None:
+            if cuda_engine is not None:  # staged GPU jobs still queued use the engine
+                cuda_engine.drain(_world.settings.timeout_s)
             engine.shutdown()
             _world = None
 

@@ -1,10 +1,11 @@
 """MoE dispatch and combine on GPUs, runnable with pytest (test_gpu.py) or as a script:
-`python tests/cuda/gpu_moe.py [--worker]`.
+`python tests/cuda/gpu_moe.py [--worker] [--expect-path peer|staged] [--bad-expert]`.
 
 Every case of tests/unit/test_moe.py runs with jaccl on the GPUs of the job and, as the
 reference, with the jax.numpy reference implementation (tests/unit/moe_reference.py) on as
 many CPU devices of this process: recv_x, recv_count and the combine must be bitwise equal,
-the gradients close. Prints `OK <checks> ...` at the end."""
+the gradients close. Prints `OK <checks> ...` at the end. --bad-expert instead routes a token
+to expert 99 and prints `RAISED <message>` (the GPU context is lost after it: run it alone)."""
 
 from __future__ import annotations
 
@@ -135,9 +136,37 @@ def check_gradients(devices, reference):
     return checked
 
 
+def provoke_bad_expert():
+    import jax
+    import jax.numpy as jnp
+
+    import jax_jaccl as jaccl
+
+    devices = jax.devices("gpu")
+    n = len(devices)
+    T, H, K, E, C = 8, 8, 2, 4 * n, 8
+    x = np.ones((n * T, H), np.float32)
+    idx = np.zeros((n * T, K), np.int32)
+    idx[3, 1] = 99
+    w = np.ones((n * T, K), np.float32)
+
+    def dispatch(x, i, w):
+        recv, _, _ = jaccl.moe_dispatch(x, i, w, num_experts=E, capacity=C, axis_name="x")
+        return (jnp.sum(recv, keepdims=True),)
+
+    try:
+        out, _ = on(devices, dispatch, (x, idx, w), 1)
+        jax.block_until_ready(out)
+        print("NO ERROR", flush=True)
+    except Exception as e:  # noqa: BLE001
+        print("RAISED " + " ".join(str(e).split())[:300], flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--worker", action="store_true", help="one process of a jaccl-run job")
+    parser.add_argument("--expect-path", choices=["peer", "staged"])
+    parser.add_argument("--bad-expert", action="store_true")
     args = parser.parse_args()
     if args.worker:
         import jax_jaccl.distributed
@@ -154,7 +183,14 @@ def main():
     if reason:
         print(f"SKIP: {reason}")
         return
+    if args.bad_expert:
+        provoke_bad_expert()
+        return
     check_moe()
+    if args.expect_path:
+        from gpu_collectives import expect_path
+
+        expect_path(args.expect_path)
 
 
 if __name__ == "__main__":

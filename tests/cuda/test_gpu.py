@@ -55,14 +55,25 @@ def test_moe_in_this_process():
 
 @pytest.mark.parametrize("path", ["peer", "staged"])
 def test_moe_in_two_processes(path):
-    """The MoE ops are staged through the CPU engine; their count all_gather takes `path`."""
+    """Rows GPU to GPU through the staging areas (peer), or through the CPU engine (staged)."""
     env = dict(os.environ, **SHARED_GPU, JACCL_CUDA_PATH=path)
     done = subprocess.run([sys.executable, "-m", "jax_jaccl.launch", "-n", "2", "--",
-                           sys.executable, str(HERE / "gpu_moe.py"), "--worker"],
+                           sys.executable, str(HERE / "gpu_moe.py"), "--worker", "--expect-path",
+                           path],
                           capture_output=True, text=True, timeout=900, env=env)
     output = done.stdout + done.stderr
     assert done.returncode == 0, clean(output)[-6000:]
     assert output.count("OK ") == 2, clean(output)[-3000:]
+
+
+@pytest.mark.parametrize("path", ["peer", "staged"])
+def test_bad_expert_id_is_an_error_on_the_gpu(path):
+    env = dict(os.environ, **SHARED_GPU, JACCL_CUDA_PATH=path)
+    done = subprocess.run([sys.executable, str(HERE / "gpu_moe.py"), "--bad-expert"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    output = done.stdout + done.stderr
+    assert "RAISED" in output and "NO ERROR" not in output, output[-3000:]
+    assert "expert id 99" in output, output[-3000:]
 
 
 def fault_env(path):

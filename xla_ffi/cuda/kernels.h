@@ -33,14 +33,14 @@ cudaError_t launch_moe_combine(Dtype dtype, void* out, const void* const* rows, 
 cudaError_t launch_gather_rows(void* dst, const void* src, const int32_t* rows, size_t n,
                                size_t row_bytes, cudaStream_t stream);
 
-// A counter and failure bit in mapped host memory that host threads publish to the stream.
+// A word in mapped host memory that a host thread publishes to the stream: (number of the
+// last finished job << 1) | 1 once any job failed, written in one store.
 struct HostSignal {
   volatile uint64_t done;
-  volatile int32_t failed;
 };
 
-// The stream waits (one thread polling `signal`, device view of mapped memory) until
-// signal->done >= number, then traps if signal->failed is set.
+// The stream waits (one thread polling `signal`, device view of mapped memory) until job
+// `number` finished, then traps if a job failed.
 cudaError_t launch_wait_host(HostSignal* signal, uint64_t number, cudaStream_t stream);
 
 }  // namespace jaccl::cuda

@@ -31,11 +31,14 @@ __device__ void fail(const BarrierArgs& a, int* claimed, PeerError error, int q,
   if (atomicCAS(claimed, 0, 1) != 0) {
     for (;;) __nanosleep(1000);
   }
-  a.status->rank = q;
-  a.status->device = device;
-  for (int i = 0; i < kDescriptorWords; ++i) {
-    a.status->mine[i] = a.call[i];
-    a.status->theirs[i] = theirs != nullptr ? theirs[i] : 0;
+  const bool reported = a.status->error != kPeerOk;  // e.g. a bad expert id, found earlier
+  if (!reported) {
+    a.status->rank = q;
+    a.status->device = device;
+    for (int i = 0; i < kDescriptorWords; ++i) {
+      a.status->mine[i] = a.call[i];
+      a.status->theirs[i] = theirs != nullptr ? theirs[i] : 0;
+    }
   }
   for (int p = 0; p < a.n; ++p) {
     if (a.abort_peer[p] != nullptr && !(a.dead != nullptr && a.dead[a.process[p]])) {
@@ -43,7 +46,7 @@ __device__ void fail(const BarrierArgs& a, int* claimed, PeerError error, int q,
     }
   }
   __threadfence_system();
-  a.status->error = error;
+  if (!reported) a.status->error = error;
   __threadfence_system();
   __trap();
 }
@@ -62,7 +65,9 @@ __global__ void barrier_kernel(BarrierArgs a) {
   __threadfence_system();
   const bool peer = q < a.n && q != a.rank;
   const volatile int64_t* aborted = a.aborted;
+  if (q == a.rank && *aborted != 0) fail(a, &claimed, kPeerAborted, q, *aborted - 1, nullptr);
   if (peer) {
+    if (*aborted != 0) fail(a, &claimed, kPeerAborted, q, *aborted - 1, nullptr);
     if (a.dead != nullptr && a.dead[a.process[q]]) fail(a, &claimed, kPeerDead, q, a.device[q], nullptr);
     *reinterpret_cast<volatile uint64_t*>(a.signal[q]) = a.value[q];
     const volatile uint64_t* slot = a.arrived[q];
@@ -79,6 +84,9 @@ __global__ void barrier_kernel(BarrierArgs a) {
   }
   __syncthreads();
   __threadfence_system();
+  // Failures are sticky: once a peer (or this device, before the barrier) raised the abort
+  // word, every barrier fails, even one whose peers all arrived.
+  if (q < a.n && *aborted != 0) fail(a, &claimed, kPeerAborted, q, *aborted - 1, nullptr);
   if (peer && a.check) {
     const volatile uint64_t* theirs = a.descriptor[q];
     uint64_t copy[kDescriptorWords];

@@ -29,6 +29,7 @@ enum PeerError : int32_t {
   kPeerDead = 3,
   kPeerAborted = 4,  // a peer failed first (DeviceStatus::device says which)
   kPeerBroken = 5,   // the host could not enqueue a peer collective
+  kPeerBadExpert = 6,  // moe_dispatch: an expert id out of range (rank = index, device = id)
 };
 
 // Written by a failing barrier, read by the host (mapped, pinned host memory).

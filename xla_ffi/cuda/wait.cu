@@ -7,9 +7,10 @@ namespace jaccl::cuda {
 namespace {
 
 __global__ void wait_host_kernel(HostSignal* signal, uint64_t number) {
-  while (signal->done < number) __nanosleep(1000);
+  uint64_t seen;
+  while (((seen = signal->done) >> 1) < number) __nanosleep(1000);
   __threadfence_system();
-  if (signal->failed) __trap();
+  if (seen & 1) __trap();
 }
 
 }  // namespace

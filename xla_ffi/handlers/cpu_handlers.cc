@@ -119,6 +119,10 @@ extern "C" int jaccl_run_host_call(const JacclHostCall* c, char* error, size_t e
   return 1;
 }
 
+extern "C" void jaccl_raise_abort(const char* why) {
+  if (jaccl::World* world = jaccl::World::get()) world->raise_abort(why);
+}
+
 namespace jaccl {
 namespace {
 

@@ -18,7 +18,6 @@
 // next jaccl call and printed on stderr.
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -41,37 +40,19 @@ namespace jaccl::cuda {
 namespace {
 
 JacclRunHostCall engine = nullptr;
-std::atomic<uint64_t> peer_calls{0}, staged_calls{0};  // enqueued so far, for tests
 
-enum class PathMode { kAuto, kPeer, kStaged };
-
-PathMode path_mode() {
-  static const PathMode mode = [] {
-    const char* v = std::getenv("JACCL_CUDA_PATH");
-    const std::string s = v != nullptr ? v : "auto";
-    if (s == "peer") return PathMode::kPeer;
-    if (s == "staged") return PathMode::kStaged;
-    if (s != "auto" && !s.empty()) {
-      std::fprintf(stderr, "jaccl: JACCL_CUDA_PATH=%s is not auto, peer or staged; using auto\n", v);
-    }
-    return PathMode::kAuto;
-  }();
-  return mode;
-}
-
-// The members (global device ids, in rank order) of the group `device` belongs to.
-std::vector<int64_t> group_of(ffi::Span<const int64_t> groups, int64_t group_size, int64_t device,
-                              int* rank) {
-  const size_t n = static_cast<size_t>(group_size);
-  for (size_t g = 0; n > 0 && g + n <= groups.size(); g += n) {
-    for (size_t r = 0; r < n; ++r) {
-      if (groups[g + r] == device) {
-        *rank = static_cast<int>(r);
-        return std::vector<int64_t>(groups.begin() + g, groups.begin() + g + n);
-      }
-    }
+// The element counts each collective needs: the peer path divides by them unchecked.
+bool shapes_agree(CollectiveKind kind, size_t in, size_t out, size_t n, size_t outer_in,
+                  size_t outer_out) {
+  if (outer_in == 0 || outer_out == 0) return false;
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return in == out;
+    case CollectiveKind::kReduceScatter: return in == out * n && in % (outer_in * n) == 0;
+    case CollectiveKind::kAllGather: return out == in * n && out % (outer_out * n) == 0;
+    case CollectiveKind::kAllToAll:
+      return in == out && in % (outer_in * n) == 0 && out % (outer_out * n) == 0;
+    default: return false;
   }
-  return {};
 }
 
 void log_path(CollectiveKind kind, size_t bytes, int64_t device, size_t n, const char* path) {
@@ -95,26 +76,32 @@ ffi::Error staged(const JacclHostCall& call, std::vector<int64_t> groups, int32_
                       "jaccl: the CUDA handlers have no engine (import jax_jaccl first)");
   }
   const size_t in_bytes = in.size_bytes(), out_bytes = out->size_bytes();
-  char* host_in = nullptr;
-  if (ffi::Error e = staging_memory(ordinal, in_bytes + out_bytes, stream, &host_in); e.failure()) {
-    return e;
-  }
-  char* host_out = host_in + in_bytes;
-  cudaError_t err = cudaMemcpyAsync(host_in, in.untyped_data(), in_bytes, cudaMemcpyDeviceToHost, stream);
-  if (err != cudaSuccess) return cuda_error(err, "staging a collective's input");
-  JacclHostCall host = call;
-  host.in = host_in;
-  host.out = host_out;
-  ffi::Error enqueued = enqueue_host_job(
-      ordinal, call.device, stream, [host, groups = std::move(groups)](char* error, size_t len) mutable {
+  const size_t out_offset = (in_bytes + 255) / 256 * 256;
+  StagedCall staging;
+  ffi::Error result = StagedCall::begin(ordinal, stream, out_offset + out_bytes, &staging);
+  if (result.success()) {
+    char* host_in = staging.host();
+    char* host_out = host_in + out_offset;
+    cudaError_t err = cudaMemcpyAsync(host_in, in.untyped_data(), in_bytes, cudaMemcpyDeviceToHost, stream);
+    if (err != cudaSuccess) {
+      result = cuda_error(err, "staging a collective's input");
+    } else {
+      JacclHostCall host = call;
+      host.in = host_in;
+      host.out = host_out;
+      result = staging.enqueue([host, groups = std::move(groups)](char* error, size_t len) mutable {
         host.groups = groups.data();
         host.groups_len = groups.size();
         return engine(&host, error, len);
       });
-  if (enqueued.failure()) return enqueued;
-  err = cudaMemcpyAsync(out->untyped_data(), host_out, out_bytes, cudaMemcpyHostToDevice, stream);
-  if (err != cudaSuccess) return cuda_error(err, "copying a collective's result back");
-  return ffi::Error::Success();
+    }
+    if (result.success()) {
+      err = cudaMemcpyAsync(out->untyped_data(), host_out, out_bytes, cudaMemcpyHostToDevice, stream);
+      if (err != cudaSuccess) result = cuda_error(err, "copying a collective's result back");
+    }
+  }
+  if (result.failure()) raise_abort(result.message());  // the peers' engine jobs stop too
+  return result;
 }
 
 ffi::Error collective(CollectiveKind kind, cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer in,
@@ -136,12 +123,20 @@ ffi::Error collective(CollectiveKind kind, cudaStream_t stream, int32_t ordinal,
     if (!why.empty()) return ffi::Error(ffi::ErrorCode::kUnavailable, why);
   }
   int rank = 0;
-  const std::vector<int64_t> members = group_of(groups, group_size, device, &rank);
+  const std::vector<int64_t> members = group_members(groups, group_size, device, &rank);
   if (members.empty()) {
     return ffi::Error::InvalidArgument("jaccl: device " + std::to_string(device) +
                                        " is in none of the call's groups");
   }
   const size_t bytes = std::max(in.size_bytes(), out->size_bytes());
+  if (!shapes_agree(kind, in.element_count(), out->element_count(), members.size(),
+                    static_cast<size_t>(outer_in), static_cast<size_t>(outer_out))) {
+    return ffi::Error::InvalidArgument(std::string("jaccl: ") + kind_name(kind) + " of " +
+                                       std::to_string(in.element_count()) + " -> " +
+                                       std::to_string(out->element_count()) +
+                                       " elements does not split over a group of " +
+                                       std::to_string(members.size()));
+  }
   if (members.size() == 1) {
     if (out->untyped_data() == in.untyped_data() || in.size_bytes() == 0) return ffi::Error::Success();
     cudaError_t err = cudaMemcpyAsync(out->untyped_data(), in.untyped_data(), in.size_bytes(),
@@ -166,7 +161,7 @@ ffi::Error collective(CollectiveKind kind, cudaStream_t stream, int32_t ordinal,
     log_path(kind, bytes, device, members.size(),
              kind != CollectiveKind::kAllReduce ? "peer path" : one_shot ? "peer path, one-shot"
                                                                           : "peer path, two-shot");
-    peer_calls.fetch_add(1, std::memory_order_relaxed);
+    count_call(/*peer=*/true);
     cudaError_t err = run_peer_collective(*local, members, rank, call, stream);
     return err == cudaSuccess ? ffi::Error::Success() : cuda_error(err, "enqueueing a peer collective");
   }
@@ -177,7 +172,7 @@ ffi::Error collective(CollectiveKind kind, cudaStream_t stream, int32_t ordinal,
                       "both ways, at most " + std::to_string(kMaxPeers) + " members)");
   }
   log_path(kind, bytes, device, members.size(), "staged through host memory");
-  staged_calls.fetch_add(1, std::memory_order_relaxed);
+  count_call(/*peer=*/false);
   JacclHostCall call{static_cast<int32_t>(kind), device, nullptr, 0, group_size,
                      static_cast<int32_t>(dtype), static_cast<int32_t>(op),
                      static_cast<int32_t>(algorithm), nullptr, nullptr, in.element_count(),
@@ -217,8 +212,6 @@ ffi::Error AllToAll(cudaStream_t s, int32_t d, ffi::Token, ffi::AnyBuffer x, ffi
 }  // namespace
 
 void set_engine(JacclRunHostCall run) { engine = run; }
-
-std::pair<uint64_t, uint64_t> path_counts() { return {peer_calls.load(), staged_calls.load()}; }
 
 }  // namespace jaccl::cuda
 

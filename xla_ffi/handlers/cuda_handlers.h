@@ -20,6 +20,4 @@ XLA_FFI_Error* jaccl_cuda_moe_combine(XLA_FFI_CallFrame* frame);
 namespace jaccl::cuda {
 void set_engine(JacclRunHostCall run);
 void set_moe_engine(JacclRunHostMoe run);
-// Collectives enqueued on the peer path and on the staged path by this process so far.
-std::pair<uint64_t, uint64_t> path_counts();
 }  // namespace jaccl::cuda

@@ -19,6 +19,7 @@
 
 #include "cuda/kernels.h"
 #include "handlers/cuda_handlers.h"
+#include "handlers/cuda_peer_group.h"
 #include "handlers/cuda_peers.h"
 #include "handlers/cuda_staging.h"
 
@@ -107,11 +108,17 @@ nb::dict registrations() {
 
 NB_MODULE(_jaccl_cuda, m) {
   m.def("registrations", &registrations);
-  m.def("set_engine", [](nb::capsule collectives, nb::capsule moe) {
+  m.def("set_engine", [](nb::capsule collectives, nb::capsule moe, nb::capsule abort) {
     jaccl::cuda::set_engine(reinterpret_cast<JacclRunHostCall>(collectives.data()));
     jaccl::cuda::set_moe_engine(reinterpret_cast<JacclRunHostMoe>(moe.data()));
+    jaccl::cuda::set_abort_hook(reinterpret_cast<JacclRaiseAbort>(abort.data()));
   });
-  m.def("set_device_ids", &jaccl::cuda::set_device_ids);
+  m.def("set_device_ids", [](const std::vector<std::pair<int, int64_t>>& ids) {
+    xla::ffi::Error e = jaccl::cuda::set_device_ids(ids);
+    if (e.failure()) throw std::runtime_error(e.message());
+  });
+  m.def("drain", &jaccl::cuda::drain, nb::arg("timeout_s"),
+        nb::call_guard<nb::gil_scoped_release>());
   m.def("device_count", [] {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;

@@ -22,6 +22,7 @@
 
 #include "cuda/kernels.h"
 #include "cuda/peer_kernels.h"
+#include "handlers/cuda_peer_group.h"
 
 namespace jaccl::cuda {
 namespace {
@@ -32,15 +33,6 @@ size_t one_shot_limit_bytes() {
     return static_cast<size_t>(v != nullptr ? std::atoll(v) : 256) * 1024;
   }();
   return limit;
-}
-
-uint64_t group_hash(const std::vector<int64_t>& members) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the member ids
-  for (int64_t m : members) {
-    h ^= static_cast<uint64_t>(m);
-    h *= 1099511628211ull;
-  }
-  return h;
 }
 
 // Block q of a tensor of `count` elements split n ways after `outer` leading rows, from
@@ -61,9 +53,8 @@ class PeerSchedule {
  public:
   PeerSchedule(LocalDevice& me, const std::vector<int64_t>& members, int rank,
                const PeerCollective& call, cudaStream_t stream)
-      : me_(me), members_(members), rank_(rank), n_(static_cast<int>(members.size())), call_(call),
-        stream_(stream), esize_(dtype_size(call.dtype)), hash_(group_hash(members)) {
-    for (int64_t m : members) peers_.push_back(peer(m));
+      : group_(me, members, rank), rank_(rank), n_(static_cast<int>(members.size())), call_(call),
+        stream_(stream), esize_(dtype_size(call.dtype)) {
     // Chunks keep every packed block 16-byte aligned in the staging area.
     vec_ = std::max<size_t>(1, 16 / esize_);
     capacity_ = me.workspace.data_bytes / esize_ / vec_ * vec_;
@@ -83,7 +74,7 @@ class PeerSchedule {
   }
 
  private:
-  char* staging(int q) const { return peers_[q]->workspace.data; }
+  char* staging(int q) const { return group_.staging(q); }
   char* at(const void* base, size_t elements) const {
     return const_cast<char*>(static_cast<const char*>(base)) + elements * esize_;
   }
@@ -177,65 +168,26 @@ class PeerSchedule {
   }
 
   cudaError_t barrier(bool start, size_t chunk_first) {
-    BarrierArgs args;
-    args.n = n_;
-    args.rank = rank_;
-    for (int q = 0; q < n_; ++q) {
-      if (q == rank_) continue;
-      const int64_t g = members_[q];
-      args.signal[q] = peers_[q]->workspace.flags + me_.device;
-      args.arrived[q] = me_.workspace.flags + g;
-      args.value[q] = ++me_.barriers[static_cast<size_t>(g)];
-      args.device[q] = g;
-      args.process[q] = peers_[q]->process;
-      args.descriptor[q] = peers_[q]->workspace.descriptor;
-      args.abort_peer[q] = peers_[q]->workspace.abort;
-    }
-    args.aborted = me_.workspace.abort;
-    args.self = me_.device;
-    args.dead = dead_processes();
-    args.check = start;
-    args.my_descriptor = me_.workspace.descriptor;
     // Everything the ranks must agree on, the schedule included (JACCL_CUDA_ONESHOT_KB and
     // the staging size decide it): a rank running another schedule fails the first barrier.
-    args.call[0] = static_cast<uint64_t>(call_.kind) | static_cast<uint64_t>(call_.dtype) << 8 |
-                   static_cast<uint64_t>(call_.op) << 16 | static_cast<uint64_t>(one_shot_) << 24;
-    args.call[1] = call_.in_count;
-    args.call[2] = call_.out_count;
-    args.call[3] = call_.outer_in;
-    args.call[4] = call_.outer_out;
-    args.call[5] = chunk_first;
-    args.call[6] = hash_;
-    args.call[7] = chunk_;
-    args.timeout_ns = timeout_ns();
-    args.status = me_.status_device;
-    return launch_barrier(args, stream_);
+    const uint64_t call[kDescriptorWords] = {
+        static_cast<uint64_t>(call_.kind) | static_cast<uint64_t>(call_.dtype) << 8 |
+            static_cast<uint64_t>(call_.op) << 16 | static_cast<uint64_t>(one_shot_) << 24,
+        call_.in_count, call_.out_count, call_.outer_in, call_.outer_out, chunk_first,
+        group_.hash(), chunk_};
+    return group_.barrier(start, call, stream_);
   }
 
-  LocalDevice& me_;
-  const std::vector<int64_t>& members_;
+  PeerGroup group_;
   const int rank_, n_;
   const PeerCollective& call_;
   cudaStream_t stream_;
   const size_t esize_;
-  const uint64_t hash_;
-  std::vector<const Peer*> peers_;
   size_t vec_ = 1, capacity_ = 0, chunk_ = 0;
   bool one_shot_ = false;
 };
 
 }  // namespace
-
-bool peer_path_group(const LocalDevice* me, const std::vector<int64_t>& members) {
-  if (me == nullptr || members.size() > static_cast<size_t>(kMaxPeers)) return false;
-  for (int64_t a : members) {
-    if (peer(a) == nullptr) return false;
-    for (int64_t b : members) {
-      if (!reachable(a, b)) return false;
-    }
-  }
-  return true;
-}
 
 Algorithm peer_all_reduce_algorithm(Algorithm requested, size_t bytes) {
   if (requested == Algorithm::kNaive) return Algorithm::kNaive;

@@ -1,11 +1,10 @@
 // The peer path: one collective among GPUs of this host that read each other's workspaces,
 // enqueued on XLA's stream with no host synchronisation.
 //
-// Contract: peer_path_group() says whether a group can take the peer path (every pair of
-// members reachable both ways, at most kMaxPeers members, this device has a workspace); the
-// answer is the same on every rank. run_peer_collective() enqueues the whole collective on
-// `stream` and returns the first CUDA launch error. Every rank of the group must enqueue the
-// same collectives in the same order; a rank that does not is reported by the start barrier.
+// Contract: run_peer_collective() (for groups peer_path_group() accepts) enqueues the whole
+// collective on `stream` and returns the first CUDA launch error (the device is then broken:
+// mark_broken). Every rank of the group must enqueue the same collectives in the same order;
+// a rank that does not is reported by the start barrier.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,6 +16,7 @@
 #include "collectives/kinds.h"
 #include "common/dtype.h"
 #include "common/reduce.h"
+#include "handlers/cuda_peer_group.h"
 #include "handlers/cuda_peers.h"
 
 namespace jaccl::cuda {
@@ -30,8 +30,6 @@ struct PeerCollective {
   void* out = nullptr;
   size_t in_count = 0, out_count = 0, outer_in = 1, outer_out = 1;
 };
-
-bool peer_path_group(const LocalDevice* me, const std::vector<int64_t>& members);
 
 // The all_reduce schedule the peer path uses for `bytes` (kNaive = one-shot, kMesh = two-shot).
 Algorithm peer_all_reduce_algorithm(Algorithm requested, size_t bytes);

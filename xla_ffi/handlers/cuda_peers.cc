@@ -90,6 +90,10 @@ std::string describe_failure(const LocalDevice& local, const DeviceStatus& st) {
     case kPeerDead:
       s << "the process of device " << st.device << " (group rank " << st.rank << ") died";
       break;
+    case kPeerBadExpert:
+      s << "moe_dispatch: expert id " << st.device << " at flat index " << st.rank
+        << " of topk_idx is out of range [-1, " << st.mine[0] << ")";
+      break;
     case kPeerAborted:
       s << "device " << st.device << " of the group failed first (its process printed why)";
       break;
@@ -254,8 +258,8 @@ bool open_peer(int64_t device, int process, int pid, const std::string& handle,
     return false;
   }
   // A handle opens once per process, into the current device's context (the first local
-  // device); the driver enables peer access to the owner lazily. Other local devices read it
-  // only when they are the owner GPU itself.
+  // device); the driver enables peer access to the owner lazily. Only that device reads it
+  // (groups of this process's other GPUs with that peer are staged).
   cudaIpcMemHandle_t h;
   std::memcpy(&h, handle.data(), sizeof h);
   void* base = nullptr;
@@ -271,9 +275,7 @@ bool open_peer(int64_t device, int process, int pid, const std::string& handle,
   const int64_t world_devices = static_cast<int64_t>(first.barriers.size());
   r.peers[device] = Peer{lay_out(static_cast<char*>(base), world_devices, data_bytes), process};
   r.peer_pids[process] = pid;
-  for (const auto& [ordinal, local] : r.locals) {
-    if (ordinal == first.ordinal || ordinal == owner) r.readable.insert({local->device, device});
-  }
+  r.readable.insert({first.device, device});
   return true;
 }
 
@@ -344,8 +346,8 @@ void mark_broken(LocalDevice& device, const std::vector<int64_t>& members, const
   const int64_t value = device.device + 1;
   cudaStream_t stream;
   if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess) {
-    for (int64_t m : members) {
-      const Peer* p = m == device.device ? nullptr : peer(m);
+    for (int64_t m : members) {  // this device's own word too: its queued barriers stop
+      const Peer* p = peer(m);
       if (p != nullptr) cudaMemcpyAsync(p->workspace.abort, &value, sizeof value, cudaMemcpyDefault, stream);
     }
     cudaStreamSynchronize(stream);

@@ -1,18 +1,20 @@
 // Host jobs on XLA's stream. For every job the handler enqueues: an event (everything before
 // it, the device-to-host copies included, is done), then a wait kernel polling the device's
-// mapped "done" counter until it reaches the job's number. The worker thread of the device
-// takes jobs in order, waits for each job's event, runs it, and publishes its number (and a
-// failure bit). The host-to-device copies of the results follow the wait kernel on the
-// stream. Jobs of one device run in enqueue order; different devices have their own threads.
+// mapped word until it reaches the job's number. The worker thread of the device takes jobs in
+// order, waits for each job's event, runs it, and publishes (number << 1 | failed) in one
+// store, so the kernel never sees a number without its failure bit. The host-to-device copies
+// of the results follow the wait kernel on the stream. Jobs of one device run in enqueue
+// order; different devices have their own threads.
 #include "handlers/cuda_staging.h"
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <thread>
 
 #include "cuda/kernels.h"
@@ -20,29 +22,45 @@
 namespace ffi = xla::ffi;
 
 namespace jaccl::cuda {
+
 namespace {
 
+constexpr size_t kFirstStagingBytes = size_t{16} << 20;  // allocated at set-up
+
+JacclRaiseAbort abort_hook = nullptr;
+
 struct Pending {
-  cudaEvent_t ready;
-  uint64_t number;
+  cudaEvent_t ready = nullptr;
+  uint64_t number = 0;
   HostJob job;
 };
+
+struct Staging {  // pinned memory of one stream
+  char* host = nullptr;
+  size_t bytes = 0;
+};
+
+}  // namespace
 
 // Everything the staged path keeps per CUDA ordinal.
 struct StagedDevice {
   int ordinal = 0;
   int64_t device = 0;
-  char* staging = nullptr;  // pinned
-  size_t staging_bytes = 0;
-  HostSignal* signal_host = nullptr;    // mapped: the worker writes, the wait kernel reads
+  std::mutex launch;                       // one call at a time fills staging and enqueues
+  std::map<cudaStream_t, Staging> staging;
+  std::vector<char*> retired;              // outgrown buffers: kept, work may still use them
+  Staging spare;                           // allocated at set-up, for the first stream
+  HostSignal* signal_host = nullptr;       // mapped: the worker writes, the wait kernel reads
   HostSignal* signal_device = nullptr;
-  uint64_t enqueued = 0;                // jobs handed to the worker so far
-  std::mutex mutex;                     // guards the queue and error
+  uint64_t enqueued = 0;                   // jobs handed to the worker so far
+  std::atomic<uint64_t> finished{0};       // jobs the worker completed
+  std::mutex queue_mutex;                  // guards queue and error
   std::condition_variable wake;
   std::deque<Pending> queue;
   std::string error;
-  bool worker_started = false;
 };
+
+namespace {
 
 std::mutex registry_mutex;
 std::map<int, std::unique_ptr<StagedDevice>>& devices() {
@@ -56,56 +74,57 @@ StagedDevice* find(int ordinal) {
   return found == devices().end() ? nullptr : found->second.get();
 }
 
+int run_job(Pending& next, char* message, size_t len) {
+  cudaError_t err = cudaEventSynchronize(next.ready);
+  cudaEventDestroy(next.ready);
+  if (err != cudaSuccess) {
+    std::snprintf(message, len, "jaccl: waiting for a staged collective's input: %s",
+                  cudaGetErrorString(err));
+    return 1;
+  }
+  try {
+    return next.job(message, len);
+  } catch (const std::exception& e) {
+    std::snprintf(message, len, "jaccl: internal error in a staged collective: %s", e.what());
+  } catch (...) {
+    std::snprintf(message, len, "jaccl: internal error in a staged collective");
+  }
+  return 1;
+}
+
 void work(StagedDevice* d) {
   cudaSetDevice(d->ordinal);
   for (;;) {
     Pending next;
     {
-      std::unique_lock<std::mutex> lock(d->mutex);
+      std::unique_lock<std::mutex> lock(d->queue_mutex);
       d->wake.wait(lock, [&] { return !d->queue.empty(); });
       next = std::move(d->queue.front());
       d->queue.pop_front();
     }
     char message[4096] = {};
-    int failed = 0;
-    cudaError_t err = cudaEventSynchronize(next.ready);
-    cudaEventDestroy(next.ready);
-    if (err != cudaSuccess) {
-      std::snprintf(message, sizeof message, "jaccl: waiting for a staged collective's input: %s",
-                    cudaGetErrorString(err));
-      failed = 1;
-    } else if (next.job(message, sizeof message) != 0) {
-      failed = 1;
-    }
+    const int failed = run_job(next, message, sizeof message) != 0 ? 1 : 0;
     if (failed) {
       std::fprintf(stderr, "jaccl: staged collective on GPU device %lld failed: %s\n",
                    static_cast<long long>(d->device), message);
       std::fflush(stderr);
-      std::lock_guard<std::mutex> lock(d->mutex);
+      raise_abort(message);
+      std::lock_guard<std::mutex> lock(d->queue_mutex);
       if (d->error.empty()) d->error = message;
-      d->signal_host->failed = 1;
     }
-    __sync_synchronize();
-    d->signal_host->done = next.number;
+    const uint64_t previous_failure = d->signal_host->done & 1;
+    __atomic_store_n(&d->signal_host->done, next.number << 1 | previous_failure | failed,
+                     __ATOMIC_SEQ_CST);
+    d->finished.store(next.number, std::memory_order_release);
   }
 }
 
-// Call without registry_mutex held.
-ffi::Error prepare(StagedDevice* d) {
-  if (d->signal_host != nullptr) return ffi::Error::Success();
-  void* p = nullptr;
-  cudaError_t err = cudaHostAlloc(&p, sizeof(HostSignal), cudaHostAllocMapped | cudaHostAllocPortable);
-  if (err != cudaSuccess) return cuda_error(err, "mapped host memory for staged jobs");
-  std::memset(p, 0, sizeof(HostSignal));
-  void* dp = nullptr;
-  err = cudaHostGetDevicePointer(&dp, p, 0);
-  if (err != cudaSuccess) return cuda_error(err, "device view of the staged-job flag");
-  d->signal_host = static_cast<HostSignal*>(p);
-  d->signal_device = static_cast<HostSignal*>(dp);
-  return ffi::Error::Success();
-}
-
 }  // namespace
+
+ffi::Error cuda_error(cudaError_t err, const char* what) {
+  return ffi::Error(ffi::ErrorCode::kInternal,
+                    std::string("jaccl: ") + what + ": " + cudaGetErrorString(err));
+}
 
 Dtype dtype_of(ffi::DataType type, bool* ok) {
   *ok = true;
@@ -127,11 +146,6 @@ Dtype dtype_of(ffi::DataType type, bool* ok) {
   }
 }
 
-ffi::Error cuda_error(cudaError_t err, const char* what) {
-  return ffi::Error(ffi::ErrorCode::kInternal,
-                    std::string("jaccl: ") + what + ": " + cudaGetErrorString(err));
-}
-
 ffi::Error global_device(int ordinal, int64_t* device) {
   StagedDevice* d = find(ordinal);
   if (d == nullptr) {
@@ -142,43 +156,53 @@ ffi::Error global_device(int ordinal, int64_t* device) {
   return ffi::Error::Success();
 }
 
-ffi::Error staging_memory(int ordinal, size_t bytes, cudaStream_t stream, char** host) {
+ffi::Error StagedCall::begin(int ordinal, cudaStream_t stream, size_t bytes, StagedCall* call) {
   StagedDevice* d = find(ordinal);
-  if (d == nullptr) return ffi::Error::InvalidArgument("jaccl: unknown CUDA device");
-  if (d->staging_bytes < bytes) {
-    cudaError_t err = cudaStreamSynchronize(stream);  // the old buffer may still be in use
-    if (err == cudaSuccess && d->staging != nullptr) err = cudaFreeHost(d->staging);
-    d->staging = nullptr;
-    d->staging_bytes = 0;
-    void* p = nullptr;
-    if (err == cudaSuccess) err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
-    if (err != cudaSuccess) return cuda_error(err, "pinned staging memory");
-    d->staging = static_cast<char*>(p);
-    d->staging_bytes = bytes;
+  if (d == nullptr || d->signal_host == nullptr) {
+    return ffi::Error::InvalidArgument("jaccl: CUDA device not set up for staging");
   }
-  *host = d->staging;
+  call->device_ = d;
+  call->lock_ = std::unique_lock<std::mutex>(d->launch);
+  call->stream_ = stream;
+  Staging& s = d->staging[stream];
+  if (s.host == nullptr && d->spare.host != nullptr) std::swap(s, d->spare);
+  if (s.bytes < bytes) {
+    // Rare (the buffer doubles): the allocation may synchronise, but every job before it is
+    // already queued, so the stream drains without this thread.
+    size_t grown = std::max(kFirstStagingBytes, s.bytes * 2);
+    while (grown < bytes) grown *= 2;
+    void* p = nullptr;
+    cudaError_t err = cudaHostAlloc(&p, grown, cudaHostAllocPortable);
+    if (err != cudaSuccess) return cuda_error(err, "pinned staging memory");
+    if (s.host != nullptr) d->retired.push_back(s.host);
+    s.host = static_cast<char*>(p);
+    s.bytes = grown;
+  }
+  call->host_ = s.host;
   return ffi::Error::Success();
 }
 
-ffi::Error enqueue_host_job(int ordinal, int64_t device, cudaStream_t stream, HostJob job) {
-  StagedDevice* d = find(ordinal);
-  if (d == nullptr) return ffi::Error::InvalidArgument("jaccl: unknown CUDA device");
-  if (ffi::Error prepared = prepare(d); prepared.failure()) return prepared;
+ffi::Error StagedCall::enqueue(HostJob job) {
+  StagedDevice* d = device_;
+  cudaGetLastError();  // an unrelated earlier error must not look like a failed launch
   Pending pending;
-  cudaError_t err = cudaEventCreateWithFlags(&pending.ready, cudaEventDisableTiming);
-  if (err == cudaSuccess) err = cudaEventRecord(pending.ready, stream);
-  if (err != cudaSuccess) return cuda_error(err, "recording a staged collective's input");
-  pending.number = ++d->enqueued;
+  cudaError_t err = cudaEventCreateWithFlags(&pending.ready, cudaEventDisableTiming | cudaEventBlockingSync);
+  if (err == cudaSuccess) err = cudaEventRecord(pending.ready, stream_);
+  if (err != cudaSuccess) {
+    if (pending.ready != nullptr) cudaEventDestroy(pending.ready);
+    return cuda_error(err, "recording a staged collective's input");
+  }
+  pending.number = d->enqueued + 1;
   pending.job = std::move(job);
-  err = launch_wait_host(d->signal_device, pending.number, stream);
-  if (err != cudaSuccess) return cuda_error(err, "enqueueing the wait for a staged collective");
+  err = launch_wait_host(d->signal_device, pending.number, stream_);
+  if (err != cudaSuccess) {  // not launched: nothing waits for this number
+    cudaEventDestroy(pending.ready);
+    return cuda_error(err, "enqueueing the wait for a staged collective");
+  }
+  d->enqueued = pending.number;
   {
-    std::lock_guard<std::mutex> lock(d->mutex);
+    std::lock_guard<std::mutex> lock(d->queue_mutex);
     d->queue.push_back(std::move(pending));
-    if (!d->worker_started) {
-      std::thread(work, d).detach();
-      d->worker_started = true;
-    }
   }
   d->wake.notify_one();
   return ffi::Error::Success();
@@ -187,27 +211,81 @@ ffi::Error enqueue_host_job(int ordinal, int64_t device, cudaStream_t stream, Ho
 std::string pending_error(int ordinal) {
   StagedDevice* d = find(ordinal);
   if (d == nullptr) return "";
-  std::lock_guard<std::mutex> lock(d->mutex);
+  std::lock_guard<std::mutex> lock(d->queue_mutex);
   return d->error;
 }
 
 bool any_pending_error() {
   std::lock_guard<std::mutex> lock(registry_mutex);
   for (const auto& [ordinal, d] : devices()) {
-    std::lock_guard<std::mutex> device_lock(d->mutex);
+    std::lock_guard<std::mutex> device_lock(d->queue_mutex);
     if (!d->error.empty()) return true;
   }
   return false;
 }
 
-void set_device_ids(const std::vector<std::pair<int, int64_t>>& ids) {
+bool drain(double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    bool idle = true;
+    {
+      std::lock_guard<std::mutex> lock(registry_mutex);
+      for (const auto& [ordinal, d] : devices()) {
+        std::lock_guard<std::mutex> launch(d->launch);
+        idle &= d->finished.load(std::memory_order_acquire) == d->enqueued;
+      }
+    }
+    if (idle) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+void raise_abort(const std::string& why) {
+  if (abort_hook != nullptr) abort_hook(why.c_str());
+}
+
+void set_abort_hook(JacclRaiseAbort hook) { abort_hook = hook; }
+
+ffi::Error set_device_ids(const std::vector<std::pair<int, int64_t>>& ids) {
   std::lock_guard<std::mutex> lock(registry_mutex);
   for (const auto& [ordinal, id] : ids) {
     auto& d = devices()[ordinal];
-    if (!d) d = std::make_unique<StagedDevice>();
+    if (d) {
+      d->device = id;
+      continue;
+    }
+    d = std::make_unique<StagedDevice>();
     d->ordinal = ordinal;
     d->device = id;
+    int saved = -1;
+    if (cudaGetDevice(&saved) != cudaSuccess) saved = -1;
+    cudaError_t err = cudaSetDevice(ordinal);
+    void* p = nullptr;
+    if (err == cudaSuccess) {
+      err = cudaHostAlloc(&p, sizeof(HostSignal), cudaHostAllocMapped | cudaHostAllocPortable);
+    }
+    void* dp = nullptr;
+    if (err == cudaSuccess) {
+      std::memset(p, 0, sizeof(HostSignal));
+      err = cudaHostGetDevicePointer(&dp, p, 0);
+    }
+    void* spare = nullptr;
+    if (err == cudaSuccess) err = cudaHostAlloc(&spare, kFirstStagingBytes, cudaHostAllocPortable);
+    // Back to the caller's device only if this process uses it (else it would gain a context).
+    bool saved_is_ours = false;
+    for (const auto& entry : ids) saved_is_ours |= entry.first == saved;
+    if (saved_is_ours) cudaSetDevice(saved);
+    if (err != cudaSuccess) {
+      devices().erase(ordinal);
+      return cuda_error(err, "mapped host memory for staged jobs");
+    }
+    d->signal_host = static_cast<HostSignal*>(p);
+    d->signal_device = static_cast<HostSignal*>(dp);
+    d->spare = Staging{static_cast<char*>(spare), kFirstStagingBytes};
+    std::thread(work, d.get()).detach();
   }
+  return ffi::Error::Success();
 }
 
 }  // namespace jaccl::cuda

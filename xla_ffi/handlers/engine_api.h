@@ -66,4 +66,9 @@ struct JacclHostMoeCall {
 typedef int (*JacclRunHostMoe)(const JacclHostMoeCall* call, char* error, size_t error_len);
 
 int jaccl_run_host_moe(const JacclHostMoeCall* call, char* error, size_t error_len);
+
+// Posts `why` on the abort board (peers stop within their deadline); no-op without a world.
+typedef void (*JacclRaiseAbort)(const char* why);
+
+void jaccl_raise_abort(const char* why);
 }

@@ -87,6 +87,7 @@ NB_MODULE(_jaccl, m) {
   // For _jaccl_cuda: the engine's entry point for collectives on host buffers.
   m.def("engine_api", [] { return capsule(jaccl_run_host_call); });
   m.def("engine_moe_api", [] { return capsule(jaccl_run_host_moe); });
+  m.def("engine_abort_api", [] { return capsule(jaccl_raise_abort); });
   m.def("init_world", &init_world, nb::arg("my_process"), nb::arg("processes"),
         nb::arg("devices"), nb::arg("job_tag"), nb::arg("payload_bytes"), nb::arg("num_slots"),
         nb::arg("timeout_s"), nb::arg("spin_us"), nb::arg("endpoints"), nb::arg("secret"),

@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "handlers/buffer_shape.h"
 #include "handlers/call_setup.h"
 #include "handlers/cpu_handlers.h"
 #include "handlers/engine_api.h"
@@ -22,16 +23,6 @@ namespace jaccl {
 namespace {
 
 using Ints = ffi::Buffer<ffi::DataType::S32>;
-
-size_t leading(const ffi::AnyBuffer& b) {
-  auto dims = b.dimensions();
-  return dims.size() == 0 ? 1 : static_cast<size_t>(dims[0]);
-}
-
-size_t row_elems(const ffi::AnyBuffer& b) {
-  size_t rows = leading(b);
-  return rows == 0 ? 0 : b.element_count() / rows;
-}
 
 RowLists lists_of(const Call& call, const JacclHostMoeCall& c) {
   const size_t n = static_cast<size_t>(call.member->size) + 1;
@@ -66,6 +57,10 @@ void combine(Call& call, const JacclHostMoeCall& c) {
   args.tokens = c.out_rows;
   args.out = c.out;
   args.pair_dot = c.pair_dot != 0;
+  if (c.out_count != args.tokens * (args.pair_dot ? args.topk : args.row_elems)) {
+    throw_error(ErrorKind::kInvalidArgument, "moe_combine: the output must be [tokens, ",
+                args.pair_dot ? "k" : "hidden", "]");
+  }
   if (args.pair_dot) {
     if (c.extra_dtype != c.dtype || c.extra_count != args.tokens * args.row_elems) {
       throw_error(ErrorKind::kInvalidArgument, "moe pair_dot: dout must be [tokens, hidden] of y's dtype");
@@ -105,7 +100,7 @@ JacclHostMoeCall moe_call(CollectiveKind kind, int64_t device, ffi::Span<const i
   c.dtype = static_cast<int32_t>(dtype_from_xla(rows.element_type()));
   c.rows = rows.untyped_data();
   c.rows_count = leading(rows);
-  c.row_elems = row_elems(rows);
+  c.row_elems = trailing(rows);
   int i = 0;
   for (const Ints& list : lists) {
     c.lists[i] = list.typed_data();
@@ -121,8 +116,13 @@ ffi::Error ExchangeImpl(int32_t device, ffi::Token, ffi::AnyBuffer src, Ints sen
                         Ints send_offsets, Ints recv_rows, Ints recv_offsets, Ints topk_idx,
                         ffi::Result<ffi::Token>, ffi::Result<ffi::AnyBuffer> dst,
                         ffi::Span<const int64_t> groups, int64_t group_size, int64_t num_experts) {
-  JacclHostMoeCall c = moe_call(CollectiveKind::kMoeDispatch, device, groups, group_size, src,
-                                {send_rows, send_offsets, recv_rows, recv_offsets}, *dst);
+  JacclHostMoeCall c;
+  try {
+    c = moe_call(CollectiveKind::kMoeDispatch, device, groups, group_size, src,
+                 {send_rows, send_offsets, recv_rows, recv_offsets}, *dst);
+  } catch (const Error& e) {
+    return ffi::Error(error_code(e.kind()), e.what());
+  }
   c.topk_idx = topk_idx.typed_data();
   c.topk_count = topk_idx.element_count();
   c.num_experts = num_experts;
@@ -134,11 +134,16 @@ ffi::Error CombineImpl(int32_t device, ffi::Token, ffi::AnyBuffer y, Ints send_r
                        ffi::AnyBuffer weights_or_dout, ffi::Result<ffi::Token>,
                        ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
                        int64_t group_size, int64_t topk, int64_t pair_dot) {
-  JacclHostMoeCall c = moe_call(CollectiveKind::kMoeCombine, device, groups, group_size, y,
-                                {send_rows, send_offsets, recv_pairs, recv_offsets}, *out);
+  JacclHostMoeCall c;
+  try {
+    c = moe_call(CollectiveKind::kMoeCombine, device, groups, group_size, y,
+                 {send_rows, send_offsets, recv_pairs, recv_offsets}, *out);
+    c.extra_dtype = static_cast<int32_t>(dtype_from_xla(weights_or_dout.element_type()));
+  } catch (const Error& e) {
+    return ffi::Error(error_code(e.kind()), e.what());
+  }
   c.extra = weights_or_dout.untyped_data();
   c.extra_count = weights_or_dout.element_count();
-  c.extra_dtype = static_cast<int32_t>(dtype_from_xla(weights_or_dout.element_type()));
   c.topk = topk;
   c.pair_dot = static_cast<int32_t>(pair_dot);
   return run_moe(c);
