@@ -112,6 +112,7 @@ def _at_exit() -> None:
     if world is not None and world.process_count > 1 and (engine.aborted() or gpu_failed):
         import sys
 
+        engine.flush_aborts(1.0)  # the other hosts learn why before our sockets close
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)

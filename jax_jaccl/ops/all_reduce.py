@@ -69,7 +69,7 @@ def _jvp(primals, tangents, *, axes, op, algorithm):
     (x,), (t,) = primals, tangents
     y = all_reduce_p.bind(x, axes=axes, op=op, algorithm=algorithm)
     if type(t) is ad.Zero:
-        return y, ad.Zero.from_primal_value(y)
+        return y, ad.Zero(jax.typeof(y).to_tangent_aval())
     return y, all_reduce_p.bind(t, axes=axes, op=op, algorithm=algorithm)
 
 

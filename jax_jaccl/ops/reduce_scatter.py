@@ -89,7 +89,7 @@ def _jvp(primals, tangents, **params):
     (x,), (t,) = primals, tangents
     y = reduce_scatter_p.bind(x, **params)
     if type(t) is ad.Zero:
-        return y, ad.Zero.from_primal_value(y)
+        return y, ad.Zero(jax.typeof(y).to_tangent_aval())
     return y, reduce_scatter_p.bind(t, **params)
 
 

@@ -8,8 +8,10 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "comm/communicator.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/process.h"
@@ -288,6 +290,14 @@ void World::raise_abort(const std::string& reason) {
   // Tell the other hosts, and wake every device of this host so waiting threads see it now.
   if (network_) network_->broadcast_abort(reason);
   for (int64_t id : host_devices_) ring(doorbell(id));
+}
+
+void World::flush_aborts(double seconds) const {
+  if (network_ == nullptr) return;
+  const Deadline deadline(seconds);
+  while (!network_->aborts_sent() && !deadline.expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 bool World::aborted() const {

@@ -61,6 +61,8 @@ class World {
   Communicator& communicator(const int64_t* table, size_t size, int group_size);
 
   void raise_abort(const std::string& reason);
+  // Waits up to `seconds` until the abort notices of raise_abort() left for the other hosts.
+  void flush_aborts(double seconds) const;
   bool aborted() const;
   void check_health(const std::vector<int>& processes) const;
 

@@ -35,8 +35,12 @@ __device__ const char* received_row(const PeerRows& peers, const int32_t* recv_o
   int q = 0;
   while (q + 1 < peers.n && static_cast<size_t>(recv_offsets[q + 1]) <= g) ++q;
   const int32_t* sender_offsets = reinterpret_cast<const int32_t*>(peers.staging[q]);
-  const size_t row = static_cast<size_t>(sender_offsets[peers.me]) + (g - recv_offsets[q]);
-  if (row >= peers.sent_capacity) return nullptr;
+  const int32_t begin = sender_offsets[peers.me], end = sender_offsets[peers.me + 1];
+  const size_t row = static_cast<size_t>(begin) + (g - recv_offsets[q]);
+  // Only rows the sender listed for this rank (lists that disagree are skipped, not read).
+  if (begin < 0 || row >= static_cast<size_t>(end) || static_cast<size_t>(end) > peers.sent_capacity) {
+    return nullptr;
+  }
   return peers.staging[q] + kMoeRowsOffset + row * row_bytes;
 }
 

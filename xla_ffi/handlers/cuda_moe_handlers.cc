@@ -103,6 +103,14 @@ ffi::Error invalid(const std::string& what) { return ffi::Error::InvalidArgument
 
 // The checks the CPU code makes on the shapes, made here before the peer path enqueues.
 ffi::Error check_shapes(const JacclHostMoeCall& c) {
+  const auto dtype = static_cast<Dtype>(c.dtype);
+  if (dtype != Dtype::kF32 && dtype != Dtype::kBF16 && dtype != Dtype::kF16) {
+    return invalid(std::string("MoE rows must be float32, bfloat16 or float16, not ") + dtype_name(dtype));
+  }
+  const uint64_t n = static_cast<uint64_t>(c.group_size) + 1;
+  if (c.list_counts[kJacclMoeSendOffsets] != n || c.list_counts[kJacclMoeRecvOffsets] != n) {
+    return invalid("MoE offsets need " + std::to_string(n) + " entries (group size + 1)");
+  }
   if (c.kind == static_cast<int32_t>(CollectiveKind::kMoeDispatch)) {
     if (c.out_rows * c.row_elems != c.out_count) return invalid("MoE exchange rows differ in length");
   } else if (c.out_count != c.out_rows * (c.pair_dot ? static_cast<uint64_t>(c.topk) : c.row_elems)) {

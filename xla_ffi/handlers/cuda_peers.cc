@@ -70,12 +70,19 @@ size_t workspace_bytes(int64_t world_devices, size_t data_bytes) {
 
 std::string describe_call(const volatile uint64_t* d) {
   const uint64_t w0 = d[0];
+  const auto kind = static_cast<CollectiveKind>(w0 & 0xff);
   std::ostringstream s;
-  s << kind_name(static_cast<CollectiveKind>(w0 & 0xff)) << " of "
-    << dtype_name(static_cast<Dtype>((w0 >> 8) & 0xff)) << "[" << d[1] << "] -> [" << d[2] << "] ("
-    << reduce_op_name(static_cast<ReduceOp>((w0 >> 16) & 0xff)) << ", "
-    << (((w0 >> 24) & 1) ? "one-shot, " : "") << "chunk of " << d[7] << " at " << d[5]
-    << ", group " << std::hex << d[6] << std::dec << ")";
+  s << kind_name(kind) << " of " << dtype_name(static_cast<Dtype>((w0 >> 8) & 0xff));
+  if (kind == CollectiveKind::kMoeDispatch || kind == CollectiveKind::kMoeCombine) {
+    // Words of cuda_moe_peer.cc's descriptor.
+    s << " rows [" << d[1] << " x " << d[2] << " B] (" << (((w0 >> 24) & 1) ? "pair dot, " : "")
+      << "lists " << d[3] << "/" << d[4] << ", " << d[5] << " output rows, k " << d[7];
+  } else {
+    s << "[" << d[1] << "] -> [" << d[2] << "] ("
+      << reduce_op_name(static_cast<ReduceOp>((w0 >> 16) & 0xff)) << ", "
+      << (((w0 >> 24) & 1) ? "one-shot, " : "") << "chunk of " << d[7] << " at " << d[5];
+  }
+  s << ", group " << std::hex << d[6] << std::dec << ")";
   return s.str();
 }
 

@@ -102,6 +102,9 @@ NB_MODULE(_jaccl, m) {
   m.def("log_info", [](const std::string& line) { jaccl::log(jaccl::LogLevel::kInfo, line); });
   m.def("log_warning", [](const std::string& line) { jaccl::log(jaccl::LogLevel::kWarn, line); });
   m.def("is_initialized", [] { return jaccl::World::get() != nullptr; });
+  m.def("flush_aborts", [](double seconds) {
+    if (jaccl::World* world = jaccl::World::get()) world->flush_aborts(seconds);
+  }, nb::arg("seconds"), nb::call_guard<nb::gil_scoped_release>());
   m.def("aborted", [] {
     jaccl::World* world = jaccl::World::get();
     return world != nullptr && world->aborted();

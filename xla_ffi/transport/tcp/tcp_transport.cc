@@ -61,7 +61,7 @@ struct TcpTransport::Stripe {
   uint32_t events = 0;
   // Sending: frame `next_send` (then += stripes), or a control frame first.
   uint32_t next_send = 0;
-  bool sending = false, sending_control = false, bye_sent = false;
+  bool sending = false, sending_control = false, sending_abort = false, bye_sent = false;
   const char* send_ptr = nullptr;
   size_t send_left = 0;
   std::string control_out;
@@ -85,6 +85,7 @@ struct TcpTransport::Link {
   std::mutex mutex;  // guards failure and abort_reason
   std::string failure, abort_reason;
   std::atomic<bool> failed{false}, abort_pending{false};
+  std::atomic<bool> abort_unsent{false};  // an abort notice not yet fully written to the socket
 
   std::string failure_text() {
     std::lock_guard<std::mutex> lock(mutex);
@@ -292,9 +293,17 @@ void TcpTransport::broadcast_abort(const std::string& reason) {
       std::lock_guard<std::mutex> lock(link->mutex);
       link->abort_reason = reason.substr(0, kMaxReason);
     }
+    link->abort_unsent.store(true, std::memory_order_release);
     link->abort_pending.store(true, std::memory_order_release);
   }
   ring(&io_bell_);
+}
+
+bool TcpTransport::aborts_sent() const {
+  for (const auto& link : links_) {
+    if (link->abort_unsent.load(std::memory_order_acquire) && !link->failed.load()) return false;
+  }
+  return true;
 }
 
 void TcpTransport::io_loop() {
@@ -457,7 +466,7 @@ bool TcpTransport::pump_send(Stripe& s) {
       s.control_out += reason;
       s.send_ptr = s.control_out.data();
       s.send_left = s.control_out.size();
-      s.sending = s.sending_control = true;
+      s.sending = s.sending_control = s.sending_abort = true;
     } else if (static_cast<int32_t>(ring.head() - s.next_send) <= 0) {
       if (!closing_.load() || s.bye_sent) return false;
       FrameHeader h{};
@@ -483,6 +492,10 @@ bool TcpTransport::pump_send(Stripe& s) {
   s.send_left -= static_cast<size_t>(n);
   if (s.send_left > 0) return n > 0;
   s.sending = false;
+  if (s.sending_abort) {
+    s.sending_abort = false;
+    link.abort_unsent.store(false, std::memory_order_release);
+  }
   if (s.sending_control) return true;
   const int slots = ring.num_slots();
   link.sent[s.next_send % slots] = 1;

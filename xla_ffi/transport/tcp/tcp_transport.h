@@ -73,6 +73,9 @@ class TcpTransport {
   // every link to be up, or throws at the deadline naming what is missing.
   void connect_all(const Deadline& deadline);
   void broadcast_abort(const std::string& reason);
+  // True once every live link has written the last abort notice to its socket (so a process
+  // that exits right after still tells its peers why).
+  bool aborts_sent() const;
 
   struct Link;
   struct Stripe;
