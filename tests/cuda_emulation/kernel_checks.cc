@@ -56,28 +56,6 @@ void check_reduce() {
   }
 }
 
-template <typename T>
-T from_float(Dtype dtype, float f) {
-  T v;
-  if (dtype == Dtype::kF32) std::memcpy(&v, &f, 4);
-  else if (dtype == Dtype::kBF16) { const uint16_t b = to_bf16(f).bits; std::memcpy(&v, &b, 2); }
-  else { const uint16_t b = to_f16(f).bits; std::memcpy(&v, &b, 2); }
-  return v;
-}
-
-float as_float(Dtype dtype, const char* p) {
-  if (dtype == Dtype::kF32) { float f; std::memcpy(&f, p, 4); return f; }
-  uint16_t b;
-  std::memcpy(&b, p, 2);
-  return dtype == Dtype::kBF16 ? to_float(bf16_t{b}) : to_float(f16_t{b});
-}
-
-void store_float(Dtype dtype, char* p, float f) {
-  if (dtype == Dtype::kF32) { std::memcpy(p, &f, 4); return; }
-  const uint16_t b = dtype == Dtype::kBF16 ? to_bf16(f).bits : to_f16(f).bits;
-  std::memcpy(p, &b, 2);
-}
-
 // The MoE combine (and pair dot) of moe.cc's arithmetic: first product, then += product,
 // each product and sum rounded to float32; a token with no row at all is zero.
 void check_combine() {

@@ -68,19 +68,6 @@ std::vector<char> rows_of(const MoeCase& c, const Routing& routing, int rank) {
   return x;
 }
 
-float as_float(Dtype dtype, const char* p) {
-  if (dtype == Dtype::kF32) { float f; std::memcpy(&f, p, 4); return f; }
-  uint16_t b;
-  std::memcpy(&b, p, 2);
-  return dtype == Dtype::kBF16 ? to_float(bf16_t{b}) : to_float(f16_t{b});
-}
-
-void store_float(Dtype dtype, char* p, float f) {
-  if (dtype == Dtype::kF32) { std::memcpy(p, &f, 4); return; }
-  const uint16_t b = dtype == Dtype::kBF16 ? to_bf16(f).bits : to_f16(f).bits;
-  std::memcpy(p, &b, 2);
-}
-
 void run_case(cuda::EmulatedWorld& world, const MoeCase& c, const Routing& routing, int rank) {
   const int n = routing.n;
   const size_t size = dtype_size(c.dtype), row_bytes = c.hidden * size, topk = 2;
