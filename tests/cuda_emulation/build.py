@@ -1,14 +1,16 @@
 """Builds the emulated-GPU check program: jaccl's CUDA kernels and peer-path schedules compiled
 for the host against the stand-in runtime in shim/, with the checks of this folder.
 
-Contract: build(out_dir) returns the path of the program (exit status 0 = every check passed).
+Contract: build(out_dir) returns the path of the check program (exit status 0 = every check
+passed); build_module(out_dir) the path of the whole _jaccl_cuda module built the same way.
 The kernel sources are copied with their launches rewritten (`k<<<grid, block, shared,
 stream>>>(args)` -> `emulate_launch(grid, block, shared, stream, k, args)`), device globals made
 per emulated GPU, and the device clock read from the host; a source whose constructs these
 rewrites do not recognise fails the build instead of being skipped. Compiled with UBSan, so a
 misaligned 16-byte access or an out-of-range shift stops the program.
 
-Usage: python tests/cuda_emulation/build.py [out_dir]   (then run the printed program)
+Usage: python tests/cuda_emulation/build.py [out_dir]   (then run the printed program, or
+jax_on_emulated_gpus.py with the printed module)
 """
 
 from __future__ import annotations
@@ -24,10 +26,16 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 ENGINE = ROOT / "xla_ffi"
 
-KERNELS = ["cuda/reduce.cu", "cuda/moe.cu", "cuda/moe_peer.cu", "cuda/peer.cu"]
+KERNELS = ["cuda/reduce.cu", "cuda/moe.cu", "cuda/moe_peer.cu", "cuda/peer.cu", "cuda/wait.cu"]
 HOST_SOURCES = ["handlers/cuda_peer_path.cc", "handlers/cuda_peer_group.cc", "handlers/cuda_moe_peer.cc",
                 "common/reduce.cc", "common/dtype.cc", "common/error.cc", "collectives/kinds.cc"]
-CHECKS = ["shim/emulation.cc", "emulated_world.cc", "main.cc", "kernel_checks.cc",
+# The whole _jaccl_cuda extension, as CMake builds it (minus nvcc), for tests that run JAX.
+MODULE_SOURCES = ["handlers/cuda_handlers.cc", "handlers/cuda_moe_handlers.cc", "handlers/cuda_moe_peer.cc",
+                  "handlers/cuda_peer_group.cc", "handlers/cuda_module.cc", "handlers/cuda_staging.cc",
+                  "handlers/cuda_peers.cc", "handlers/cuda_peer_path.cc", "common/reduce.cc",
+                  "common/dtype.cc", "common/error.cc", "common/log.cc", "common/process.cc",
+                  "collectives/kinds.cc"]
+CHECKS = ["shim/fibers.cc", "shim/runtime.cc", "emulated_world.cc", "main.cc", "kernel_checks.cc",
           "collective_checks.cc", "moe_checks.cc", "failure_checks.cc"]
 
 _LAUNCH = re.compile(r"([A-Za-z_][\w:]*(?:<[^<>;()]*>)?)\s*<<<(.*?)>>>\s*\(", re.S)
@@ -53,38 +61,83 @@ def _ffi_include() -> str:
     return jax.ffi.include_dir()
 
 
-def build(out_dir: str | os.PathLike, jobs: int = 2) -> pathlib.Path:
-    out = pathlib.Path(out_dir)
-    (out / "cuda").mkdir(parents=True, exist_ok=True)
-    sources = []
-    for kernel in KERNELS:
-        target = out / kernel.replace(".cu", ".cc")
-        target.write_text(rewrite((ENGINE / kernel).read_text(), kernel))
-        sources.append(target)
-    sources += [ENGINE / s for s in HOST_SOURCES] + [HERE / s for s in CHECKS]
-    cxx = os.environ.get("CXX", "g++")
+def _flags(shared: bool) -> list:
     flags = ["-std=c++17", "-O1", "-g", "-pthread", "-ffp-contract=off", "-fsanitize=undefined",
              "-fno-sanitize-recover=undefined", "-Wall", "-Wno-unused-function",
              f"-I{HERE / 'shim'}", f"-I{HERE}", f"-I{ENGINE}", f"-I{_ffi_include()}"]
+    return flags + (["-fPIC", "-fvisibility=hidden"] if shared else [])
 
+
+def _compile(out: pathlib.Path, sources: list, flags: list, jobs: int) -> list:
     def compile_one(numbered) -> pathlib.Path:
-        index, source = numbered
+        index, (source, extra) = numbered
         obj = out / f"{index:02d}_{source.stem}.o"
-        result = subprocess.run([cxx, *flags, "-c", str(source), "-o", str(obj)],
+        result = subprocess.run([_cxx(), *flags, *extra, "-c", str(source), "-o", str(obj)],
                                 capture_output=True, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"compiling {source} failed:\n{result.stderr[-4000:]}")
         return obj
 
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        objects = list(pool.map(compile_one, enumerate(sources)))
-    program = out / "emulated_gpus"
-    result = subprocess.run([cxx, *flags, *map(str, objects), "-o", str(program)],
+        return list(pool.map(compile_one, enumerate(sources)))
+
+
+def _link(objects: list, flags: list, target: pathlib.Path) -> pathlib.Path:
+    result = subprocess.run([_cxx(), *flags, *map(str, objects), "-o", str(target)],
                             capture_output=True, text=True)
     if result.returncode != 0:
-        raise RuntimeError(f"linking failed:\n{result.stderr[-4000:]}")
-    return program
+        raise RuntimeError(f"linking {target.name} failed:\n{result.stderr[-4000:]}")
+    return target
+
+
+def _cxx() -> str:
+    return os.environ.get("CXX", "g++")
+
+
+def _rewritten_kernels(out: pathlib.Path) -> list:
+    (out / "cuda").mkdir(parents=True, exist_ok=True)
+    targets = []
+    for kernel in KERNELS:
+        target = out / kernel.replace(".cu", ".cc")
+        target.write_text(rewrite((ENGINE / kernel).read_text(), kernel))
+        targets.append(target)
+    return targets
+
+
+def build(out_dir: str | os.PathLike, jobs: int = 2) -> pathlib.Path:
+    """The standalone check program (main.cc)."""
+    out = pathlib.Path(out_dir)
+    sources = _rewritten_kernels(out) + [ENGINE / s for s in HOST_SOURCES] + [HERE / s for s in CHECKS]
+    flags = _flags(shared=False)
+    objects = _compile(out, [(s, []) for s in sources], flags, jobs)
+    return _link(objects, flags, out / "emulated_gpus")
+
+
+def build_module(out_dir: str | os.PathLike, jobs: int = 2) -> pathlib.Path:
+    """The _jaccl_cuda extension module over emulated GPUs: import it from the returned path
+    under the name _jaccl_cuda; register its exported `emulated_jaccl_cuda_*` entry points (which
+    wait for the handler's stream) for the CPU platform: CPU device ordinals are GPU ordinals."""
+    import sysconfig
+
+    import nanobind
+
+    out = pathlib.Path(out_dir) / "module"
+    out.mkdir(parents=True, exist_ok=True)
+    nb_src = pathlib.Path(nanobind.source_dir())
+    nb_include = pathlib.Path(nanobind.include_dir())
+    python = ["-I" + sysconfig.get_paths()["include"], f"-I{nb_include}",
+              f"-I{nb_include.parent / 'ext' / 'robin_map' / 'include'}"]
+    stream = ["-include", str(HERE / "shim" / "xla_stream.h")]
+    sources = [(s, stream) for s in _rewritten_kernels(out)]
+    sources += [(ENGINE / s, stream + python) for s in MODULE_SOURCES]
+    sources += [(HERE / "shim" / s, stream) for s in ("fibers.cc", "runtime.cc", "handlers_on_cpu.cc")]
+    sources += [(nb_src / "nb_combined.cpp", python + ["-w"])]
+    flags = _flags(shared=True)
+    objects = _compile(out, sources, flags, jobs)
+    return _link(objects, flags + ["-shared"], out / "_jaccl_cuda.so")
 
 
 if __name__ == "__main__":
-    print(build(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "emulated_gpus"))
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "emulated_gpus"
+    print(build(out_dir))
+    print(build_module(out_dir))

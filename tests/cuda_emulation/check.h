@@ -2,7 +2,8 @@
 // and failure counting.
 //
 // Contract: CHECK records a failure (with its message) and goes on; failures() is the total.
-// run_ranks(n, fn) runs fn(rank) on n threads at once and returns when all returned.
+// run_ranks(n, fn) runs fn(rank) on n threads at once, thread r with emulated GPU r current,
+// and returns when all returned.
 // fill(dtype, data, count, seed) writes the same values for the same arguments, every
 // float dtype including a few NaN, infinities and negative zeros.
 #pragma once

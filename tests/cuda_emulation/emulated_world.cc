@@ -21,6 +21,7 @@ T* carve(std::vector<std::unique_ptr<char[]>>& memory, size_t bytes) {
 EmulatedWorld::EmulatedWorld(int devices, size_t data_bytes, double timeout_s,
                              std::vector<int> process_of)
     : timeout_ns_(static_cast<uint64_t>(timeout_s * 1e9)) {
+  jaccl_emu::reset_all_contexts();  // fresh GPUs
   if (process_of.empty()) process_of.assign(static_cast<size_t>(devices), 0);
   dead_.assign(static_cast<size_t>(devices), 0);
   for (int g = 0; g < devices; ++g) {

@@ -10,6 +10,8 @@
 #include <mutex>
 #include <thread>
 
+#include <cuda_runtime.h>
+
 #include "check.h"
 #include "common/half.h"
 
@@ -62,7 +64,12 @@ void fill(Dtype dtype, void* data, size_t count, uint64_t seed) {
 
 void run_ranks(int n, const std::function<void(int)>& fn) {
   std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back(fn, r);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&fn, r] {
+      cudaSetDevice(r);  // emulated GPU r: its own context
+      fn(r);
+    });
+  }
   for (auto& t : threads) t.join();
 }
 

@@ -1,14 +1,19 @@
-// A host stand-in for the CUDA runtime, so that jaccl's kernels and peer-path schedules run
-// on a machine without a GPU (tests only; never part of the package).
+// A host stand-in for the CUDA runtime, so that jaccl's kernels, peer-path schedules and CUDA
+// handlers run on a machine without a GPU (tests only; never part of the package).
 //
-// Contract: each emulated GPU is one host thread with its own (always synchronous) stream.
+// Contract: device memory is host memory (every pointer is valid everywhere in the process).
+// A created stream (and the stream XLA hands a handler) is a queue run in order by a thread of
+// its own, so enqueueing returns at once and work happens later, as on a GPU; the legacy
+// stream 0 runs work on the calling thread before returning. A stream belongs to the device
+// current when it was made (stream 0 to the thread's current device).
 // A kernel launch runs the grid's blocks one after the other; a block's threads are fibers
 // (ucontext) on the launching thread, switched only where a GPU thread could wait:
 // __syncthreads(), __nanosleep() and a trap. So kernels that spin on flags written by other
 // emulated GPUs, and blocks that synchronise, behave as on the device; __shared__ variables
 // are per host thread (one block runs at a time on it). __trap() ends the launch and marks
-// the emulated context lost: later launches, copies and sets on that thread do nothing and
-// report cudaErrorLaunchFailure, as a real context would once the trap is seen.
+// the device's emulated context lost: later launches, copies and sets on its streams do
+// nothing and report cudaErrorLaunchFailure, as a real context would once the trap is seen.
+// IPC handles carry the pointer, so they open only in the process that made them.
 // Launches are written emulate_launch(grid, block, shared, stream, kernel, args...) (the test
 // build rewrites the <<<...>>> syntax into that).
 #pragma once
@@ -19,6 +24,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -43,6 +50,9 @@ struct alignas(16) uint4 {
 enum cudaError_t {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorPeerAccessAlreadyEnabled = 704,
   cudaErrorLaunchFailure = 719,
 };
 enum cudaMemcpyKind {
@@ -54,20 +64,42 @@ enum cudaMemcpyKind {
 };
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
+struct cudaIpcMemHandle_t {
+  char reserved[64];
+};
+constexpr unsigned cudaHostAllocPortable = 1, cudaHostAllocMapped = 2;
+constexpr unsigned cudaStreamNonBlocking = 1;
+constexpr unsigned cudaEventBlockingSync = 1, cudaEventDisableTiming = 2;
+constexpr unsigned cudaIpcMemLazyEnablePeerAccess = 1;
 
 namespace jaccl_emu {
 
 extern thread_local dim3 blockIdx, threadIdx, blockDim, gridDim;
 
-// Per emulated GPU (host thread): set once its context trapped.
-bool context_lost();
-// Forgets a lost context (a test that reuses the thread for a fresh GPU).
-void reset_context();
-int64_t now_ns();
+constexpr int kMaxDevices = 64;
 
-// Fiber machinery (emulation.cc): runs fn(lane) for every lane of one block.
+// The device a stream belongs to, and whether its context trapped.
+int device_of(cudaStream_t stream);
+bool context_lost(cudaStream_t stream = nullptr);
+bool lost_device(int device);
+void mark_lost(int device);  // a trap
+// Forgets the lost context of the thread's current device (a test that starts it afresh),
+// or of every device.
+void reset_context();
+void reset_all_contexts();
+int64_t now_ns();
+// The stream XLA gives a handler of device `ordinal` (one per device).
+cudaStream_t xla_stream(int ordinal);
+// Runs `op` in `stream`'s order (stream 0: now, on this thread); refused once the stream's
+// device lost its context. Ops of a stream whose device traps meanwhile are skipped.
+cudaError_t submit(cudaStream_t stream, std::function<void()> op);
+
+// Fiber machinery (fibers.cc): runs body(state) as every lane of every block of a grid of
+// `device` (whose context a trap loses).
 using LaneBody = void (*)(void* state);
-void run_block(unsigned threads, LaneBody body, void* state);
+void run_grid(int device, dim3 grid, dim3 block, LaneBody body, void* state);
 void yield_lane();            // __nanosleep: let the block's other lanes (and other GPUs) run
 void sync_lanes();            // __syncthreads
 [[noreturn]] void trap_lane();  // __trap
@@ -82,18 +114,14 @@ struct Launch {
   }
 };
 
+// Arguments are copied at launch, as CUDA copies kernel parameters.
 template <typename Kernel, typename... Args>
-cudaError_t launch(dim3 grid, dim3 block, size_t /*shared*/, cudaStream_t /*stream*/, Kernel kernel,
+cudaError_t launch(dim3 grid, dim3 block, size_t /*shared*/, cudaStream_t stream, Kernel kernel,
                    Args... args) {
-  if (context_lost()) return cudaErrorLaunchFailure;
-  Launch<Kernel, std::tuple<Args...>> l{kernel, std::tuple<Args...>(args...)};
-  gridDim = grid;
-  blockDim = block;
-  for (unsigned b = 0; b < grid.x && !context_lost(); ++b) {
-    blockIdx = dim3(b);
-    run_block(block.x, &decltype(l)::lane, &l);
-  }
-  return context_lost() ? cudaErrorLaunchFailure : cudaSuccess;
+  using L = Launch<Kernel, std::tuple<Args...>>;
+  auto l = std::make_shared<L>(L{kernel, std::tuple<Args...>(args...)});
+  const int device = device_of(stream);
+  return submit(stream, [l, grid, block, device] { run_grid(device, grid, block, &L::lane, l.get()); });
 }
 
 }  // namespace jaccl_emu
@@ -104,6 +132,12 @@ using jaccl_emu::gridDim;
 using jaccl_emu::threadIdx;
 
 #define emulate_launch(...) ::jaccl_emu::launch(__VA_ARGS__)
+
+// Host side of the emulated handlers (runtime.cc): waits until the stream of the thread's
+// current device ran everything enqueued; false if that device's context trapped.
+namespace jaccl_emu {
+bool finish_current_device();
+}
 
 inline void __syncthreads() { jaccl_emu::sync_lanes(); }
 inline void __nanosleep(unsigned) { jaccl_emu::yield_lane(); }
@@ -125,3 +159,27 @@ const char* cudaGetErrorString(cudaError_t error);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream);
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemset(void* dst, int value, size_t bytes);
+cudaError_t cudaGetDeviceCount(int* count);  // JACCL_EMULATED_GPUS, default 4
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int* device);
+cudaError_t cudaMalloc(void** p, size_t bytes);
+cudaError_t cudaFree(void* p);
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned flags);
+cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned flags);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* p);
+cudaError_t cudaIpcOpenMemHandle(void** p, cudaIpcMemHandle_t handle, unsigned flags);
+cudaError_t cudaDeviceGetPCIBusId(char* bus, int len, int device);
+cudaError_t cudaDeviceGetByPCIBusId(int* device, const char* bus);
+cudaError_t cudaDeviceCanAccessPeer(int* can, int device, int peer);
+cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags);

@@ -1,10 +1,9 @@
-// The fibers behind cuda_runtime.h's kernel launches, and its few runtime calls.
+// The fibers behind cuda_runtime.h's kernel launches.
 //
 // A block's lanes run round-robin on the launching thread: each lane runs until it returns,
 // waits at __syncthreads (released once every lane that has not returned is waiting) or
 // yields in __nanosleep. A pass in which every live lane only yielded means the block waits
 // for another emulated GPU, so the host thread sleeps a little before the next pass.
-#include <time.h>
 #include <ucontext.h>
 
 #include <chrono>
@@ -38,7 +37,7 @@ struct Block {
 };
 
 thread_local Block* running = nullptr;
-thread_local bool lost = false;
+thread_local int running_device = 0;
 thread_local std::vector<std::unique_ptr<char[]>> stacks;
 
 void lane_entry() {
@@ -54,14 +53,7 @@ void switch_to_scheduler() {
 
 }  // namespace
 
-bool context_lost() { return lost; }
-void reset_context() { lost = false; }
-
-int64_t now_ns() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
-}
+namespace {
 
 void run_block(unsigned threads, LaneBody body, void* state) {
   Block b;
@@ -87,7 +79,7 @@ void run_block(unsigned threads, LaneBody body, void* state) {
       b.current = &lane;
       swapcontext(&b.scheduler, &lane.context);
       if (b.trapped) {
-        lost = true;
+        mark_lost(running_device);
         running = nullptr;
         return;  // the other lanes' stacks are abandoned, as a trapped grid's are
       }
@@ -107,6 +99,18 @@ void run_block(unsigned threads, LaneBody body, void* state) {
   running = nullptr;
 }
 
+}  // namespace
+
+void run_grid(int device, dim3 grid, dim3 block, LaneBody body, void* state) {
+  running_device = device;
+  gridDim = grid;
+  blockDim = block;
+  for (unsigned b = 0; b < grid.x && !lost_device(device); ++b) {
+    blockIdx = dim3(b);
+    run_block(block.x, body, state);
+  }
+}
+
 void yield_lane() { switch_to_scheduler(); }
 
 void sync_lanes() {
@@ -121,28 +125,3 @@ void trap_lane() {
 }
 
 }  // namespace jaccl_emu
-
-cudaError_t cudaGetLastError() {
-  return jaccl_emu::context_lost() ? cudaErrorLaunchFailure : cudaSuccess;
-}
-
-const char* cudaGetErrorString(cudaError_t error) {
-  switch (error) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorLaunchFailure: return "unspecified launch failure";
-  }
-  return "unknown error";
-}
-
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
-  if (jaccl_emu::context_lost()) return cudaErrorLaunchFailure;
-  if (bytes > 0) std::memcpy(dst, src, bytes);
-  return cudaSuccess;
-}
-
-cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
-  if (jaccl_emu::context_lost()) return cudaErrorLaunchFailure;
-  if (bytes > 0) std::memset(dst, value, bytes);
-  return cudaSuccess;
-}
