@@ -1,12 +1,19 @@
 """The GPU test batteries (tests/cuda) through jaccl's CUDA handlers, without a GPU: the
 _jaccl_cuda module built over emulated GPUs (build.py's build_module) is loaded beside the
 real package, its handlers are registered for the CPU platform under their own names, and
-jaccl's lowering is pointed at them. CPU devices 0-3 of this process then play 4 GPUs of one
-host (workspaces, peer registry and bootstrap's set-up as on a GPU machine) and devices 4-7
-compute the jax.lax reference.
+jaccl's lowering is pointed at them. CPU devices then play GPUs of one host: workspaces, IPC
+handles through JAX's key-value store, the peer registry and bootstrap's set-up run as on a
+GPU machine.
 
-Usage: python jax_on_emulated_gpus.py MODULE_PATH {collectives,moe,bad-expert} [--path peer|staged]
+Usage:
+  python jax_on_emulated_gpus.py MODULE {collectives,moe,bad-expert} [--path peer|staged]
+      one process: CPU devices 0-3 play 4 GPUs, devices 4-7 compute the jax.lax reference;
+  jaccl-run -n N -- python jax_on_emulated_gpus.py MODULE {collectives,moe} --job [--path ...]
+      N processes, the first CPU device of each plays its GPU, the next N the reference.
 Prints `OK ...` lines and `PATHS peer=P staged=S`; exits non-zero on any mismatch.
+
+install() is also what tests/multiprocess/workers/common.py calls when JACCL_TEST_EMULATED_CUDA
+names a module, so that the fault workers run on emulated GPUs.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "cuda"))
 sys.path.insert(0, str(HERE.parent / "unit"))
 
-GPUS = 4
+GPUS = 4  # in one process
 
 
 def load_emulated_module(path: str):
@@ -33,14 +40,18 @@ def load_emulated_module(path: str):
     return module
 
 
-def install(emulated, module_path: str, path: str):
-    """Routes every jaccl custom call to the emulated CUDA handlers and sets up the GPUs as
-    bootstrap does on a GPU machine. Returns the devices that play GPUs and the reference."""
+def install(module_path: str, path: str, gpus_per_process: int | None = None):
+    """Routes every jaccl custom call to the emulated CUDA handlers and starts jaccl with the
+    first `gpus_per_process` local CPU devices (default all) as this process's GPUs. Call after
+    JAX knows its devices (jax.distributed.initialize) and before any jaccl call. Returns the
+    local devices that play GPUs."""
+    os.environ["JACCL_CUDA_PATH"] = path
     import jax
 
     import jax_jaccl  # noqa: F401  (registers the CPU handlers, builds the engine)
     from jax_jaccl import _compat, _cuda_peers, _ext, bootstrap
 
+    emulated = load_emulated_module(module_path)
     emulated.set_engine(_ext.engine.engine_api(), _ext.engine.engine_moe_api(),
                         _ext.engine.engine_abort_api())
     library = ctypes.CDLL(module_path)  # the module's own handle: it is loaded already
@@ -54,18 +65,17 @@ def install(emulated, module_path: str, path: str):
                            *args, **kwargs)
 
     _compat.custom_call = to_emulated
-    _ext.cuda_engine = emulated  # for the path counts the batteries check
-    cpus = jax.devices("cpu")
-    gpus, reference = cpus[:GPUS], cpus[GPUS:2 * GPUS]
-    world = bootstrap.init()
+    local = jax.local_devices()
+    gpus = local[:gpus_per_process] if gpus_per_process else local
+    os.environ["JACCL_EMULATED_GPUS"] = str(len(gpus))  # what cudaGetDeviceCount says
+    # CPU ordinals are global device ids: they name the emulated GPUs.
     emulated.set_device_ids([(int(d.id), int(d.id)) for d in gpus])
-    if path != "staged":  # bootstrap's peer set-up, with CPU devices standing in for GPUs
-        stand_ins = [types.SimpleNamespace(local_hardware_id=int(d.id), id=int(d.id)) for d in gpus]
-        _cuda_peers.cuda_engine = emulated
-        _cuda_peers.local_gpus = lambda: stand_ins
-        _cuda_peers.setup(world.process_index, [{"pid": os.getpid(), "gpus": GPUS}], world.hosts,
-                          "emulated", world.settings.timeout_s)
-    return gpus, reference
+    _ext.cuda_engine = bootstrap.cuda_engine = emulated  # path counts; failures at exit
+    stand_ins = [types.SimpleNamespace(local_hardware_id=int(d.id), id=int(d.id)) for d in gpus]
+    _cuda_peers.cuda_engine = emulated
+    _cuda_peers.local_gpus = lambda: [] if path == "staged" else stand_ins
+    bootstrap.init()  # its GPU set-up (_cuda_peers.setup) now sees the stand-ins
+    return gpus
 
 
 def main():
@@ -73,15 +83,25 @@ def main():
     parser.add_argument("module")
     parser.add_argument("suite", choices=["collectives", "moe", "bad-expert"])
     parser.add_argument("--path", choices=["peer", "staged"], default="peer")
+    parser.add_argument("--job", action="store_true", help="one process of a jaccl-run job")
     args = parser.parse_args()
-    os.environ["JACCL_CUDA_PATH"] = args.path
     os.environ.setdefault("JACCL_CUDA_BUFFER_MB", "1")  # small: messages go in chunks
-    os.environ["JACCL_EMULATED_GPUS"] = str(GPUS)
     import jax
 
-    jax.config.update("jax_num_cpu_devices", 2 * GPUS)
-    emulated = load_emulated_module(args.module)
-    gpus, reference = install(emulated, args.module, args.path)
+    if args.job:
+        import jax_jaccl.distributed
+
+        processes = int(os.environ["JACCL_NUM_PROCESSES"])
+        _, count = jax_jaccl.distributed.initialize(local_devices=1 + processes)
+        assert count > 1, "worker started with a single process"
+        install(args.module, args.path, gpus_per_process=1)
+        gpus = [min((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id)
+                for p in range(count)]
+        reference = jax.local_devices()[1:1 + count]
+    else:
+        jax.config.update("jax_num_cpu_devices", 2 * GPUS)
+        gpus = install(args.module, args.path, gpus_per_process=GPUS)
+        reference = jax.local_devices()[GPUS:2 * GPUS]
 
     import gpu_collectives
     import gpu_moe

@@ -4,9 +4,11 @@ stand-in CUDA runtime (each emulated GPU's stream a thread, each GPU thread a fi
 - The standalone program checks the kernels and the peer-path schedules bit for bit against
   the CPU engine, failures included.
 - The whole _jaccl_cuda module, built the same way, runs the GPU test batteries of tests/cuda
-  through JAX: CPU devices 0-3 play four GPUs of one host (its handlers registered for the
-  CPU platform), devices 4-7 compute the jax.lax reference; both paths, the MoE ops with
-  their gradients, and a bad expert id that must stop every device.
+  through JAX: CPU devices play GPUs of one host (its handlers registered for the CPU
+  platform), other CPU devices compute the jax.lax reference; in one process (4 GPUs) and in
+  2 processes (workspaces shared through emulated CUDA IPC), on both paths, the MoE ops with
+  their gradients, a bad expert id that must stop every device, and the failures of
+  tests/cuda (ranks that disagree, a killed peer, a stalled peer) through the same workers.
 
 This is the only execution the CUDA code gets on machines without a GPU; tests/cuda runs the
 real thing where one is lent."""
@@ -20,6 +22,9 @@ import subprocess
 import sys
 
 import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "multiprocess"))
+from harness import clean, run_job  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parents[1] / "cuda_emulation"
 sys.path.insert(0, str(HERE))
@@ -50,14 +55,21 @@ def run_jax(module, *args, timeout=600):
     return result.returncode, result.stdout + result.stderr
 
 
+def assert_path(report, path, processes):
+    """Every process took only the expected path (the emulated module's counts)."""
+    counts = [tuple(map(int, m)) for m in re.findall(r"PATHS peer=(\d+) staged=(\d+)", report)]
+    assert len(counts) == processes, report[-3000:]
+    for peer, staged in counts:
+        assert (peer > 0 and staged == 0) if path == "peer" else (staged > 0 and peer == 0), counts
+
+
 @pytest.mark.parametrize("path", ["peer", "staged"])
 @pytest.mark.parametrize("suite", ["collectives", "moe"])
 def test_gpu_batteries_through_the_cuda_handlers(built, suite, path):
     rc, report = run_jax(built[1], suite, "--path", path)
     assert rc == 0, report
     assert re.search(r"^OK \d+ (MoE )?checks on 4 cpu device", report, re.M), report
-    peer, staged = map(int, re.search(r"PATHS peer=(\d+) staged=(\d+)", report).groups())
-    assert (peer > 0 and staged == 0) if path == "peer" else (staged > 0 and peer == 0), report
+    assert_path(report, path, processes=1)
 
 
 @pytest.mark.parametrize("path", ["peer", "staged"])
@@ -69,6 +81,56 @@ def test_bad_expert_id_stops_every_device(built, path):
     assert "expert id 99 at flat index 7 of topk_idx is out of range [-1, 16)" in report, report
     if path == "peer":  # the other devices stop too, told by the abort words
         assert len(re.findall(r"GPU collective on device [123] failed", report)) == 3, report
+
+
+@pytest.mark.parametrize("path", ["peer", "staged"])
+@pytest.mark.parametrize("suite", ["collectives", "moe"])
+def test_gpu_batteries_in_two_processes(built, suite, path):
+    """The peer path across processes: each maps the other's workspace by its IPC handle."""
+    done = subprocess.run([sys.executable, "-m", "jax_jaccl.launch", "-n", "2", "--", sys.executable,
+                           str(HERE / "jax_on_emulated_gpus.py"), str(built[1]), suite, "--job",
+                           "--path", path], capture_output=True, text=True, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, clean(output)[-6000:]
+    assert len(re.findall(r"OK \d+ (MoE )?checks on 2 cpu device\(s\), process [01] of 2", output)) == 2, \
+        clean(output)[-3000:]
+    assert_path(output, path, processes=2)
+
+
+FAULT_TIMEOUT = 10
+
+
+def fault_job(built, mode, nprocs, path, grace=None):
+    env = {"JACCL_TEST_EMULATED_CUDA": str(built[1]), "JACCL_CUDA_PATH": path,
+           "JACCL_TIMEOUT": str(FAULT_TIMEOUT)}
+    return run_job("faults.py", nprocs, args=[mode], env=env, timeout=300, grace=grace)
+
+
+def assert_every_rank_stopped(job, ranks, detail):
+    for rank in ranks:
+        assert "FINISHED" not in job.lines(rank), clean(job.output)[-4000:]
+        raised = job.values(rank, "RAISED")
+        assert raised and float(raised[0].split()[0]) < FAULT_TIMEOUT + 5, clean(job.output)[-4000:]
+    assert re.search(detail, job.output), clean(job.output)[-4000:]
+    assert job.returncode != 0
+    assert job.leftovers() == []
+
+
+@pytest.mark.parametrize("path", ["peer", "staged"])
+@pytest.mark.parametrize("mode", ["shape", "order"])
+def test_ranks_that_disagree_fail_on_emulated_gpus(built, mode, path):
+    assert_every_rank_stopped(fault_job(built, mode, 2, path), (0, 1), r"ranks disagree")
+
+
+@pytest.mark.parametrize("path", ["peer", "staged"])
+def test_killed_peer_stops_every_emulated_gpu(built, path):
+    job = fault_job(built, "kill", 3, path, grace=FAULT_TIMEOUT + 20)
+    assert_every_rank_stopped(job, (0, 1), r"process of device \d+ \(group rank 2\) died|process 2 .* died")
+
+
+def test_stalled_peer_times_out_on_emulated_gpus(built):
+    job = fault_job(built, "stall", 2, "peer", grace=5)
+    assert_every_rank_stopped(job, (0,), r"timed out after 10 s waiting for device")
 
 
 def test_rewrite_refuses_what_it_does_not_know():

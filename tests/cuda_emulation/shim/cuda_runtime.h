@@ -13,7 +13,7 @@
 // are per host thread (one block runs at a time on it). __trap() ends the launch and marks
 // the device's emulated context lost: later launches, copies and sets on its streams do
 // nothing and report cudaErrorLaunchFailure, as a real context would once the trap is seen.
-// IPC handles carry the pointer, so they open only in the process that made them.
+// Device memory is shared memory: an IPC handle opens it in another process of the host.
 // Launches are written emulate_launch(grid, block, shared, stream, kernel, args...) (the test
 // build rewrites the <<<...>>> syntax into that).
 #pragma once

@@ -1,9 +1,13 @@
 // cuda_runtime.h's runtime calls: memory, devices, events, IPC handles and streams.
 //
-// A created stream owns a thread that runs its queue in order; `submitted` and `completed`
+// Device memory (cudaMalloc) is a shared mapping of a memfd, so that an IPC handle (pid, fd,
+// size) opens it in another process through /proc/<pid>/fd: processes of one host read each
+// other's workspaces as CUDA IPC lets them. A created stream owns a thread that runs its queue in order; `submitted` and `completed`
 // count its operations, so synchronising on a stream or an event is waiting until
 // `completed` reaches a number taken when the call was made. An operation whose device's
 // context trapped is skipped (counted, not run).
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -12,7 +16,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "cuda_runtime.h"
@@ -39,6 +45,22 @@ namespace {
 thread_local int current_device = 0;
 std::atomic<bool> lost[kMaxDevices];
 CUstream_st* const xla_streams = new CUstream_st[kMaxDevices];  // never destroyed
+
+// Ordinals are XLA's device ids (sparse across processes); each gets a slot on first use.
+int slot(int device) {
+  static std::mutex mutex;
+  static auto* slots = new std::map<int, int>;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = slots->find(device);
+  if (found != slots->end()) return found->second;
+  const int next = static_cast<int>(slots->size());
+  if (next >= kMaxDevices) {
+    std::fprintf(stderr, "emulated GPUs: more than %d devices\n", kMaxDevices);
+    std::abort();
+  }
+  (*slots)[device] = next;
+  return next;
+}
 
 void run_stream(CUstream_st* s) {
   std::unique_lock<std::mutex> lock(s->mutex);
@@ -70,10 +92,10 @@ uint64_t submitted(CUstream_st* s) {
 }  // namespace
 
 int device_of(cudaStream_t stream) { return stream != nullptr ? stream->device : current_device; }
-bool lost_device(int device) { return lost[device].load(); }
-void mark_lost(int device) { lost[device] = true; }
+bool lost_device(int device) { return lost[slot(device)].load(); }
+void mark_lost(int device) { lost[slot(device)] = true; }
 bool context_lost(cudaStream_t stream) { return lost_device(device_of(stream)); }
-void reset_context() { lost[current_device] = false; }
+void reset_context() { lost[slot(current_device)] = false; }
 void reset_all_contexts() {
   for (auto& l : lost) l = false;
 }
@@ -85,8 +107,9 @@ int64_t now_ns() {
 }
 
 cudaStream_t xla_stream(int ordinal) {
-  xla_streams[ordinal].device = ordinal;
-  return &xla_streams[ordinal];
+  CUstream_st* s = &xla_streams[slot(ordinal)];
+  s->device = ordinal;
+  return s;
 }
 
 cudaError_t submit(cudaStream_t stream, std::function<void()> op) {
@@ -130,6 +153,24 @@ void* aligned_bytes(size_t bytes) {
   return posix_memalign(&p, 256, std::max<size_t>(bytes, 1)) == 0 ? p : nullptr;
 }
 
+struct Mapping {
+  int fd;
+  size_t bytes;
+};
+
+std::mutex mappings_mutex;
+std::map<void*, Mapping>& mappings() {  // device allocations of this process
+  static auto* m = new std::map<void*, Mapping>;
+  return *m;
+}
+
+struct IpcHandle {
+  int64_t pid;
+  int64_t fd;
+  uint64_t bytes;
+};
+static_assert(sizeof(IpcHandle) <= sizeof(cudaIpcMemHandle_t), "handle too small");
+
 cudaError_t sticky(cudaStream_t stream) { return context_lost(stream) ? cudaErrorLaunchFailure : cudaSuccess; }
 
 }  // namespace
@@ -168,7 +209,7 @@ cudaError_t cudaGetDeviceCount(int* count) {
 }
 
 cudaError_t cudaSetDevice(int device) {
-  if (device < 0 || device >= emulated_devices() || device >= jaccl_emu::kMaxDevices) return cudaErrorInvalidDevice;
+  if (device < 0) return cudaErrorInvalidDevice;
   jaccl_emu::current_device = device;
   return cudaSuccess;
 }
@@ -179,16 +220,37 @@ cudaError_t cudaGetDevice(int* device) {
 }
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
-  *p = aligned_bytes(bytes);
-  return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-
-cudaError_t cudaFree(void* p) {
-  std::free(p);
+  bytes = std::max<size_t>(bytes, 1);
+  const int fd = memfd_create("jaccl-emulated-gpu", MFD_CLOEXEC);
+  if (fd < 0) return cudaErrorMemoryAllocation;
+  void* m = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(bytes)) == 0) {
+    m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  if (m == MAP_FAILED) {
+    close(fd);
+    return cudaErrorMemoryAllocation;
+  }
+  std::lock_guard<std::mutex> lock(mappings_mutex);
+  mappings()[m] = Mapping{fd, bytes};
+  *p = m;
   return cudaSuccess;
 }
 
-cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { return cudaMalloc(p, bytes); }
+cudaError_t cudaFree(void* p) {
+  std::lock_guard<std::mutex> lock(mappings_mutex);
+  auto found = mappings().find(p);
+  if (found == mappings().end()) return cudaErrorInvalidValue;
+  munmap(p, found->second.bytes);
+  close(found->second.fd);
+  mappings().erase(found);
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
+  *p = aligned_bytes(bytes);
+  return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
 
 cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned) {
   *device = host;
@@ -250,18 +312,26 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 }
 
 cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* p) {
+  std::lock_guard<std::mutex> lock(mappings_mutex);
+  auto found = mappings().find(p);
+  if (found == mappings().end()) return cudaErrorInvalidValue;  // not the base of an allocation
+  const IpcHandle h{getpid(), found->second.fd, found->second.bytes};
   std::memset(handle, 0, sizeof *handle);
-  const int64_t pid = getpid();
-  std::memcpy(handle->reserved, &p, sizeof p);
-  std::memcpy(handle->reserved + 8, &pid, sizeof pid);
+  std::memcpy(handle->reserved, &h, sizeof h);
   return cudaSuccess;
 }
 
 cudaError_t cudaIpcOpenMemHandle(void** p, cudaIpcMemHandle_t handle, unsigned) {
-  int64_t pid;
-  std::memcpy(&pid, handle.reserved + 8, sizeof pid);
-  if (pid != getpid()) return cudaErrorInvalidValue;  // emulated memory is not shared
-  std::memcpy(p, handle.reserved, sizeof *p);
+  IpcHandle h;
+  std::memcpy(&h, handle.reserved, sizeof h);
+  if (h.pid == getpid()) return cudaErrorInvalidValue;  // as CUDA: not in the exporting process
+  const std::string path = "/proc/" + std::to_string(h.pid) + "/fd/" + std::to_string(h.fd);
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return cudaErrorInvalidValue;
+  void* m = mmap(nullptr, h.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) return cudaErrorInvalidValue;
+  *p = m;
   return cudaSuccess;
 }
 
@@ -272,8 +342,7 @@ cudaError_t cudaDeviceGetPCIBusId(char* bus, int len, int device) {
 
 cudaError_t cudaDeviceGetByPCIBusId(int* device, const char* bus) {
   unsigned domain = 0, number = 0;
-  if (std::sscanf(bus, "%x:%x", &domain, &number) != 2 || number == 0 ||
-      static_cast<int>(number) > emulated_devices()) {
+  if (std::sscanf(bus, "%x:%x", &domain, &number) != 2 || number == 0) {
     return cudaErrorInvalidDevice;
   }
   *device = static_cast<int>(number) - 1;

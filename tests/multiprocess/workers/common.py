@@ -1,11 +1,14 @@
 """Start-up shared by the workers: parse --marker (lets the test find leftover processes),
 initialise jax.distributed from jaccl-run's environment, and check the job really has more
-than one process."""
+than one process. With JACCL_TEST_EMULATED_CUDA=<module> the process's devices then act as
+GPUs through jaccl's CUDA handlers built over emulated GPUs (tests/cuda_emulation)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+from pathlib import Path
 
 import jax_jaccl.distributed
 
@@ -34,5 +37,11 @@ def start(description: str, extra=None):
         os.environ["JACCL_HOST_ID"] = f"fake-host-{int(os.environ['JACCL_PROCESS_ID']) % fake_hosts}"
     index, count = jax_jaccl.distributed.initialize()
     assert count > 1, "multi-process worker started with a single process"
+    emulated = os.environ.get("JACCL_TEST_EMULATED_CUDA")
+    if emulated:  # this process's devices become emulated GPUs (tests/cuda_emulation)
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cuda_emulation"))
+        from jax_on_emulated_gpus import install
+
+        install(emulated, os.environ.get("JACCL_CUDA_PATH", "peer"))
     print(f"STARTED {index} {count}", flush=True)
     return args, index, count
