@@ -1,11 +1,12 @@
 // A host stand-in for the CUDA runtime, so that jaccl's kernels, peer-path schedules and CUDA
 // handlers run on a machine without a GPU (tests only; never part of the package).
 //
-// Contract: device memory is host memory (every pointer is valid everywhere in the process).
-// A created stream (and the stream XLA hands a handler) is a queue run in order by a thread of
-// its own, so enqueueing returns at once and work happens later, as on a GPU; the legacy
-// stream 0 runs work on the calling thread before returning. A stream belongs to the device
-// current when it was made (stream 0 to the thread's current device).
+// Contract: device memory is shared host memory (every pointer is valid everywhere in the
+// process, and an IPC handle opens an allocation in another process of the host). A created
+// stream (and the stream XLA hands a handler) is a queue run in order by a thread of its own,
+// so enqueueing returns at once and work happens later, as on a GPU; the legacy stream 0 runs
+// work on the calling thread before returning. A stream belongs to the device current when it
+// was made (stream 0 to the thread's current device).
 // A kernel launch runs the grid's blocks one after the other; a block's threads are fibers
 // (ucontext) on the launching thread, switched only where a GPU thread could wait:
 // __syncthreads(), __nanosleep() and a trap. So kernels that spin on flags written by other
@@ -13,7 +14,6 @@
 // are per host thread (one block runs at a time on it). __trap() ends the launch and marks
 // the device's emulated context lost: later launches, copies and sets on its streams do
 // nothing and report cudaErrorLaunchFailure, as a real context would once the trap is seen.
-// Device memory is shared memory: an IPC handle opens it in another process of the host.
 // Launches are written emulate_launch(grid, block, shared, stream, kernel, args...) (the test
 // build rewrites the <<<...>>> syntax into that).
 #pragma once

@@ -51,10 +51,6 @@ void switch_to_scheduler() {
   swapcontext(&b->current->context, &b->scheduler);
 }
 
-}  // namespace
-
-namespace {
-
 void run_block(unsigned threads, LaneBody body, void* state) {
   Block b;
   b.body = body;

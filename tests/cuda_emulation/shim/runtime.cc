@@ -2,10 +2,10 @@
 //
 // Device memory (cudaMalloc) is a shared mapping of a memfd, so that an IPC handle (pid, fd,
 // size) opens it in another process through /proc/<pid>/fd: processes of one host read each
-// other's workspaces as CUDA IPC lets them. A created stream owns a thread that runs its queue in order; `submitted` and `completed`
-// count its operations, so synchronising on a stream or an event is waiting until
-// `completed` reaches a number taken when the call was made. An operation whose device's
-// context trapped is skipped (counted, not run).
+// other's workspaces as CUDA IPC lets them. A created stream owns a thread that runs its
+// queue in order; `submitted` and `completed` count its operations, so synchronising on a
+// stream or an event is waiting until `completed` reaches a number taken when the call was
+// made. An operation whose device's context trapped is skipped (counted, not run).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -271,13 +271,15 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   // As CUDA does, the stream's queued work still runs; its thread then ends.
   if (stream == nullptr) return cudaSuccess;
-  std::lock_guard<std::mutex> lock(stream->mutex);
-  if (!stream->started) {
-    delete stream;
-    return cudaSuccess;
+  {
+    std::lock_guard<std::mutex> lock(stream->mutex);
+    if (stream->started) {
+      stream->stopping = true;  // the thread ends once the queue is empty; the stream leaks
+      stream->changed.notify_all();
+      return cudaSuccess;
+    }
   }
-  stream->stopping = true;  // leaked: the thread may still be reading it
-  stream->changed.notify_all();
+  delete stream;  // never ran anything: no thread refers to it
   return cudaSuccess;
 }
 
