@@ -76,7 +76,7 @@ def run(args) -> None:
 
     gpu = jax.devices("gpu")[0].device_kind
     lines = [f"# jaccl-bench kernels on {gpu}, {datetime.date.today()}; GB/s = (bytes read + "
-             "written) / time, median of CUDA-event timings", "",
+             "written) / time, CUDA events around --iters back-to-back calls", "",
              "| kernel | size | time | GB/s | % of copy | vs XLA |", "|---|---|---|---|---|---|"]
     for mib in args.sizes_mib:
         size = mib << 20

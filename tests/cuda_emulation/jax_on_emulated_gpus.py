@@ -6,8 +6,9 @@ handles through JAX's key-value store, the peer registry and bootstrap's set-up 
 GPU machine.
 
 Usage:
-  python jax_on_emulated_gpus.py MODULE {collectives,moe,bad-expert} [--path peer|staged]
-      one process: CPU devices 0-3 play 4 GPUs, devices 4-7 compute the jax.lax reference;
+  python jax_on_emulated_gpus.py MODULE {collectives,moe,bad-expert,bench} [--path peer|staged]
+      one process: CPU devices 0-3 play 4 GPUs, devices 4-7 compute the jax.lax reference
+      (bench: jaccl-bench kernels at small sizes, its XLA side on the CPU);
   jaccl-run -n N -- python jax_on_emulated_gpus.py MODULE {collectives,moe} --job [--path ...]
       N processes, the first CPU device of each plays its GPU, the next N the reference.
 Prints `OK ...` lines and `PATHS peer=P staged=S`; exits non-zero on any mismatch.
@@ -81,7 +82,7 @@ def install(module_path: str, path: str, gpus_per_process: int | None = None):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("module")
-    parser.add_argument("suite", choices=["collectives", "moe", "bad-expert"])
+    parser.add_argument("suite", choices=["collectives", "moe", "bad-expert", "bench"])
     parser.add_argument("--path", choices=["peer", "staged"], default="peer")
     parser.add_argument("--job", action="store_true", help="one process of a jaccl-run job")
     args = parser.parse_args()
@@ -110,8 +111,16 @@ def main():
         gpu_collectives.check_all(devices=gpus, reference=reference, lax_on_devices=False)
     elif args.suite == "moe":
         gpu_moe.check_moe(devices=gpus, reference=reference)
-    else:
+    elif args.suite == "bad-expert":
         gpu_moe.provoke_bad_expert(devices=gpus)
+        return
+    else:  # jaccl-bench kernels, small: its code path, not its numbers
+        from jax_jaccl.bench import cli
+
+        cpu_devices = jax.devices
+        jax.devices = lambda backend=None: cpu_devices(None if backend == "gpu" else backend)
+        cli.main(["kernels", "--sizes-mib", "1", "--iters", "2", "--tokens", "64", "--topk", "2",
+                  "--hidden", "128", "--rows", "64"])
         return
     gpu_collectives.expect_path(args.path)
 

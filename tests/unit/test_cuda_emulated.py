@@ -133,6 +133,16 @@ def test_stalled_peer_times_out_on_emulated_gpus(built):
     assert_every_rank_stopped(job, (0,), r"timed out after 10 s waiting for device")
 
 
+def test_kernel_benchmark_runs_on_emulated_gpus(built):
+    """jaccl-bench kernels' code path (the first thing run_on_gpu.sh runs); the emulated
+    numbers mean nothing."""
+    rc, report = run_jax(built[1], "bench", timeout=300)
+    assert rc == 0, report
+    for row in (r"\| device copy \| 1 MiB \|", r"\| reduce 2x float32 \(sum\) \| 1 MiB \|",
+                r"\| reduce 4x bfloat16 \(sum\) \| 1 MiB \|", r"\| MoE combine bf16 T=64 K=2 H=128 \|"):
+        assert re.search(row, report), report
+
+
 def test_rewrite_refuses_what_it_does_not_know():
     # A launch the rewrite cannot parse, or device assembly it has no host stand-in for, must
     # fail the build rather than leave a kernel unexercised.

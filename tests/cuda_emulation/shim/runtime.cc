@@ -37,6 +37,7 @@ struct CUevent_st {
   CUstream_st* stream = nullptr;  // null: complete
   uint64_t ticket = 0;
   int device = 0;
+  std::atomic<int64_t> time_ns{0};  // when the stream reached the event
 };
 
 namespace jaccl_emu {
@@ -294,8 +295,9 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) { return cuda
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   event->stream = stream;
   event->device = jaccl_emu::device_of(stream);
+  const cudaError_t err = submit(stream, [event] { event->time_ns = jaccl_emu::now_ns(); });
   event->ticket = stream != nullptr ? jaccl_emu::submitted(stream) : 0;
-  return sticky(stream);
+  return err;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
@@ -303,8 +305,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   return jaccl_emu::lost_device(event->device) ? cudaErrorLaunchFailure : cudaSuccess;
 }
 
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
-  *ms = 0.0f;
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop) {
+  *ms = static_cast<float>(stop->time_ns.load() - start->time_ns.load()) / 1e6f;
   return cudaSuccess;
 }
 
