@@ -88,6 +88,7 @@ def check_all(verbose=True, devices=None, reference=None, lax_on_devices=None):
                                      err_msg=f"{name} {np.dtype(dtype).name} {shape} device {position}")
                         checked += 1
     checked += check_forced_algorithms(devices)
+    checked += check_two_axes(devices, reference)
     if verbose:
         print(f"OK {checked} checks on {n} {devices[0].platform} device(s), process "
               f"{jax.process_index()} of {jax.process_count()}", flush=True)
@@ -116,6 +117,47 @@ def check_forced_algorithms(devices):
             for s in f(x).addressable_shards:
                 np.testing.assert_array_equal(np.asarray(s.data), want, err_msg=f"{algorithm} {size}")
                 checked += 1
+    return checked
+
+
+def check_two_axes(devices, reference):
+    """A 2 x n/2 mesh (an even n >= 4, else nothing to do): collectives over one axis (several
+    groups at once, rows then columns in one program) and over both, against jax.lax."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    from suite import Jaccl, Lax
+
+    n = len(devices)
+    if n < 4 or n % 2:
+        return 0
+    whole = (np.arange(n * 12, dtype=np.float32).reshape(2, n // 2, 12) % 7) - 3
+
+    def per_device(impl):
+        def fn(v):
+            rows = impl.reduce(v, "sum", "b")
+            columns = impl.reduce(rows * v, "max", "a")
+            both = impl.reduce(v, "sum", ("a", "b"))
+            scattered = impl.psum_scatter(jnp.concatenate([v] * (n // 2)), "b", tiled=True)
+            gathered = impl.all_gather(v, "a", tiled=True)
+            return tuple(r.reshape((1, -1)) for r in (rows, columns, both, scattered, gathered))
+        return fn
+
+    def run(impl, devs):
+        mesh = Mesh(np.array(devs).reshape(2, n // 2), ("a", "b"))
+        x = jax.make_array_from_callback(whole.shape, NamedSharding(mesh, P("a", "b")),
+                                         lambda i: whole[i])
+        out = jax.jit(jax.shard_map(per_device(impl), mesh=mesh, in_specs=P("a", "b"),
+                                    out_specs=P(("a", "b"))))(x)
+        return [{s.index[0].start: np.asarray(s.data) for s in o.addressable_shards} for o in out]
+
+    checked = 0
+    for name, got, want in zip(("rows", "columns", "both", "reduce_scatter", "all_gather"),
+                               run(Jaccl, devices), run(Lax, reference)):
+        for position, value in got.items():
+            np.testing.assert_array_equal(value, want[position], err_msg=f"2-D mesh {name} @{position}")
+            checked += 1
     return checked
 
 
