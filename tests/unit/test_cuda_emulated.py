@@ -97,6 +97,23 @@ def test_gpu_batteries_in_two_processes(built, suite, path):
     assert_path(output, path, processes=2)
 
 
+@pytest.mark.parametrize("nprocs, devices, hosts", [(2, 2, 0), (4, 1, 2)], ids=["2x2", "4x1-2hosts"])
+def test_layouts_choose_each_group_its_path(built, nprocs, devices, hosts):
+    """tests/multiprocess's layout battery on emulated GPUs with JACCL_CUDA_PATH=auto: groups
+    whose members all read each other take the peer path, the others (across hosts, or a
+    process's second GPU with another process's) are staged; all against jax.lax."""
+    env = {"JACCL_TEST_EMULATED_CUDA": str(built[1]), "JACCL_CUDA_PATH": "auto",
+           "JACCL_DEBUG": "INFO"}
+    if hosts:
+        env["JACCL_TEST_FAKE_HOSTS"] = str(hosts)
+    job = run_job("collectives.py", nprocs, devices, env=env, timeout=600)
+    assert job.returncode == 0, clean(job.output)[-6000:]
+    for rank in range(nprocs):
+        assert "DONE" in job.lines(rank) and len(job.values(rank, "OK")) > 100, clean(job.output)[-3000:]
+    assert "peer path" in job.output and "staged through host memory" in job.output
+    assert job.leftovers() == []
+
+
 FAULT_TIMEOUT = 10
 
 
