@@ -7,14 +7,16 @@ stand-in CUDA runtime (each emulated GPU's stream a thread, each GPU thread a fi
   through JAX: CPU devices play GPUs of one host (its handlers registered for the CPU
   platform), other CPU devices compute the jax.lax reference; in one process (4 GPUs) and in
   2 processes (workspaces shared through emulated CUDA IPC), on both paths, the MoE ops with
-  their gradients, a bad expert id that must stop every device, and the failures of
-  tests/cuda (ranks that disagree, a killed peer, a stalled peer) through the same workers.
+  their gradients, a bad expert id that must stop every device, the failures of tests/cuda
+  (ranks that disagree, a killed peer, a stalled peer) and the multi-process layout battery
+  through tests/multiprocess's workers, and jaccl-bench kernels' code path.
 
 This is the only execution the CUDA code gets on machines without a GPU; tests/cuda runs the
 real thing where one is lent."""
 
 from __future__ import annotations
 
+import importlib.util
 import pathlib
 import re
 import shutil
@@ -27,8 +29,17 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "multiproce
 from harness import clean, run_job  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parents[1] / "cuda_emulation"
-sys.path.insert(0, str(HERE))
-import build as emulation  # noqa: E402
+
+
+def _load_build_module():
+    # By path, under a name of its own: `build` may also be an installed package.
+    spec = importlib.util.spec_from_file_location("jaccl_cuda_emulation_build", HERE / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+emulation = _load_build_module()
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
 
