@@ -6,24 +6,11 @@
 
 #include <cstdint>
 
+#include "cuda/float_convert.cuh"
 #include "cuda/kernels.h"
 
 namespace jaccl::cuda {
 namespace {
-
-template <typename T>
-__device__ __forceinline__ float to_f32(T v) {
-  if constexpr (std::is_same_v<T, __half>) return __half2float(v);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(v);
-  else return static_cast<float>(v);
-}
-
-template <typename T>
-__device__ __forceinline__ T from_f32(float v) {
-  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(v);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(v);
-  else return v;
-}
 
 // acc + w * x with two roundings, never fused into an FMA: the CPU path's arithmetic.
 __device__ __forceinline__ float weighted(float acc, float w, float x, bool started) {

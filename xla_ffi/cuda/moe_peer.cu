@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cuda/float_convert.cuh"
 #include "cuda/moe_peer_kernels.h"
 
 namespace jaccl::cuda {
@@ -98,13 +99,6 @@ __global__ void table_kernel(const void** table, size_t pairs, const int32_t* re
 }
 
 template <typename T>
-__device__ __forceinline__ float as_f32(T v) {
-  if constexpr (std::is_same_v<T, __half>) return __half2float(v);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(v);
-  else return static_cast<float>(v);
-}
-
-template <typename T>
 __global__ void pair_dot_kernel(float* out, const void* const* rows, const T* dout, size_t tokens,
                                 size_t topk, size_t hidden) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -114,7 +108,7 @@ __global__ void pair_dot_kernel(float* out, const void* const* rows, const T* do
     const T* d = dout + (p / topk) * hidden;
     float dot = 0.0f;
     if (row != nullptr) {
-      for (size_t i = 0; i < hidden; ++i) dot = __fadd_rn(dot, __fmul_rn(as_f32(d[i]), as_f32(row[i])));
+      for (size_t i = 0; i < hidden; ++i) dot = __fadd_rn(dot, __fmul_rn(to_f32(d[i]), to_f32(row[i])));
     }
     out[p] = dot;
   }

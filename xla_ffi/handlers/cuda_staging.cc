@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "cuda/kernels.h"
+#include "handlers/xla_dtype.h"
 
 namespace ffi = xla::ffi;
 
@@ -127,23 +128,9 @@ ffi::Error cuda_error(cudaError_t err, const char* what) {
 }
 
 Dtype dtype_of(ffi::DataType type, bool* ok) {
-  *ok = true;
-  switch (type) {
-    case ffi::DataType::PRED: return Dtype::kBool;
-    case ffi::DataType::S8: return Dtype::kI8;
-    case ffi::DataType::S16: return Dtype::kI16;
-    case ffi::DataType::S32: return Dtype::kI32;
-    case ffi::DataType::S64: return Dtype::kI64;
-    case ffi::DataType::U8: return Dtype::kU8;
-    case ffi::DataType::U16: return Dtype::kU16;
-    case ffi::DataType::U32: return Dtype::kU32;
-    case ffi::DataType::U64: return Dtype::kU64;
-    case ffi::DataType::F16: return Dtype::kF16;
-    case ffi::DataType::BF16: return Dtype::kBF16;
-    case ffi::DataType::F32: return Dtype::kF32;
-    case ffi::DataType::F64: return Dtype::kF64;
-    default: *ok = false; return Dtype::kF32;
-  }
+  Dtype dtype = Dtype::kF32;
+  *ok = dtype_of_xla(type, &dtype);
+  return dtype;
 }
 
 ffi::Error global_device(int ordinal, int64_t* device) {
