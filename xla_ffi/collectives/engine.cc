@@ -3,24 +3,21 @@
 #include <algorithm>
 #include <map>
 #include <cstring>
-#include <sstream>
 
 #include "collectives/waiter.h"
 #include "comm/world.h"
 #include "common/error.h"
+#include "common/text.h"
 
 namespace jaccl {
 namespace {
 
 std::string describe_frame(const FrameHeader& h) {
-  std::ostringstream out;
-  out << kind_name(static_cast<CollectiveKind>(h.kind)) << " #" << h.seq << " of "
-      << dtype_name(static_cast<Dtype>(h.dtype)) << "[" << h.op_count << "] ("
-      << reduce_op_name(static_cast<ReduceOp>(h.redop)) << ", "
-      << algorithm_name(static_cast<Algorithm>(h.algorithm)) << ", communicator "
-      << std::hex << h.comm << std::dec << "), stream " << h.tag << " of " << h.stream_count
-      << " elements at " << h.offset;
-  return out.str();
+  return text(kind_name(static_cast<CollectiveKind>(h.kind)), " #", h.seq, " of ",
+              dtype_name(static_cast<Dtype>(h.dtype)), "[", h.op_count, "] (",
+              reduce_op_name(static_cast<ReduceOp>(h.redop)), ", ",
+              algorithm_name(static_cast<Algorithm>(h.algorithm)), ", communicator ", hex(h.comm),
+              "), stream ", h.tag, " of ", h.stream_count, " elements at ", h.offset);
 }
 
 struct TaskState {

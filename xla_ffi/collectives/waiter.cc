@@ -1,10 +1,10 @@
 #include "collectives/waiter.h"
 
 #include <algorithm>
-#include <sstream>
 
 #include "comm/world.h"
 #include "common/error.h"
+#include "common/text.h"
 #include "transport/doorbell.h"
 
 namespace jaccl {
@@ -14,11 +14,9 @@ constexpr int kMaxSleepUs = 10000;
 }  // namespace
 
 std::string describe_call(const Call& call) {
-  std::ostringstream out;
-  out << kind_name(call.kind) << " #" << call.seq << " of " << dtype_name(call.dtype) << "["
-      << call.op_count << "] (" << reduce_op_name(call.op) << ", "
-      << algorithm_name(call.algorithm) << ")";
-  return out.str();
+  return text(kind_name(call.kind), " #", call.seq, " of ", dtype_name(call.dtype), "[",
+              call.op_count, "] (", reduce_op_name(call.op), ", ", algorithm_name(call.algorithm),
+              ")");
 }
 
 std::string describe_rank(const Call& call, int rank) {

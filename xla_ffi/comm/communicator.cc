@@ -1,12 +1,12 @@
 #include "comm/communicator.h"
 
 #include <algorithm>
-#include <sstream>
 
 #include "collectives/direct.h"
 #include "collectives/hierarchical.h"
 #include "comm/world.h"
 #include "common/error.h"
+#include "common/text.h"
 
 namespace jaccl {
 
@@ -82,9 +82,7 @@ Communicator::Member& Communicator::member(int64_t device) {
 }
 
 std::string Communicator::describe_rank(const Member& member, int rank) const {
-  std::ostringstream out;
-  out << "rank " << rank << " (" << world_.describe_device(member.devices[rank]) << ")";
-  return out.str();
+  return text("rank ", rank, " (", world_.describe_device(member.devices[rank]), ")");
 }
 
 }  // namespace jaccl

@@ -6,8 +6,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "comm/communicator.h"
@@ -15,6 +13,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/process.h"
+#include "common/text.h"
 #include "transport/ring_channel.h"
 
 namespace jaccl {
@@ -144,10 +143,9 @@ size_t World::host_index(int64_t id) const {
 std::string World::describe_device(int64_t id) const {
   const DeviceInfo& d = device(id);
   const ProcessInfo& p = config_.processes[d.process];
-  std::ostringstream out;
-  out << "device " << id << ", process " << d.process << ", pid " << p.pid;
-  if (!same_host(d.process)) out << " on host " << p.host;
-  return out.str();
+  std::string out = text("device ", id, ", process ", d.process, ", pid ", p.pid);
+  if (!same_host(d.process)) append(out, " on host ", p.host);
+  return out;
 }
 
 SegmentHeader* World::header_of(int process) const {

@@ -5,9 +5,10 @@
 // process. Messages start with "jaccl:" and name the ranks involved.
 #pragma once
 
-#include <sstream>
 #include <stdexcept>
 #include <string>
+
+#include "common/text.h"
 
 namespace jaccl {
 
@@ -29,13 +30,10 @@ class Error : public std::runtime_error {
   ErrorKind kind_;
 };
 
-// Builds a message from stream pieces: throw_error(kTimeout, "waited ", s, " s").
+// Builds a message from text.h's parts: throw_error(kTimeout, "waited ", s, " s").
 template <typename... Parts>
 [[noreturn]] void throw_error(ErrorKind kind, const Parts&... parts) {
-  std::ostringstream out;
-  out << "jaccl: ";
-  (out << ... << parts);
-  throw Error(kind, out.str());
+  throw Error(kind, text("jaccl: ", parts...));
 }
 
 // Throws kInternal with strerror(errno) appended.

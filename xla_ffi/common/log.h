@@ -3,11 +3,12 @@
 // Contract: JACCL_DEBUG=WARN (default) prints warnings only; INFO adds one line
 // per decision worth knowing (transport, algorithm); TRACE adds per-call lines.
 // log_once() prints a line at most once per key for the life of the process.
-// Thread-safe; lines go to stderr with a "jaccl <pid>" prefix.
+// Thread-safe; lines go to stderr with a "jaccl <pid>" prefix. Parts are text.h's.
 #pragma once
 
-#include <sstream>
 #include <string>
+
+#include "common/text.h"
 
 namespace jaccl {
 
@@ -21,9 +22,7 @@ bool first_time(const std::string& key);
 template <typename... Parts>
 void log(LogLevel level, const Parts&... parts) {
   if (log_level() < level) return;
-  std::ostringstream out;
-  (out << ... << parts);
-  log_line(level, out.str());
+  log_line(level, text(parts...));
 }
 
 }  // namespace jaccl

@@ -8,7 +8,6 @@
 // telling the peers through the abort board), never thrown or aborted.
 #include <cstdio>
 #include <cstring>
-#include <sstream>
 
 #include "collectives/collectives.h"
 #include "collectives/direct.h"
@@ -17,6 +16,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/memory.h"
+#include "common/text.h"
 #include "handlers/call_setup.h"
 #include "handlers/engine_api.h"
 #include "handlers/cpu_handlers.h"
@@ -33,18 +33,18 @@ void log_choice(const Call& call, size_t bytes) {
   if (log_level() < LogLevel::kInfo) return;
   int size_class = 0;
   while ((size_t{1} << size_class) < bytes) ++size_class;
-  std::ostringstream key;
-  key << call.comm->id() << '/' << static_cast<int>(call.kind) << '/' << size_class << '/'
-      << call.member->rank;
-  if (!first_time(key.str())) return;
-  std::ostringstream transports;
+  if (!first_time(text(call.comm->id(), '/', static_cast<int>(call.kind), '/', size_class, '/',
+                       call.member->rank))) {
+    return;
+  }
+  std::string transports;
   for (size_t r = 0; r < call.member->to.size(); ++r) {
-    if (call.member->to[r]) transports << (transports.tellp() ? "," : "") << call.member->to[r]->kind();
+    if (call.member->to[r]) append(transports, transports.empty() ? "" : ",", call.member->to[r]->kind());
   }
   log(LogLevel::kInfo, kind_name(call.kind), " ", bytes, " B (<= 2^", size_class, ") on rank ",
-      call.member->rank, "/", call.member->size, " of communicator ", std::hex, call.comm->id(),
-      std::dec, ": algorithm ", algorithm_name(call.algorithm), ", transports ",
-      transports.str().empty() ? "none" : transports.str());
+      call.member->rank, "/", call.member->size, " of communicator ", hex(call.comm->id()),
+      ": algorithm ", algorithm_name(call.algorithm), ", transports ",
+      transports.empty() ? "none" : transports);
 }
 
 }  // namespace

@@ -10,7 +10,6 @@
 #include <memory>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -18,6 +17,7 @@
 #include "common/dtype.h"
 #include "common/process.h"
 #include "common/reduce.h"
+#include "common/text.h"
 
 namespace jaccl::cuda {
 namespace {
@@ -71,48 +71,48 @@ size_t workspace_bytes(int64_t world_devices, size_t data_bytes) {
 std::string describe_call(const volatile uint64_t* d) {
   const uint64_t w0 = d[0];
   const auto kind = static_cast<CollectiveKind>(w0 & 0xff);
-  std::ostringstream s;
-  s << kind_name(kind) << " of " << dtype_name(static_cast<Dtype>((w0 >> 8) & 0xff));
+  std::string s = text(kind_name(kind), " of ", dtype_name(static_cast<Dtype>((w0 >> 8) & 0xff)));
+  const uint64_t w[8] = {w0, d[1], d[2], d[3], d[4], d[5], d[6], d[7]};
   if (kind == CollectiveKind::kMoeDispatch || kind == CollectiveKind::kMoeCombine) {
     // Words of cuda_moe_peer.cc's descriptor.
-    s << " rows [" << d[1] << " x " << d[2] << " B] (" << (((w0 >> 24) & 1) ? "pair dot, " : "")
-      << "lists " << d[3] << "/" << d[4] << ", " << d[5] << " output rows, k " << d[7];
+    append(s, " rows [", w[1], " x ", w[2], " B] (", ((w0 >> 24) & 1) ? "pair dot, " : "",
+           "lists ", w[3], "/", w[4], ", ", w[5], " output rows, k ", w[7]);
   } else {
-    s << "[" << d[1] << "] -> [" << d[2] << "] ("
-      << reduce_op_name(static_cast<ReduceOp>((w0 >> 16) & 0xff)) << ", "
-      << (((w0 >> 24) & 1) ? "one-shot, " : "") << "chunk of " << d[7] << " at " << d[5];
+    append(s, "[", w[1], "] -> [", w[2], "] (",
+           reduce_op_name(static_cast<ReduceOp>((w0 >> 16) & 0xff)), ", ",
+           ((w0 >> 24) & 1) ? "one-shot, " : "", "chunk of ", w[7], " at ", w[5]);
   }
-  s << ", group " << std::hex << d[6] << std::dec << ")";
-  return s.str();
+  append(s, ", group ", hex(w[6]), ")");
+  return s;
 }
 
 std::string describe_failure(const LocalDevice& local, const DeviceStatus& st) {
-  std::ostringstream s;
-  s << "jaccl: GPU collective on device " << local.device << " failed: ";
+  const int64_t device = st.device;
+  const int32_t rank = st.rank;
+  std::string s = text("jaccl: GPU collective on device ", local.device, " failed: ");
   switch (st.error) {
     case kPeerTimeout:
-      s << "timed out after " << registry().timeout_ns / 1e9 << " s waiting for device "
-        << st.device << " (group rank " << st.rank << "); raise JACCL_TIMEOUT if it is only slow";
+      append(s, "timed out after ", registry().timeout_ns / 1e9, " s waiting for device ", device,
+             " (group rank ", rank, "); raise JACCL_TIMEOUT if it is only slow");
       break;
     case kPeerDead:
-      s << "the process of device " << st.device << " (group rank " << st.rank << ") died";
+      append(s, "the process of device ", device, " (group rank ", rank, ") died");
       break;
     case kPeerBadExpert:
-      s << "moe_dispatch: expert id " << st.device << " at flat index " << st.rank
-        << " of topk_idx is out of range [-1, " << st.mine[0] << ")";
+      append(s, "moe_dispatch: expert id ", device, " at flat index ", rank,
+             " of topk_idx is out of range [-1, ", static_cast<uint64_t>(st.mine[0]), ")");
       break;
     case kPeerAborted:
-      s << "device " << st.device << " of the group failed first (its process printed why)";
+      append(s, "device ", device, " of the group failed first (its process printed why)");
       break;
     case kPeerMismatch:
-      s << "ranks disagree: device " << local.device << " runs " << describe_call(st.mine)
-        << " but device " << st.device << " (group rank " << st.rank << ") runs "
-        << describe_call(st.theirs);
+      append(s, "ranks disagree: device ", local.device, " runs ", describe_call(st.mine),
+             " but device ", device, " (group rank ", rank, ") runs ", describe_call(st.theirs));
       break;
     default:
-      s << "unknown failure " << st.error;
+      append(s, "unknown failure ", static_cast<int32_t>(st.error));
   }
-  return s.str();
+  return s;
 }
 
 // Call with r.mutex held: prints each device's failure once.

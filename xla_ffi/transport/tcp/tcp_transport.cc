@@ -10,10 +10,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/text.h"
 
 namespace jaccl::tcp {
 namespace {
@@ -268,19 +268,18 @@ void TcpTransport::connect_all(const Deadline& deadline) {
   bool done = connected_cv_.wait_until(lock, deadline.end(),
                                        [&] { return connected_.load() >= expected_; });
   if (!done) {
-    std::ostringstream missing;
+    std::string missing;
     for (auto& link : links_) {
       int up = 0;
       for (Stripe& s : link->stripes) up += s.fd >= 0;
       if (up < settings_.stripes) {
-        missing << " device " << link->spec.local_device << "<->" << link->spec.remote_device
-                << " (process " << link->spec.remote_process << " at "
-                << link->spec.remote_endpoint.str() << ", " << up << "/" << settings_.stripes
-                << " sockets)";
+        append(missing, " device ", link->spec.local_device, "<->", link->spec.remote_device,
+               " (process ", link->spec.remote_process, " at ", link->spec.remote_endpoint.str(),
+               ", ", up, "/", settings_.stripes, " sockets)");
       }
     }
     throw_error(ErrorKind::kTimeout, "TCP links not up within ", deadline.seconds(), " s:",
-                missing.str());
+                missing);
   }
   log(LogLevel::kInfo, "tcp: ", links_.size(), " links x ", settings_.stripes,
       " sockets up, listening on ", endpoint().str());
