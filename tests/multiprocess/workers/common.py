@@ -1,16 +1,35 @@
 """Start-up shared by the workers: parse --marker (lets the test find leftover processes),
 initialise jax.distributed from jaccl-run's environment, and check the job really has more
 than one process. With JACCL_TEST_EMULATED_CUDA=<module> the process's devices then act as
-GPUs through jaccl's CUDA handlers built over emulated GPUs (tests/cuda_emulation)."""
+GPUs through jaccl's CUDA handlers built over emulated GPUs (tests/cuda_emulation). With
+JACCL_TEST_ENGINE=<path of a _jaccl module> that module, built another way (tests/unit/
+test_toolchains.py), is the engine instead of the installed one."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from pathlib import Path
 
-import jax_jaccl.distributed
+
+def use_engine(path: str) -> None:
+    """Makes `path` the jax_jaccl._jaccl that the package imports; call before importing it,
+    after jax (the order of a user's program: jaxlib's libstdc++ is loaded first)."""
+    spec = importlib.util.spec_from_file_location("jax_jaccl._jaccl", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules["jax_jaccl._jaccl"] = module
+    print(f"ENGINE {module.__file__}", flush=True)
+
+
+import jax  # noqa: E402,F401
+
+if os.environ.get("JACCL_TEST_ENGINE"):
+    use_engine(os.environ["JACCL_TEST_ENGINE"])
+
+import jax_jaccl.distributed  # noqa: E402
 
 
 def use_interface_for_gloo(ifname: str) -> None:
