@@ -45,7 +45,7 @@ def battery(impl, devices, shape, dtype):
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     from suite import every_collective
-    from util import exact_data
+    from util import blocks, exact_data
 
     n = len(devices)
     mesh = Mesh(np.array(devices), ("x",))
@@ -53,7 +53,7 @@ def battery(impl, devices, shape, dtype):
     x = jax.make_array_from_callback(whole.shape, NamedSharding(mesh, P("x")), lambda i: whole[i])
     per_device = lambda v: jax.tree.map(lambda r: r[None], every_collective(impl, v, dtype, n=n))  # noqa: E731
     out = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=P("x"), out_specs=P("x")))(x)
-    return {name: {s.index[0].start: np.asarray(s.data)[0] for s in a.addressable_shards}
+    return {name: {position: block[0] for position, block in blocks(a).items()}
             for name, a in out.items()}
 
 
@@ -128,6 +128,7 @@ def check_two_axes(devices, reference):
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     from suite import Jaccl, Lax
+    from util import blocks
 
     n = len(devices)
     if n < 4 or n % 2:
@@ -150,7 +151,7 @@ def check_two_axes(devices, reference):
                                          lambda i: whole[i])
         out = jax.jit(jax.shard_map(per_device(impl), mesh=mesh, in_specs=P("a", "b"),
                                     out_specs=P(("a", "b"))))(x)
-        return [{s.index[0].start: np.asarray(s.data) for s in o.addressable_shards} for o in out]
+        return [blocks(o) for o in out]
 
     checked = 0
     for name, got, want in zip(("rows", "columns", "both", "reduce_scatter", "all_gather"),

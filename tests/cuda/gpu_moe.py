@@ -22,7 +22,9 @@ CPU_DEVICES = 8
 
 def positions(a) -> dict:
     """{mesh position: that device's block} of an array laid out [n, ...] over the mesh."""
-    return {s.index[0].start: np.asarray(s.data, np.float32)[0] for s in a.addressable_shards}
+    from util import blocks
+
+    return {position: block[0].astype(np.float32) for position, block in blocks(a).items()}
 
 
 def on(devices, fn, arrays, n_out):
@@ -97,6 +99,7 @@ def check_gradients(devices, reference):
     import jax_jaccl as jaccl
     import moe_reference as ref
     from test_moe import CASES, routing
+    from util import blocks
 
     n = len(devices)
     T, H, K, E, C, _ = CASES["random"]
@@ -126,7 +129,7 @@ def check_gradients(devices, reference):
             return jnp.sum(out * out)
 
         dx, dw = jax.jit(jax.grad(loss, argnums=(0, 1)))(put(x), put(w), put(idx))
-        return [{s.index[0].start: np.asarray(s.data) for s in g.addressable_shards} for g in (dx, dw)]
+        return [blocks(g) for g in (dx, dw)]
 
     checked = 0
     for name, got, want in zip(("dx", "dw"), grads(ours, devices), grads(theirs, reference)):

@@ -7,7 +7,10 @@ The kernel sources are copied with their launches rewritten (`k<<<grid, block, s
 stream>>>(args)` -> `emulate_launch(grid, block, shared, stream, k, args)`), device globals made
 per emulated GPU, and the device clock read from the host; a source whose constructs these
 rewrites do not recognise fails the build instead of being skipped. Compiled with UBSan, so a
-misaligned 16-byte access or an out-of-range shift stops the program.
+misaligned 16-byte access or an out-of-range shift stops the program. The module is linked as
+the GPU machine's default compiler links a user's extension (GPU_MACHINE_LINK: libstdc++ inside
+the module, symbols bound within it), plus what CMake adds (xla_ffi/CMakeLists.txt: static
+archives' symbols and everything but the entry points kept out of the dynamic table).
 
 Usage: python tests/cuda_emulation/build.py [out_dir]   (then run the printed program, or
 jax_on_emulated_gpus.py with the printed module)
@@ -37,6 +40,11 @@ MODULE_SOURCES = ["handlers/cuda_handlers.cc", "handlers/cuda_moe_handlers.cc", 
                   "collectives/kinds.cc"]
 CHECKS = ["shim/fibers.cc", "shim/runtime.cc", "emulated_world.cc", "main.cc", "kernel_checks.cc",
           "collective_checks.cc", "moe_checks.cc", "failure_checks.cc"]
+
+# How the H200 machine's default compiler (a GCC 13 wrapper) links shared objects: -Bsymbolic
+# in its specs; its modules carried their own libstdc++ stream code (std::ostream::_M_insert
+# was defined inside _jaccl.so in the backtraces of ../shared/evidence/h200-2026-11-30).
+GPU_MACHINE_LINK = ["-static-libstdc++", "-Wl,-Bsymbolic"]
 
 _LAUNCH = re.compile(r"([A-Za-z_][\w:]*(?:<[^<>;()]*>)?)\s*<<<(.*?)>>>\s*\(", re.S)
 _DEVICE_GLOBAL = re.compile(r"^__device__\s+((?:u?int\d*_t|int|unsigned)\s+\w+\s*=)", re.M)
@@ -134,7 +142,10 @@ def build_module(out_dir: str | os.PathLike, jobs: int = 2) -> pathlib.Path:
     sources += [(nb_src / "nb_combined.cpp", python + ["-w"])]
     flags = _flags(shared=True)
     objects = _compile(out, sources, flags, jobs)
-    return _link(objects, flags + ["-shared"], out / "_jaccl_cuda.so")
+    exports = out / "exports.map"  # the real module's, plus the emulation's entry points
+    exports.write_text("{ global: PyInit_*; emulated_jaccl_cuda_*; local: *; };\n")
+    link = ["-shared", *GPU_MACHINE_LINK, "-Wl,--exclude-libs,ALL", f"-Wl,--version-script={exports}"]
+    return _link(objects, flags + link, out / "_jaccl_cuda.so")
 
 
 if __name__ == "__main__":

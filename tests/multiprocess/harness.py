@@ -1,6 +1,8 @@
 """Runs a worker script as a multi-process job with jaccl-run and collects what each rank
 printed. Every job has a hard timeout; the whole process group is killed when it passes, and
-the caller can check that no process and no shared-memory segment of the job is left."""
+the caller can check that no process and no shared-memory segment of the job is left.
+JACCL_TEST_WORKER_PREFIX (e.g. "cuda-gdb -batch -ex run -ex bt --args") is a command every
+worker runs under: run_on_gpu.sh uses it for the backtrace of a crash."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import dataclasses
 import os
 import re
 import secrets
+import shlex
 import signal
 import subprocess
 import sys
@@ -40,6 +43,10 @@ class Job:
         return shm + [f"pid {p}" for p in procs.split()]
 
 
+def worker_prefix() -> list[str]:
+    return shlex.split(os.environ.get("JACCL_TEST_WORKER_PREFIX", ""))
+
+
 def run_job(worker: str, nprocs: int, devices: int = 1, args=(), env=None, timeout: float = 240,
             grace: float | None = None) -> Job:
     job_id = secrets.token_hex(4)
@@ -48,7 +55,8 @@ def run_job(worker: str, nprocs: int, devices: int = 1, args=(), env=None, timeo
            "--devices-per-process", str(devices)]
     if grace is not None:
         cmd += ["--grace", str(grace)]
-    cmd += ["--", sys.executable, str(WORKERS / worker), "--marker", marker, *map(str, args)]
+    cmd += ["--", *worker_prefix(), sys.executable, str(WORKERS / worker), "--marker", marker,
+            *map(str, args)]
     full_env = dict(os.environ, JACCL_JOB_ID=job_id, PYTHONPATH=os.pathsep.join(
         [str(REPO / "tests" / "unit"), os.environ.get("PYTHONPATH", "")]))
     full_env.update(env or {})
@@ -72,3 +80,4 @@ def run_job(worker: str, nprocs: int, devices: int = 1, args=(), env=None, timeo
 def clean(output: str) -> str:
     """Output without JAX's and gloo's chatter, for assertion messages."""
     return "\n".join(l for l in output.splitlines() if not re.search(r"Gloo|^\[\d\] [IWE]\d{4}", l))
+

@@ -11,12 +11,15 @@ stand-in CUDA runtime (each emulated GPU's stream a thread, each GPU thread a fi
   (ranks that disagree, a killed peer, a stalled peer) and the multi-process layout battery
   through tests/multiprocess's workers, and jaccl-bench kernels' code path.
 
+Everything here runs with JACCL_DEBUG=INFO, and the module is linked as the GPU machine links
+(build.py's GPU_MACHINE_LINK): the lines and errors must come out whole.
+
 This is the only execution the CUDA code gets on machines without a GPU; tests/cuda runs the
 real thing where one is lent."""
 
 from __future__ import annotations
 
-import importlib.util
+import os
 import pathlib
 import re
 import shutil
@@ -26,20 +29,16 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "multiprocess"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "cuda"))
+from gpu_faults import (DISAGREE, FAULT_TIMEOUT, NAMES_THE_DEAD, TIMED_OUT,  # noqa: E402
+                        assert_every_rank_stopped)
 from harness import clean, run_job  # noqa: E402
+from util import load_cuda_emulation_build  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parents[1] / "cuda_emulation"
 
 
-def _load_build_module():
-    # By path, under a name of its own: `build` may also be an installed package.
-    spec = importlib.util.spec_from_file_location("jaccl_cuda_emulation_build", HERE / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-emulation = _load_build_module()
+emulation = load_cuda_emulation_build()
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
 
@@ -60,9 +59,18 @@ def test_kernels_and_peer_schedules_on_emulated_gpus(built):
     assert "PASSED: 0 failures" in report
 
 
+INFO = {"JACCL_DEBUG": "INFO"}
+# A GPU handler's INFO line (cuda_handlers.cc's log_path), numbers and all.
+GPU_INFO_LINE = re.compile(r"INFO [a-z_]+ \d+ B \(<= 2\^\d+\) on GPU device \d+, group of \d+: \w")
+
+
+def assert_info_whole(output):
+    assert GPU_INFO_LINE.search(output), clean(output)[-3000:]
+
+
 def run_jax(module, *args, timeout=600):
     result = subprocess.run([sys.executable, str(HERE / "jax_on_emulated_gpus.py"), str(module), *args],
-                            capture_output=True, text=True, timeout=timeout)
+                            capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **INFO))
     return result.returncode, result.stdout + result.stderr
 
 
@@ -81,6 +89,7 @@ def test_gpu_batteries_through_the_cuda_handlers(built, suite, path):
     assert rc == 0, report
     assert re.search(r"^OK \d+ (MoE )?checks on 4 cpu device", report, re.M), report
     assert_path(report, path, processes=1)
+    assert_info_whole(report)
 
 
 @pytest.mark.parametrize("path", ["peer", "staged"])
@@ -100,12 +109,14 @@ def test_gpu_batteries_in_two_processes(built, suite, path):
     """The peer path across processes: each maps the other's workspace by its IPC handle."""
     done = subprocess.run([sys.executable, "-m", "jax_jaccl.launch", "-n", "2", "--", sys.executable,
                            str(HERE / "jax_on_emulated_gpus.py"), str(built[1]), suite, "--job",
-                           "--path", path], capture_output=True, text=True, timeout=600)
+                           "--path", path], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, **INFO))
     output = done.stdout + done.stderr
     assert done.returncode == 0, clean(output)[-6000:]
     assert len(re.findall(r"OK \d+ (MoE )?checks on 2 cpu device\(s\), process [01] of 2", output)) == 2, \
         clean(output)[-3000:]
     assert_path(output, path, processes=2)
+    assert_info_whole(output)
 
 
 @pytest.mark.parametrize("nprocs, devices, hosts", [(2, 2, 0), (4, 1, 2)], ids=["2x2", "4x1-2hosts"])
@@ -113,8 +124,7 @@ def test_layouts_choose_each_group_its_path(built, nprocs, devices, hosts):
     """tests/multiprocess's layout battery on emulated GPUs with JACCL_CUDA_PATH=auto: groups
     whose members all read each other take the peer path, the others (across hosts, or a
     process's second GPU with another process's) are staged; all against jax.lax."""
-    env = {"JACCL_TEST_EMULATED_CUDA": str(built[1]), "JACCL_CUDA_PATH": "auto",
-           "JACCL_DEBUG": "INFO"}
+    env = {"JACCL_TEST_EMULATED_CUDA": str(built[1]), "JACCL_CUDA_PATH": "auto", **INFO}
     if hosts:
         env["JACCL_TEST_FAKE_HOSTS"] = str(hosts)
     job = run_job("collectives.py", nprocs, devices, env=env, timeout=600)
@@ -125,40 +135,27 @@ def test_layouts_choose_each_group_its_path(built, nprocs, devices, hosts):
     assert job.leftovers() == []
 
 
-FAULT_TIMEOUT = 10
-
-
 def fault_job(built, mode, nprocs, path, grace=None):
     env = {"JACCL_TEST_EMULATED_CUDA": str(built[1]), "JACCL_CUDA_PATH": path,
-           "JACCL_TIMEOUT": str(FAULT_TIMEOUT)}
+           "JACCL_TIMEOUT": str(FAULT_TIMEOUT), **INFO}
     return run_job("faults.py", nprocs, args=[mode], env=env, timeout=300, grace=grace)
-
-
-def assert_every_rank_stopped(job, ranks, detail):
-    for rank in ranks:
-        assert "FINISHED" not in job.lines(rank), clean(job.output)[-4000:]
-        raised = job.values(rank, "RAISED")
-        assert raised and float(raised[0].split()[0]) < FAULT_TIMEOUT + 5, clean(job.output)[-4000:]
-    assert re.search(detail, job.output), clean(job.output)[-4000:]
-    assert job.returncode != 0
-    assert job.leftovers() == []
 
 
 @pytest.mark.parametrize("path", ["peer", "staged"])
 @pytest.mark.parametrize("mode", ["shape", "order"])
 def test_ranks_that_disagree_fail_on_emulated_gpus(built, mode, path):
-    assert_every_rank_stopped(fault_job(built, mode, 2, path), (0, 1), r"ranks disagree")
+    assert_every_rank_stopped(fault_job(built, mode, 2, path), (0, 1), DISAGREE)
 
 
 @pytest.mark.parametrize("path", ["peer", "staged"])
 def test_killed_peer_stops_every_emulated_gpu(built, path):
     job = fault_job(built, "kill", 3, path, grace=FAULT_TIMEOUT + 20)
-    assert_every_rank_stopped(job, (0, 1), r"process of device \d+ \(group rank 2\) died|process 2 .* died")
+    assert_every_rank_stopped(job, (0, 1), r"died", each=NAMES_THE_DEAD)
 
 
 def test_stalled_peer_times_out_on_emulated_gpus(built):
     job = fault_job(built, "stall", 2, "peer", grace=5)
-    assert_every_rank_stopped(job, (0,), r"timed out after 10 s waiting for device")
+    assert_every_rank_stopped(job, (0,), TIMED_OUT)
 
 
 def test_kernel_benchmark_runs_on_emulated_gpus(built):

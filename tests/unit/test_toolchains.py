@@ -21,12 +21,13 @@ import sysconfig
 import pytest
 
 from module_symbols import exported
+from util import load_cuda_emulation_build
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "multiprocess"))
 from harness import clean, run_job  # noqa: E402
 
-GPU_MACHINE_LINK = "-static-libstdc++ -Wl,-Bsymbolic"
+GPU_MACHINE_LINK = " ".join(load_cuda_emulation_build().GPU_MACHINE_LINK)
 TIMEOUT = 6
 
 

@@ -1,7 +1,11 @@
 """Helpers for the single-process suites: a 4-device mesh, exact test data, and shard_map
-wrappers that return every device's result stacked on a new leading axis."""
+wrappers that return every device's result stacked on a new leading axis; the emulated-GPU
+build script as a module."""
 
 from __future__ import annotations
+
+import importlib.util
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -69,3 +73,19 @@ def assert_equal(actual, expected, err_msg=""):
     np.testing.assert_array_equal(actual.astype(np.float64) if actual.dtype == jnp.bfloat16 else actual,
                                   expected.astype(np.float64) if expected.dtype == jnp.bfloat16 else expected,
                                   err_msg=err_msg)
+
+
+def blocks(array) -> dict:
+    """{where its block starts along axis 0: the block} for this process's shards of `array`.
+    A single shard covering the whole axis has the index slice(None): it starts at 0."""
+    return {s.index[0].start or 0: np.asarray(s.data) for s in array.addressable_shards}
+
+
+def load_cuda_emulation_build():
+    """tests/cuda_emulation/build.py, loaded by path under a name of its own (`build` may also
+    be an installed package)."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "cuda_emulation" / "build.py"
+    spec = importlib.util.spec_from_file_location("jaccl_cuda_emulation_build", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -28,6 +28,7 @@
 #include "common/dtype.h"
 #include "common/reduce.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "handlers/cuda_handlers.h"
 #include "handlers/cuda_peer_path.h"
 #include "handlers/cuda_staging.h"
@@ -59,8 +60,7 @@ void log_path(CollectiveKind kind, size_t bytes, int64_t device, size_t n, const
   if (log_level() < LogLevel::kInfo) return;
   int size_class = 0;
   while ((size_t{1} << size_class) < bytes) ++size_class;
-  if (!first_time("cuda/" + std::to_string(static_cast<int>(kind)) + "/" +
-                  std::to_string(size_class) + "/" + std::to_string(device) + "/" + path)) {
+  if (!first_time(text("cuda/", static_cast<int>(kind), "/", size_class, "/", device, "/", path))) {
     return;
   }
   log(LogLevel::kInfo, kind_name(kind), " ", bytes, " B (<= 2^", size_class, ") on GPU device ",

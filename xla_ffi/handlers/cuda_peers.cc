@@ -86,24 +86,47 @@ std::string describe_call(const volatile uint64_t* d) {
   return s;
 }
 
+// "process P (pid N)" for the process of global device `device`, as far as the registry knows.
+// Call with r.mutex held.
+std::string describe_process(const Registry& r, int64_t device) {
+  auto peer = r.peers.find(device);
+  if (peer == r.peers.end()) return "its process";
+  auto pid = r.peer_pids.find(peer->second.process);
+  return pid == r.peer_pids.end() ? text("process ", peer->second.process)
+                                  : text("process ", peer->second.process, " (pid ", pid->second, ")");
+}
+
+// "; process P (pid N) died" for every peer process the watcher saw die. Call with r.mutex held.
+std::string dead_peers(const Registry& r) {
+  std::string out;
+  for (const auto& [process, pid] : r.peer_pids) {
+    if (r.dead_host != nullptr && r.dead_host[process]) append(out, "; process ", process, " (pid ", pid, ") died");
+  }
+  return out;
+}
+
+// Call with registry().mutex held.
 std::string describe_failure(const LocalDevice& local, const DeviceStatus& st) {
+  const Registry& r = registry();
   const int64_t device = st.device;
   const int32_t rank = st.rank;
   std::string s = text("jaccl: GPU collective on device ", local.device, " failed: ");
   switch (st.error) {
     case kPeerTimeout:
-      append(s, "timed out after ", registry().timeout_ns / 1e9, " s waiting for device ", device,
+      append(s, "timed out after ", r.timeout_ns / 1e9, " s waiting for device ", device,
              " (group rank ", rank, "); raise JACCL_TIMEOUT if it is only slow");
       break;
     case kPeerDead:
-      append(s, "the process of device ", device, " (group rank ", rank, ") died");
+      append(s, describe_process(r, device), ", the process of device ", device, " (group rank ",
+             rank, "), died");
       break;
     case kPeerBadExpert:
       append(s, "moe_dispatch: expert id ", device, " at flat index ", rank,
              " of topk_idx is out of range [-1, ", static_cast<uint64_t>(st.mine[0]), ")");
       break;
     case kPeerAborted:
-      append(s, "device ", device, " of the group failed first (its process printed why)");
+      append(s, "device ", device, " of the group, on ", describe_process(r, device),
+             ", failed first and printed why", dead_peers(r));
       break;
     case kPeerMismatch:
       append(s, "ranks disagree: device ", local.device, " runs ", describe_call(st.mine),
@@ -115,12 +138,21 @@ std::string describe_failure(const LocalDevice& local, const DeviceStatus& st) {
   return s;
 }
 
+// Why `local` failed, "" while it has not. Call with registry().mutex held.
+std::string why_failed(const LocalDevice& local) {
+  if (!local.broken.empty()) {
+    return text("jaccl: GPU collective on device ", local.device, " failed: ", local.broken);
+  }
+  if (local.status_host != nullptr && local.status_host->error != kPeerOk) {
+    return describe_failure(local, *local.status_host);
+  }
+  return "";
+}
+
 // Call with r.mutex held: prints each device's failure once.
 void report_locked(Registry& r) {
   for (const auto& [ordinal, local] : r.locals) {
-    const std::string why = !local->broken.empty()
-        ? "jaccl: GPU collective on device " + std::to_string(local->device) + " failed: " + local->broken
-        : local->status_host->error != kPeerOk ? describe_failure(*local, *local->status_host) : "";
+    const std::string why = why_failed(*local);
     if (!why.empty() && r.reported.insert(local->device).second) {
       std::fprintf(stderr, "%s\n", why.c_str());
       std::fflush(stderr);
@@ -339,13 +371,9 @@ const volatile uint8_t* dead_processes() { return registry().dead_device; }
 std::string failure(const LocalDevice& device) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  if (device.status_host == nullptr) return "";
-  if (device.status_host->error == kPeerOk && device.broken.empty()) return "";
-  report_locked(r);
-  if (!device.broken.empty()) {
-    return "jaccl: GPU collective on device " + std::to_string(device.device) + " failed: " + device.broken;
-  }
-  return describe_failure(device, *device.status_host);
+  std::string why = why_failed(device);
+  if (!why.empty()) report_locked(r);
+  return why;
 }
 
 void mark_broken(LocalDevice& device, const std::vector<int64_t>& members, const std::string& why) {
