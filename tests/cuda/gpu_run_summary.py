@@ -1,5 +1,5 @@
 """The one-screen summary of run_on_gpu.sh, from the files it left in its output folder:
-machine.log, build.status/build.log, junit.xml/tests.log, kernels.md, backtrace_*.log, steps.log.
+machine.log, build.status/build.log, junit.xml/tests.log, kernels.md, backtrace.log, steps.log.
 
 Usage: python gpu_run_summary.py OUT            prints the summary (Markdown)
        python gpu_run_summary.py --crashed OUT  prints the node ids of tests whose process (or a
@@ -78,9 +78,10 @@ def summary(out: Path) -> str:
     lines += ["", "kernels (jaccl-bench kernels):", ""] + (kernels or ["    (no table; see kernels.log)"]
                                                           + ["    " + l for l in
                                                              read(out / "kernels.log").splitlines()[-5:]])
-    for trace in sorted(out.glob("backtrace_*.log")):
-        frames = FRAME.findall(read(trace))
-        lines += ["", f"{trace.name}:"] + ["    " + f for f in frames[:14]]
+    frames = FRAME.findall(read(out / "backtrace.log"))
+    if (out / "backtrace.log").exists():
+        lines += ["", "backtrace.log (cuda-gdb, the first crashed test):"]
+        lines += ["    " + f for f in frames[:14]] or ["    (no frames)"]
     lines += ["", "steps: " + "; ".join(read(out / "steps.log").splitlines())]
     return "\n".join(lines) + "\n"
 

@@ -4,8 +4,9 @@
 # they are), runs `jaccl-bench kernels`, then the whole GPU suite in parallel (pytest -n 4) with
 # JACCL_DEBUG=INFO, plus the symbol-table checks on the modules just built. Writes a one-screen
 # summary to $OUT/summary.md (default ./gpu_out) with every log beside it, and prints it.
-# A test that died of a signal is run once more with its processes under cuda-gdb, whose C++
-# backtraces go into the summary.
+# The first test that died of a signal is run once more with its processes under cuda-gdb,
+# whose C++ backtraces go into the summary. Budget: build ~25 s, benchmark <= 75 s, tests
+# <= 150 s (~75 s seen), backtrace <= 45 s.
 #
 # Usage: OUT=<dir> bash tests/cuda/run_on_gpu.sh
 set -uo pipefail
@@ -34,26 +35,24 @@ stamp "build: exit $(cut -d' ' -f1 "$OUT/build.status")"
 
 if [ "$(cut -d' ' -f1 "$OUT/build.status")" = 0 ]; then
   stamp "kernels benchmark"
-  timeout 100 $PY -m jax_jaccl.bench.cli kernels > "$OUT/kernels.md" 2> "$OUT/kernels.log"
+  timeout 75 $PY -m jax_jaccl.bench.cli kernels > "$OUT/kernels.md" 2> "$OUT/kernels.log"
   stamp "kernels: exit $?"
 
   parallel=()
   $PY -c "import xdist" 2>/dev/null && parallel=(-n 4)
   stamp "tests ${parallel[*]}"
-  timeout 200 $PY -m pytest "${parallel[@]}" -rA -p no:cacheprovider --timeout 180 \
+  timeout 150 $PY -m pytest "${parallel[@]}" -rA -p no:cacheprovider --timeout 140 \
     --junitxml="$OUT/junit.xml" tests/cuda tests/unit/test_symbols.py > "$OUT/tests.log" 2>&1
   stamp "tests: exit $?"
 
-  # Tests whose processes died of a signal, once more, each process under cuda-gdb.
-  n=0
-  for test in $($PY tests/cuda/gpu_run_summary.py --crashed "$OUT"); do
-    n=$((n + 1))
-    [ $n -gt 2 ] && break
-    stamp "backtrace of $test"
-    JACCL_TEST_WORKER_PREFIX="cuda-gdb -batch -ex run -ex bt --args" timeout 60 \
+  # The first test whose processes died of a signal, once more, each process under cuda-gdb.
+  crashed=$($PY tests/cuda/gpu_run_summary.py --crashed "$OUT" | head -1)
+  if [ -n "$crashed" ]; then
+    stamp "backtrace of $crashed"
+    JACCL_TEST_WORKER_PREFIX="cuda-gdb -batch -ex run -ex bt --args" timeout 45 \
       cuda-gdb -batch -ex run -ex bt --args $PY -m pytest -p no:xdist -p no:cacheprovider -x -q \
-      "$test" > "$OUT/backtrace_$n.log" 2>&1
-  done
+      "$crashed" > "$OUT/backtrace.log" 2>&1
+  fi
 fi
 
 stamp "done"
