@@ -1,10 +1,12 @@
 """The engine built the way the GPU machine's default compiler builds a user's extension:
 libstdc++ linked into the module (-static-libstdc++) and its symbols bound inside it
-(-Wl,-Bsymbolic). Such a module carries its own copy of libstdc++, whose stream and locale
-state nobody set up: while the engine formatted text with std::ostream, every number it wrote
-vanished (JACCL_DEBUG=INFO lines ended after their first word here) or crashed the process (on
-the H200, ../shared/evidence/h200-2026-11-30), errors included. Built that way here, in real
-multi-process jobs, the INFO lines and the errors of failing jobs come out whole.
+(-Wl,-Bsymbolic). Such a module carries its own copy of libstdc++'s stream code, but its locale
+facet ids are STB_GNU_UNIQUE symbols that the dynamic linker binds to the copy loaded first
+(jaxlib's libstdc++, when jax is imported first, as here): while the engine formatted text with
+std::ostream, every number it wrote vanished (JACCL_DEBUG=INFO lines ended after their first
+word here) or crashed the process (on the H200, ../shared/evidence/h200-2026-11-30), errors
+included. Built that way here, in real multi-process jobs, the INFO lines and the errors of
+failing jobs come out whole.
 
 The CUDA module gets the same link in tests/cuda_emulation/build.py (the emulated-GPU tests)."""
 

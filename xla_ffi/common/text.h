@@ -8,8 +8,10 @@
 // fails to compile. No locale is read and no stream object is made.
 //
 // Why: the extensions are loaded into other people's processes. A module linked with
-// -static-libstdc++ and -Bsymbolic (the GPU machine's default compiler does this) carries its
-// own copy of libstdc++'s stream and locale code whose facets were never set up: every
+// -static-libstdc++ (the GPU machine's default compiler does this, with -Bsymbolic) carries its
+// own copy of libstdc++'s stream and locale code, but the facet ids of that code are
+// STB_GNU_UNIQUE symbols, which the dynamic linker binds process-wide to the copy loaded first
+// (JAX's libstdc++): the module's locale then hands out the wrong facets, and every
 // `std::ostream << number` in it wrote nothing or crashed. std::to_chars and snprintf use no
 // locale, so the same text comes out whatever built or loaded the module.
 #pragma once
