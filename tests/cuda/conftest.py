@@ -1,9 +1,9 @@
 """On a GPU machine the pytest process and the jobs it starts share the GPU: the pytest process
-takes 15% of its memory (not XLA's default 75%), each job process 25% (test_gpu.py). The whole
-GPU suite runs with JACCL_DEBUG=INFO unless told otherwise: the logging paths are part of what
-it tests."""
+takes 15% of its memory (not XLA's default 75%), each job process 25% (test_gpu.py). The jobs
+run with JACCL_DEBUG=INFO (test_gpu.py); run_on_gpu.sh sets it for the pytest process too. It
+is not set here: this file is loaded whenever pytest collects tests/, and INFO lines would end
+up in every other suite's jobs."""
 
 import os
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.15")
-os.environ.setdefault("JACCL_DEBUG", "INFO")

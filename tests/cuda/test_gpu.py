@@ -1,5 +1,5 @@
-"""The GPU suite (skipped, with the reason, where JAX has no GPU), with JACCL_DEBUG=INFO
-(conftest.py): the collective battery in this process's GPUs, across 2 processes sharing the
+"""The GPU suite (skipped, with the reason, where JAX has no GPU), its jobs with
+JACCL_DEBUG=INFO (run_on_gpu.sh sets it for this process too): the collective battery in this process's GPUs, across 2 processes sharing the
 machine's GPUs on the peer path (CUDA IPC, device-memory flags) and on the staged path; the MoE
 ops likewise; and failures on the GPU: a bad expert id, ranks that disagree, a killed peer and
 a stalled peer end in an error on every survivor within the deadline, with the reason printed
@@ -27,8 +27,9 @@ from harness import clean, run_job, worker_prefix  # noqa: E402
 
 pytestmark = pytest.mark.skipif(gpu_reason() is not None, reason=str(gpu_reason()))
 
-# Two processes on one GPU: each takes a slice of its memory, not XLA's default 75%.
-SHARED_GPU = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.25", "JACCL_TIMEOUT": "60"}
+# Two processes on one GPU: each takes a slice of its memory, not XLA's default 75%. Every job
+# logs at INFO: the logging paths are part of what runs.
+SHARED_GPU = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.25", "JACCL_TIMEOUT": "60", "JACCL_DEBUG": "INFO"}
 
 
 def two_processes(script, *args, env):
