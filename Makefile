@@ -12,6 +12,11 @@ SOURCES := pyproject.toml CMakeLists.txt $(shell find xla_ffi -name '*.cc' -o -n
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: $(SOURCES)
+	@# libfabric for the OFI transport (RDMA NICs), from apt where we may; optional otherwise
+	@pkg-config --exists libfabric 2>/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get install -y -q libfabric-dev libfabric-bin pkg-config || (apt-get update -q && \
+	   apt-get install -y -q libfabric-dev libfabric-bin pkg-config)); } || \
+	  echo "note: no libfabric (apt-get install libfabric-dev): building without the OFI transport"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q 'jax>=0.10' numpy nanobind 'scikit-build-core>=0.10' ninja cmake pytest pytest-timeout

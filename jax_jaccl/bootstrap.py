@@ -15,6 +15,8 @@ Contract:
   JACCL_IFNAME    network interface for TCP between hosts (default: the one that reaches
                   JAX's coordinator); the listener binds to its address, never 0.0.0.0
   JACCL_TCP_SOCKETS  sockets per TCP link (default 2)
+  JACCL_TRANSPORT    between hosts: auto (default), tcp or ofi (libfabric); see _transport.py
+  JACCL_OFI_PROVIDER the libfabric provider (e.g. verbs;ofi_rxm, efa, cxi, tcp;ofi_rxm)
 - Processes exchange their facts through JAX's key-value store (with a TCP endpoint and a
   per-job secret that TCP connections must prove); each process of a host creates one segment (/dev/shm/jaccl-<job>-<process>, mode 0600), maps its host peers'
   segments and unlinks its own as soon as all of them have mapped it, so nothing is left in
@@ -33,7 +35,7 @@ import threading
 
 import jax
 
-from . import _cuda_peers
+from . import _cuda_peers, _transport
 from ._ext import cuda_engine, engine
 
 _lock = threading.Lock()
@@ -70,6 +72,7 @@ class WorldInfo:
     hosts: tuple[str, ...]  # host id of every process
     endpoints: tuple[str, ...]  # TCP listener of every process ("ip:port"), "" in one process
     settings: Settings
+    transport: str = "tcp"  # between hosts: "tcp", or "ofi:<provider>"; "none" on one host
 
     @property
     def host_count(self) -> int:
@@ -143,6 +146,7 @@ def _start() -> WorldInfo:
     device_table = [(int(d.id), int(d.process_index)) for d in devices]
     mine = {"pid": os.getpid(), "host": host_id(), "frame_bytes": settings.frame_bytes,
             "slots": settings.slots, "gpus": len(_cuda_peers.local_gpus())}
+    transport = _transport.Choice("none", "", "one process")
     if count == 1:
         infos = [mine]
         job_tag = os.environ.get("JACCL_JOB_ID") or secrets.token_hex(6)
@@ -150,8 +154,13 @@ def _start() -> WorldInfo:
     else:
         ip = _listen_address()
         mine["tcp"] = f"{ip}:{engine.tcp_listen(ip)}"
+        transport = _transport.choose()
+        mine["transport"] = transport.label
         infos, job_tag, secret = _exchange(me, count, mine, settings.timeout_s)
+        _transport.check_agreement([info["transport"] for info in infos])
     hosts = tuple(info["host"] for info in infos)
+    if len(set(hosts)) == 1:
+        transport = _transport.Choice("none", "", "one host")
     on_my_host = sum(1 for _, p in device_table if hosts[p] == hosts[me])
     spin = settings.spin_us
     if spin is None:
@@ -168,7 +177,12 @@ def _start() -> WorldInfo:
         endpoints=[info.get("tcp", "") for info in infos],  # noqa: E501
         secret=secret,
         tcp_stripes=settings.tcp_sockets,
+        transport=transport.transport,
+        ofi_provider=transport.provider,
+        ofi_why=transport.why,
     )
+    if transport.transport != "none":
+        engine.log_info(f"between hosts: {transport.label} ({transport.why})")
     if cuda_engine is not None:  # CUDA handlers name devices by ordinal: map them to global ids
         cuda_engine.set_device_ids([(int(d.local_hardware_id), int(d.id))
                                     for d in jax.local_devices() if d.platform == "gpu"])
@@ -176,13 +190,18 @@ def _start() -> WorldInfo:
         if count == 1:
             engine.attach_peers()
         else:
+            if transport.transport == "ofi":
+                from ._kv import KeyValueStore
+
+                _transport.exchange(KeyValueStore(), f"{_KV_PREFIX}/{job_tag}", me, hosts,
+                                    settings.timeout_s)
             _attach(me, hosts, settings.timeout_s)
         _cuda_peers.setup(me, infos, hosts, f"{_KV_PREFIX}/{job_tag}", settings.timeout_s)
     except BaseException:
         engine.shutdown()
         raise
     endpoints = tuple(info.get("tcp", "") for info in infos)
-    return WorldInfo(me, count, job_tag, hosts, endpoints, settings)
+    return WorldInfo(me, count, job_tag, hosts, endpoints, settings, transport.label)
 
 
 def _exchange(me: int, count: int, mine: dict, timeout_s: float):

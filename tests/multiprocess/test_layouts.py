@@ -1,5 +1,7 @@
 """The collective battery in every multi-process layout (1 x 4 runs in tests/unit): results
-equal jax.lax in the same job, and bitwise equal on every device of every process."""
+equal jax.lax in the same job, and bitwise equal on every device of every process. Layouts on
+emulated hosts run over jaccl's TCP and, where marked, over the OFI transport (libfabric's tcp
+provider)."""
 
 from __future__ import annotations
 
@@ -8,16 +10,23 @@ import collections
 import pytest
 
 from harness import clean, run_job
+from transports import OFI, TCP, expected, needs_ofi
 
 
-@pytest.mark.parametrize("nprocs, devices, hosts", [
-    (2, 1, 0), (2, 2, 0), (4, 1, 0),
+def layout(nprocs, devices, hosts, transport=TCP, marks=()):
+    name = f"{nprocs}x{devices}" + (f"-{hosts}hosts" if hosts else "") + ("-ofi" if transport is OFI else "")
+    return pytest.param(nprocs, devices, hosts, transport, id=name, marks=marks)
+
+
+@pytest.mark.parametrize("nprocs, devices, hosts, transport", [
+    layout(2, 1, 0), layout(2, 2, 0), layout(4, 1, 0),
     # Emulated hosts on loopback (JACCL_HOST_ID per process): shared memory within a host,
-    # TCP between hosts, hierarchical where hosts hold several ranks.
-    (2, 1, 2), (4, 1, 2), (2, 2, 2), (4, 1, 4),
-], ids=["2x1", "2x2", "4x1", "2x1-2hosts", "4x1-2hosts", "2x2-2hosts", "4x1-4hosts"])
-def test_collectives_match_lax_across_processes(nprocs, devices, hosts):
-    env = {"JACCL_TEST_FAKE_HOSTS": str(hosts)} if hosts else {}
+    # TCP or libfabric between hosts, hierarchical where hosts hold several ranks.
+    layout(2, 1, 2), layout(4, 1, 2), layout(2, 2, 2), layout(4, 1, 4),
+    layout(2, 2, 2, OFI, needs_ofi), layout(4, 1, 4, OFI, needs_ofi),
+])
+def test_collectives_match_lax_across_processes(nprocs, devices, hosts, transport):
+    env = {"JACCL_TEST_FAKE_HOSTS": str(hosts), **transport} if hosts else {}
     job = run_job("collectives.py", nprocs, devices, env=env, timeout=400)
     out = clean(job.output)
     assert job.returncode == 0, out[-6000:]
@@ -25,6 +34,7 @@ def test_collectives_match_lax_across_processes(nprocs, devices, hosts):
     for rank in range(nprocs):
         assert job.values(rank, "STARTED") == [f"{rank} {nprocs}"], out[-3000:]
         assert job.values(rank, "WORLD") == [f"{max(hosts, 1)} hosts"], out[-3000:]
+        assert job.values(rank, "TRANSPORT") == [expected(transport) if hosts else "none"], out[-3000:]
         assert job.lines(rank)[-1] == "DONE", out[-3000:]
         assert len(job.values(rank, "OK")) > 100
         for line in job.values(rank, "DIGEST"):
@@ -35,14 +45,15 @@ def test_collectives_match_lax_across_processes(nprocs, devices, hosts):
     assert job.leftovers() == []
 
 
-@pytest.mark.parametrize("nprocs, devices, hosts", [(2, 2, 0), (4, 1, 2)],
-                         ids=["2x2", "4x1-2hosts"])
-def test_moe_matches_reference_across_processes(nprocs, devices, hosts):
-    env = {"JACCL_TEST_FAKE_HOSTS": str(hosts)} if hosts else {}
+@pytest.mark.parametrize("nprocs, devices, hosts, transport", [
+    layout(2, 2, 0), layout(4, 1, 2), layout(4, 1, 2, OFI, needs_ofi)])
+def test_moe_matches_reference_across_processes(nprocs, devices, hosts, transport):
+    env = {"JACCL_TEST_FAKE_HOSTS": str(hosts), **transport} if hosts else {}
     job = run_job("moe.py", nprocs, devices, env=env, timeout=400)
     out = clean(job.output)
     assert job.returncode == 0, out[-6000:]
     for rank in range(nprocs):
+        assert job.values(rank, "TRANSPORT") == [expected(transport) if hosts else "none"], out[-3000:]
         assert job.lines(rank)[-1] == "DONE", out[-3000:]
         assert len(job.values(rank, "OK")) >= 30
     assert job.leftovers() == []

@@ -3,18 +3,25 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <optional>
 #include <thread>
 
 #include "comm/communicator.h"
+#include "comm/network_channels.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "common/text.h"
 #include "transport/ring_channel.h"
+#ifdef JACCL_HAVE_OFI
+#include "transport/ofi/ofi_transport.h"
+#endif
 
 namespace jaccl {
 namespace {
@@ -105,15 +112,74 @@ World::World(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> netwo
   log(LogLevel::kInfo, "process ", me, " of ", config_.processes.size(), ": ",
       per_process[me], " local devices, ", host_devices_.size(), " on this host, segment ",
       shares_host ? own_segment_.name() : std::string("(private)"), " ", bytes >> 10, " KiB");
+  if (config_.transport == "ofi" && !network_pairs().empty()) open_ofi();
 }
 
 World::~World() {
   // Communicators hold channel pointers; drop them before the channels and transports.
   communicators_.clear();
+#ifdef JACCL_HAVE_OFI
+  // Frames in flight over libfabric land before the control links say goodbye.
+  if (ofi_) ofi_->drain(Deadline(std::min(config_.timeout_s, 30.0)));
+#endif
   channels_.clear();
   owned_channels_.clear();
   network_.reset();
+  ofi_.reset();
 }
+
+// Pairs (local device, device of another host) that a network link joins.
+std::vector<std::pair<int64_t, int64_t>> World::network_pairs() const {
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  for (const DeviceInfo& local : config_.devices) {
+    if (local.process != config_.my_process) continue;
+    for (const DeviceInfo& remote : config_.devices) {
+      if (!same_host(remote.process)) pairs.emplace_back(local.id, remote.id);
+    }
+  }
+  return pairs;
+}
+
+#ifdef JACCL_HAVE_OFI
+void World::open_ofi() {
+  std::string why;
+  std::optional<ofi::Choice> choice = ofi::choose(config_.ofi_provider, &why);
+  if (!choice) throw_error(ErrorKind::kInvalidArgument, "JACCL_TRANSPORT=ofi: ", why);
+  const NetworkChannels numbers(config_);
+  const int me = config_.my_process;
+  std::vector<ofi::LinkSpec> links;
+  for (const auto& [local, remote] : network_pairs()) {
+    const int peer = device(remote).process;
+    links.push_back(ofi::LinkSpec{local, remote, peer, doorbell(local),
+                                  numbers.out_index(me, local, remote), numbers.in_index(me, remote, local),
+                                  numbers.in_index(peer, local, remote), numbers.out_index(peer, remote, local)});
+  }
+  ofi::Settings settings;
+  settings.my_process = me;
+  settings.num_slots = 2 * config_.num_slots;  // as deep as TCP's rings (connect_network)
+  settings.payload_bytes = config_.payload_bytes;
+  settings.timeout_s = config_.timeout_s;
+  settings.key_seed = std::hash<std::string>()(config_.secret) & ~uint64_t{0xff};
+  settings.why = config_.ofi_why;
+  ofi_ = std::make_unique<ofi::OfiTransport>(*choice, config_.ip, settings, links);
+}
+
+std::string World::ofi_local_info() const { return ofi_ ? ofi_->local_info() : std::string(); }
+
+void World::ofi_add_peer(int process, const std::string& info) {
+  if (ofi_) ofi_->add_peer(process, info);
+}
+#else
+void World::open_ofi() {
+  throw_error(ErrorKind::kInvalidArgument,
+              "JACCL_TRANSPORT=ofi, but jax_jaccl was built without libfabric (install "
+              "libfabric-dev and rebuild, JACCL_OFI=ON to insist)");
+}
+
+std::string World::ofi_local_info() const { return std::string(); }
+
+void World::ofi_add_peer(int, const std::string&) {}
+#endif
 
 bool World::same_host(int process) const {
   return config_.processes[process].host == config_.processes[config_.my_process].host;
@@ -195,24 +261,22 @@ void World::attach_peers() {
   attached_ = true;
 }
 
-// One TCP link per (local device, device on another host).
+// One TCP link per (local device, device on another host): the data channels, or with
+// libfabric only their control (aborts, goodbyes, liveness), with small rings.
 void World::connect_network() {
   std::vector<tcp::LinkSpec> links;
-  for (const DeviceInfo& remote : config_.devices) {
-    if (same_host(remote.process)) continue;
-    for (int64_t local : host_devices_) {
-      if (!is_local(local)) continue;
-      const std::string& endpoint = config_.endpoints.size() > static_cast<size_t>(remote.process)
-                                        ? config_.endpoints[remote.process]
-                                        : std::string();
-      if (endpoint.empty() || network_ == nullptr) {
-        throw_error(ErrorKind::kInvalidArgument, "process ", remote.process,
-                    " is on another host but ", network_ ? "announced no TCP endpoint" :
-                    "this process has no TCP transport");
-      }
-      links.push_back(tcp::LinkSpec{local, remote.id, remote.process,
-                                    tcp::Endpoint::parse(endpoint), doorbell(local)});
+  for (const auto& [local, remote_id] : network_pairs()) {
+    const DeviceInfo& remote = device(remote_id);
+    const std::string& endpoint = config_.endpoints.size() > static_cast<size_t>(remote.process)
+                                      ? config_.endpoints[remote.process]
+                                      : std::string();
+    if (endpoint.empty() || network_ == nullptr) {
+      throw_error(ErrorKind::kInvalidArgument, "process ", remote.process,
+                  " is on another host but ", network_ ? "announced no TCP endpoint" :
+                  "this process has no TCP transport");
     }
+    links.push_back(tcp::LinkSpec{local, remote.id, remote.process,
+                                  tcp::Endpoint::parse(endpoint), doorbell(local)});
   }
   if (links.empty()) return;
   tcp::Settings settings;
@@ -225,9 +289,26 @@ void World::connect_network() {
   settings.num_slots = 2 * config_.num_slots;
   settings.payload_bytes = config_.payload_bytes;
   settings.timeout_s = config_.timeout_s;
+  if (ofi_) {  // control only
+    settings.stripes = 1;
+    settings.num_slots = 2;
+    settings.payload_bytes = 4096;
+  }
   network_->configure(settings);
   for (const tcp::LinkSpec& link : links) network_->add_link(link);
   network_->connect_all(Deadline(config_.timeout_s));
+#ifdef JACCL_HAVE_OFI
+  if (ofi_) {
+    ofi_->start([this](int64_t local, int64_t remote) -> const Channel* {
+      return network_->sender(local, remote);
+    });
+    for (const tcp::LinkSpec& link : links) {
+      channels_[link.local_device][link.remote_device] = ofi_->sender(link.local_device, link.remote_device);
+      channels_[link.remote_device][link.local_device] = ofi_->receiver(link.remote_device, link.local_device);
+    }
+    return;
+  }
+#endif
   for (const tcp::LinkSpec& link : links) {
     channels_[link.local_device][link.remote_device] =
         network_->sender(link.local_device, link.remote_device);

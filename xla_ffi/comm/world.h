@@ -12,6 +12,9 @@
 //   use it concurrently.
 // - channel(src, dst) exists when at least one end is a local device and a
 //   transport reaches the other; otherwise it throws naming both devices.
+// - With config.transport "ofi", channels to other hosts go over libfabric (TCP links stay
+//   for control): between create() and attach_peers() every process publishes
+//   ofi_local_info() and adds every other's with ofi_add_peer().
 // - raise_abort() records the first failure of this process; check_health()
 //   throws if this process or any listed peer has aborted or died.
 #pragma once
@@ -32,6 +35,9 @@
 namespace jaccl {
 
 class Communicator;
+namespace ofi {
+class OfiTransport;
+}
 
 class World {
  public:
@@ -44,6 +50,9 @@ class World {
   ~World();
 
   void attach_peers();
+  // "" when this process has no OFI transport (config.transport "tcp", or one host).
+  std::string ofi_local_info() const;
+  void ofi_add_peer(int process, const std::string& info);
   void unlink_own_segment();
   const std::string& own_segment_name() const { return own_segment_.name(); }
 
@@ -69,6 +78,8 @@ class World {
  private:
   World(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> network);
   void connect_network();
+  std::vector<std::pair<int64_t, int64_t>> network_pairs() const;  // (local, remote host's)
+  void open_ofi();
   SegmentHeader* header_of(int process) const;
   size_t local_index(int64_t id) const;  // position among its process's devices
   size_t host_index(int64_t id) const;   // position among the devices of this host
@@ -82,6 +93,7 @@ class World {
   Segment own_segment_;
   std::vector<Segment> peer_segments_;   // by process index; empty when not on this host
   std::unique_ptr<tcp::TcpTransport> network_;
+  std::unique_ptr<ofi::OfiTransport> ofi_;
   std::vector<std::unique_ptr<Channel>> owned_channels_;
   std::unordered_map<int64_t, std::unordered_map<int64_t, Channel*>> channels_;
   bool attached_ = false;

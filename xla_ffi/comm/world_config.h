@@ -27,6 +27,10 @@ struct WorldConfig {
   std::vector<std::string> endpoints;  // per process: "ip:port" of its TCP listener, or ""
   std::string secret;           // per-job secret (hex) that TCP connections prove
   int tcp_stripes = 2;          // sockets per TCP link (JACCL_TCP_SOCKETS)
+  std::string transport = "tcp";  // between hosts: "tcp", or "ofi" (libfabric; TCP for control)
+  std::string ofi_provider;     // "ofi": the libfabric provider every process uses
+  std::string ofi_why;          // why that transport and provider (for the INFO line)
+  std::string ip;               // this process's address for other hosts (TCP listener's)
   size_t payload_bytes = 512 * 1024;  // per frame
   int num_slots = 4;            // frames in flight per channel
   double timeout_s = 120.0;     // JACCL_TIMEOUT

@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "handlers/cpu_handlers.h"
 #include "handlers/engine_api.h"
+#include "handlers/ofi_module.h"
 #include "transport/tcp/socket.h"
 
 namespace nb = nanobind;
@@ -55,7 +56,8 @@ void init_world(int my_process, const std::vector<std::tuple<int, int, std::stri
                 const std::vector<std::tuple<int64_t, int>>& devices, const std::string& job_tag,
                 size_t payload_bytes, int num_slots, double timeout_s, int spin_us,
                 const std::vector<std::string>& endpoints, const std::string& secret,
-                int tcp_stripes) {
+                int tcp_stripes, const std::string& transport, const std::string& ofi_provider,
+                const std::string& ofi_why) {
   jaccl::WorldConfig config;
   config.my_process = my_process;
   for (const auto& [index, pid, host] : processes) {
@@ -70,6 +72,10 @@ void init_world(int my_process, const std::vector<std::tuple<int, int, std::stri
   config.endpoints = endpoints;
   config.secret = secret;
   config.tcp_stripes = tcp_stripes;
+  config.transport = transport;
+  config.ofi_provider = ofi_provider;
+  config.ofi_why = ofi_why;
+  if (pending_network()) config.ip = pending_network()->endpoint().host;
   jaccl::World::create(config, std::move(pending_network()));
 }
 
@@ -91,7 +97,9 @@ NB_MODULE(_jaccl, m) {
   m.def("init_world", &init_world, nb::arg("my_process"), nb::arg("processes"),
         nb::arg("devices"), nb::arg("job_tag"), nb::arg("payload_bytes"), nb::arg("num_slots"),
         nb::arg("timeout_s"), nb::arg("spin_us"), nb::arg("endpoints"), nb::arg("secret"),
-        nb::arg("tcp_stripes"));
+        nb::arg("tcp_stripes"), nb::arg("transport") = "tcp", nb::arg("ofi_provider") = "",
+        nb::arg("ofi_why") = "");
+  define_ofi_functions(m);
   m.def("tcp_listen", &tcp_listen, nb::arg("ip"), nb::arg("port") = 0);
   m.def("interface_address", &jaccl::tcp::interface_address, nb::arg("ifname"));
   m.def("address_towards", &jaccl::tcp::address_towards, nb::arg("host"));

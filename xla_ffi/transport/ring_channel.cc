@@ -7,17 +7,27 @@ namespace {
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
+size_t RingChannel::frame_bytes(size_t payload_bytes) {
+  return round_up(sizeof(FrameHeader) + payload_bytes, 64);
+}
+
 size_t RingChannel::ring_bytes(int num_slots, size_t payload_bytes) {
-  return sizeof(RingControl) + num_slots * round_up(sizeof(FrameHeader) + payload_bytes, 64);
+  return sizeof(RingControl) + num_slots * frame_bytes(payload_bytes);
 }
 
 RingChannel::RingChannel(void* memory, int num_slots, size_t payload_bytes,
                          Doorbell* producer_bell, Doorbell* consumer_bell, const char* kind)
-    : control_(static_cast<RingControl*>(memory)),
-      slots_(static_cast<unsigned char*>(memory) + sizeof(RingControl)),
+    : RingChannel(static_cast<RingControl*>(memory),
+                  static_cast<unsigned char*>(memory) + sizeof(RingControl), num_slots,
+                  payload_bytes, producer_bell, consumer_bell, kind) {}
+
+RingChannel::RingChannel(RingControl* control, void* slots, int num_slots, size_t payload_bytes,
+                         Doorbell* producer_bell, Doorbell* consumer_bell, const char* kind)
+    : control_(control),
+      slots_(static_cast<unsigned char*>(slots)),
       num_slots_(num_slots),
       payload_bytes_(payload_bytes),
-      frame_bytes_(round_up(sizeof(FrameHeader) + payload_bytes, 64)),
+      frame_bytes_(frame_bytes(payload_bytes)),
       producer_bell_(producer_bell),
       consumer_bell_(consumer_bell),
       kind_(kind) {

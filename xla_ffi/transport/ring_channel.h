@@ -26,11 +26,16 @@ struct RingControl {
 
 class RingChannel : public Channel {
  public:
-  // Bytes a ring of num_slots frames with payload_bytes each occupies.
+  // Bytes a ring of num_slots frames with payload_bytes each occupies; of one frame.
   static size_t ring_bytes(int num_slots, size_t payload_bytes);
+  static size_t frame_bytes(size_t payload_bytes);
 
   RingChannel(void* memory, int num_slots, size_t payload_bytes, Doorbell* producer_bell,
               Doorbell* consumer_bell, const char* kind);
+  // The same with the counters apart from the frames (num_slots * frame_bytes() at `slots`):
+  // a transport whose frames a remote writes keeps the counters out of that memory.
+  RingChannel(RingControl* control, void* slots, int num_slots, size_t payload_bytes,
+              Doorbell* producer_bell, Doorbell* consumer_bell, const char* kind);
 
   size_t payload_capacity() const override { return payload_bytes_; }
   Frame* try_reserve() override;

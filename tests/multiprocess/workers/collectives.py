@@ -27,6 +27,7 @@ n = len(devices)
 hosts = int(os.environ.get("JACCL_TEST_FAKE_HOSTS", "0"))  # hosts the launcher emulates
 hierarchical = hosts > 1 and n // hosts > 1
 print(f"WORLD {jaccl.init().host_count} hosts", flush=True)
+print(f"TRANSPORT {jaccl.init().transport}", flush=True)
 mesh = jax.make_mesh((n,), ("x",))
 
 

@@ -21,6 +21,7 @@ devices = jax.devices()
 n = len(devices)
 mesh = jax.make_mesh((n,), ("x",))
 print(f"WORLD {jaccl.init().host_count} hosts", flush=True)
+print(f"TRANSPORT {jaccl.init().transport}", flush=True)
 
 
 def put(a):

@@ -1,0 +1,108 @@
+// One process's libfabric objects: which provider, and an RDM endpoint with its address
+// vector, completion queue and registered memory.
+//
+// Contract:
+// - choose(provider) asks libfabric for RDM endpoints with RMA writes and 4 bytes of remote CQ
+//   data (what verbs and efa carry), offering every memory-registration mode and honouring
+//   whatever the provider keeps. An empty `provider` takes the first hardware provider
+//   (cxi, efa, verbs;ofi_rxm: an RDMA NIC); software providers (tcp;ofi_rxm, sockets, net,
+//   udp, shm) only when named. Returns nullopt (with the reason in *why) when none fits.
+// - Fabric::open() makes fabric, domain, address vector, completion queue (with a wait fd
+//   where the provider has one) and endpoint, enables the endpoint, and probes
+//   fi_writedata once on itself. Software providers bind to `ip` (the address jaccl's TCP
+//   listener uses); hardware providers pick their NIC themselves.
+// - After open(), one thread at a time uses a Fabric (the transport's I/O thread; the
+//   bootstrap before it starts): the domain is opened with FI_THREAD_DOMAIN.
+// - Errors throw jaccl::Error naming the libfabric call and its fi_strerror().
+#pragma once
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace jaccl::ofi {
+
+// What the chosen provider needs of us.
+struct Choice {
+  std::string provider;    // e.g. "tcp;ofi_rxm", "efa", "verbs;ofi_rxm"
+  std::string fabric;      // fabric name (an IP network for software providers)
+  std::string domain;      // NIC / domain name
+  uint32_t version = 0;    // fi_version() of the library in use
+  bool hardware = false;   // an RDMA NIC (not a software provider)
+  bool virt_addr = false;  // FI_MR_VIRT_ADDR: targets are virtual addresses, else offsets
+  bool prov_key = false;   // FI_MR_PROV_KEY: the provider picks keys
+  bool mr_local = false;   // FI_MR_LOCAL: write sources must be registered too
+  bool mr_endpoint = false;  // FI_MR_ENDPOINT: regions are bound to the endpoint
+  size_t cq_data_size = 0;
+};
+
+// One provider entry of fi_getinfo, for jaccl-info.
+struct ProviderEntry {
+  std::string provider, fabric, domain;
+  bool hardware = false;
+  bool rma = false;          // FI_RMA offered
+  size_t cq_data_size = 0;
+  std::string progress;      // data progress: "auto" or "manual"
+};
+
+bool is_software(const std::string& provider);
+std::string library_version();                 // "1.17"
+std::vector<ProviderEntry> list_providers();   // every RDM entry libfabric offers
+std::optional<Choice> choose(const std::string& provider, std::string* why);
+
+// A registered region: what a peer needs to write into it, and what a local write needs.
+struct Region {
+  struct fid_mr* mr = nullptr;
+  void* desc = nullptr;
+  uint64_t key = 0;
+  uint64_t base = 0;  // the target address of its first byte: its address, or 0 (offsets)
+};
+
+class Fabric {
+ public:
+  // `ip` is used by software providers only (empty: any); the completion queue holds
+  // `cq_entries` (what the transport can have outstanding, with room to spare).
+  static std::unique_ptr<Fabric> open(const Choice& choice, const std::string& ip, size_t cq_entries);
+  ~Fabric();
+  Fabric(const Fabric&) = delete;
+  Fabric& operator=(const Fabric&) = delete;
+
+  const Choice& choice() const { return choice_; }
+  std::string address() const;                     // this endpoint's name (raw bytes)
+  fi_addr_t insert(const std::string& address);    // a peer's name -> its handle
+  // Registers [data, data + bytes) for `access` (FI_WRITE, FI_REMOTE_WRITE); `key` is used
+  // where the application picks keys. Freed with the Fabric.
+  Region register_memory(void* data, size_t bytes, uint64_t access, uint64_t key);
+
+  struct fid_ep* endpoint() const { return ep_; }
+  struct fid_cq* completions() const { return cq_; }
+  int wait_fd() const { return wait_fd_; }  // readable when the CQ may have entries; -1: none
+  bool try_wait();                           // fi_trywait: true when blocking on wait_fd() is safe
+
+ private:
+  Fabric() = default;
+  void probe_writedata();
+
+  Choice choice_;
+  struct fi_info* info_ = nullptr;
+  struct fid_fabric* fabric_ = nullptr;
+  struct fid_domain* domain_ = nullptr;
+  struct fid_av* av_ = nullptr;
+  struct fid_cq* cq_ = nullptr;
+  struct fid_ep* ep_ = nullptr;
+  int wait_fd_ = -1;
+  std::vector<struct fid_mr*> regions_;
+  alignas(64) uint64_t probe_words_[2] = {};
+};
+
+// "fi_writedata: Resource temporarily unavailable (-11)"
+std::string describe(const char* call, long error);
+
+}  // namespace jaccl::ofi

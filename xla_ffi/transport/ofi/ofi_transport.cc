@@ -1,0 +1,553 @@
+#include "transport/ofi/ofi_transport.h"
+
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/text.h"
+#include "transport/ofi/wire.h"
+
+namespace jaccl::ofi {
+namespace {
+
+constexpr int kBatch = 32;           // completions read per call
+constexpr int kSpinPolls = 256;      // polls without progress before sleeping a little
+constexpr int kIdleWaitMs = 10;      // longest sleep on the wait fd (a lost wake-up costs this)
+
+void* allocate_arena(size_t bytes) {
+  void* p = std::aligned_alloc(4096, bytes);
+  if (p == nullptr) throw_error(ErrorKind::kInternal, "out of memory for an OFI arena of ", bytes, " bytes");
+  std::memset(p, 0, bytes);  // FI_MR_ALLOCATED: pages exist before they are registered
+  return p;
+}
+
+std::string to_hex(const std::string& bytes) {
+  static const char digits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+std::string from_hex(const std::string& hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  }
+  return out;
+}
+
+}  // namespace
+
+// A posted write: its fi_context2 first, so the completion's op_context finds it.
+struct OfiTransport::Op {
+  fi_context2 context;
+  Link* link = nullptr;
+  int slot = -1;  // the frame's slot, or -1 for the link's credit
+};
+
+struct OfiTransport::Link {
+  LinkSpec spec;
+  RingControl send_control{}, recv_control{};
+  std::unique_ptr<RingChannel> send_ring, recv_ring;
+  std::unique_ptr<Channel> sender, receiver;
+  const Channel* control = nullptr;  // the TCP link between the same devices
+  fi_addr_t peer = FI_ADDR_UNSPEC;
+  uint64_t remote_key = 0;
+  uint64_t remote_ring = 0;     // target of slot 0 of this link's channel in the peer's arena
+  uint64_t remote_scratch = 0;  // where credits land there
+  // The I/O thread's: sending.
+  uint32_t posted = 0, credited = 0;
+  std::vector<Op> ops;               // one per slot, then the credit's
+  std::vector<uint8_t> in_flight;    // per slot: its write has not completed
+  bool refused = false;              // the last post answered FI_EAGAIN ...
+  Clock::time_point refused_since;   // ... since then
+  // The I/O thread's: receiving.
+  uint32_t arrived_head = 0;
+  std::vector<uint8_t> arrived;      // per slot: the frame is there, not yet published
+  uint32_t credit_sent = 0, credit_posting = 0;
+  bool credit_in_flight = false;
+  // Anyone's.
+  std::mutex mutex;
+  std::string failure;
+  std::atomic<bool> failed{false};
+
+  std::string failure_text() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return failure;
+  }
+  bool done() const {  // its peer needs nothing more from it, nor it from its peer
+    return failed.load() || (control != nullptr && !control->failure().empty());
+  }
+};
+
+namespace {
+
+// A direction of a link, seen by a device thread through the Channel contract.
+class LinkChannel : public Channel {
+ public:
+  LinkChannel(RingChannel* ring, OfiTransport::Link* link) : ring_(ring), link_(link) {}
+  size_t payload_capacity() const override { return ring_->payload_capacity(); }
+  Frame* try_reserve() override { return ring_->try_reserve(); }
+  void commit() override { ring_->commit(); }
+  const Frame* try_peek() override { return ring_->try_peek(); }
+  void release() override { ring_->release(); }
+  std::string failure() const override;
+  const char* kind() const override { return "ofi"; }
+
+ private:
+  RingChannel* ring_;
+  OfiTransport::Link* link_;
+};
+
+}  // namespace
+
+// The control link's reason first: it knows an orderly exit from a crash, and carries the
+// abort reason of a peer that failed; a failed write only knows that it failed.
+std::string LinkChannel::failure() const {
+  std::string control = link_->control != nullptr ? link_->control->failure() : std::string();
+  if (!control.empty()) return control;
+  return link_->failed.load(std::memory_order_acquire) ? link_->failure_text() : std::string();
+}
+
+std::string PeerInfo::encode() const {
+  return text(provider, " ", fabric.empty() ? "-" : fabric, " ", version, " ", hardware ? 1 : 0,
+              " ", to_hex(address), " ", key, " ", base, " ", in_channels, " ", num_slots, " ",
+              payload_bytes);
+}
+
+PeerInfo PeerInfo::decode(const std::string& line) {
+  std::vector<std::string> fields;
+  size_t start = 0;
+  while (start <= line.size()) {
+    size_t end = line.find(' ', start);
+    if (end == std::string::npos) end = line.size();
+    fields.push_back(line.substr(start, end - start));
+    start = end + 1;
+  }
+  if (fields.size() != 10) throw_error(ErrorKind::kMismatch, "malformed OFI peer description '", line, "'");
+  PeerInfo p;
+  p.provider = fields[0];
+  p.fabric = fields[1] == "-" ? "" : fields[1];
+  p.version = static_cast<uint32_t>(std::stoul(fields[2]));
+  p.hardware = fields[3] == "1";
+  p.address = from_hex(fields[4]);
+  p.key = std::stoull(fields[5]);
+  p.base = std::stoull(fields[6]);
+  p.in_channels = static_cast<uint32_t>(std::stoul(fields[7]));
+  p.num_slots = static_cast<uint32_t>(std::stoul(fields[8]));
+  p.payload_bytes = std::stoull(fields[9]);
+  return p;
+}
+
+OfiTransport::OfiTransport(const Choice& choice, const std::string& ip, const Settings& settings,
+                           const std::vector<LinkSpec>& links)
+    : settings_(settings) {
+  const int slots = settings_.num_slots;
+  if (slots < 1 || slots > kMaxSlots) throw_error(ErrorKind::kInvalidArgument, "OFI rings need 1..", kMaxSlots, " slots");
+  frame_bytes_ = RingChannel::frame_bytes(settings_.payload_bytes);
+  uint32_t outs = 0, ins = 0;
+  for (const LinkSpec& l : links) {
+    outs = std::max(outs, l.out_index + 1);
+    ins = std::max(ins, l.in_index + 1);
+  }
+  if (outs > kMaxChannels || ins > kMaxChannels) {
+    throw_error(ErrorKind::kInvalidArgument, "the OFI transport carries at most ", kMaxChannels,
+                " channels per process each way (", std::max(outs, ins), " asked)");
+  }
+  // Per link at most `slots` writes and a credit outstanding, as many arrivals: room for all.
+  fabric_ = Fabric::open(choice, ip, links.size() * (2 * slots + 2) + 64);
+  const size_t ring_stride = slots * frame_bytes_;
+  send_bytes_ = kScratchBytes + outs * ring_stride;
+  recv_bytes_ = kScratchBytes + ins * ring_stride;
+  send_arena_ = allocate_arena(send_bytes_);
+  recv_arena_ = allocate_arena(recv_bytes_);
+  send_region_ = fabric_->register_memory(send_arena_, send_bytes_, FI_WRITE, settings_.key_seed ^ 1);
+  recv_region_ = fabric_->register_memory(recv_arena_, recv_bytes_, FI_REMOTE_WRITE, settings_.key_seed ^ 2);
+
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (wake_fd_ < 0 || epoll_fd_ < 0) throw_system_error("epoll/eventfd");
+  io_bell_.eventfd_plus_one = wake_fd_ + 1;
+  for (int fd : {wake_fd_, fabric_->wait_fd()}) {
+    if (fd < 0) continue;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  }
+
+  by_out_.assign(outs, nullptr);
+  by_in_.assign(ins, nullptr);
+  auto* send_base = static_cast<unsigned char*>(send_arena_) + kScratchBytes;
+  auto* recv_base = static_cast<unsigned char*>(recv_arena_) + kScratchBytes;
+  for (const LinkSpec& spec : links) {
+    auto link = std::make_unique<Link>();
+    link->spec = spec;
+    link->send_ring = std::make_unique<RingChannel>(
+        &link->send_control, send_base + spec.out_index * ring_stride, slots,
+        settings_.payload_bytes, spec.local_doorbell, &io_bell_, "ofi");
+    link->recv_ring = std::make_unique<RingChannel>(
+        &link->recv_control, recv_base + spec.in_index * ring_stride, slots,
+        settings_.payload_bytes, &io_bell_, spec.local_doorbell, "ofi");
+    link->sender = std::make_unique<LinkChannel>(link->send_ring.get(), link.get());
+    link->receiver = std::make_unique<LinkChannel>(link->recv_ring.get(), link.get());
+    link->ops.resize(slots + 1);
+    for (int i = 0; i <= slots; ++i) {
+      link->ops[i].link = link.get();
+      link->ops[i].slot = i < slots ? i : -1;
+    }
+    link->in_flight.assign(slots, 0);
+    link->arrived.assign(slots, 0);
+    if (by_out_[spec.out_index] != nullptr || by_in_[spec.in_index] != nullptr) {
+      throw_error(ErrorKind::kInternal, "OFI channel index used twice");
+    }
+    by_out_[spec.out_index] = link.get();
+    by_in_[spec.in_index] = link.get();
+    links_.push_back(std::move(link));
+  }
+  const Choice& c = fabric_->choice();
+  log(LogLevel::kInfo, "ofi: provider ", c.provider, ", fabric ", c.fabric, ", domain ", c.domain,
+      ", libfabric ", library_version(), " (", settings_.why, "): ", links_.size(), " links, ",
+      slots, " frames of ", settings_.payload_bytes >> 10, " KiB per channel, targets by ",
+      c.virt_addr ? "address" : "offset", ", ", c.prov_key ? "provider" : "jaccl", " keys, ",
+      fabric_->wait_fd() >= 0 ? "sleeps on the completion queue" : "polls the completion queue");
+}
+
+OfiTransport::~OfiTransport() {
+  stop_.store(true, std::memory_order_release);
+  ring(&io_bell_);
+  if (io_thread_.joinable()) io_thread_.join();
+  fabric_.reset();  // the endpoint closes first, then the regions: no write lands after this
+  std::free(send_arena_);
+  std::free(recv_arena_);
+  if (wake_fd_ >= 0) close(wake_fd_);
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+}
+
+std::string OfiTransport::local_info() const {
+  const Choice& c = fabric_->choice();
+  PeerInfo me;
+  me.provider = c.provider;
+  me.fabric = c.fabric;
+  me.version = c.version;
+  me.hardware = c.hardware;
+  me.address = fabric_->address();
+  me.key = recv_region_.key;
+  me.base = recv_region_.base;
+  me.in_channels = static_cast<uint32_t>(by_in_.size());
+  me.num_slots = static_cast<uint32_t>(settings_.num_slots);
+  me.payload_bytes = settings_.payload_bytes;
+  return me.encode();
+}
+
+void OfiTransport::add_peer(int process, const std::string& line) {
+  const PeerInfo peer = PeerInfo::decode(line);
+  const Choice& c = fabric_->choice();
+  const std::string me = text("process ", settings_.my_process);
+  if (peer.provider != c.provider || peer.version != c.version ||
+      (c.hardware && peer.fabric != c.fabric)) {
+    // Software providers name their fabric after the IP network, which differs by host.
+    throw_error(ErrorKind::kMismatch, "OFI: process ", process, " uses provider ", peer.provider,
+                " on fabric ", peer.fabric, " (libfabric ", FI_MAJOR(peer.version), ".",
+                FI_MINOR(peer.version), ") but ", me, " uses ", c.provider, " on fabric ", c.fabric,
+                " (libfabric ", FI_MAJOR(c.version), ".", FI_MINOR(c.version),
+                "): set the same JACCL_OFI_PROVIDER, and the same libfabric, everywhere");
+  }
+  if (peer.num_slots != static_cast<uint32_t>(settings_.num_slots) ||
+      peer.payload_bytes != settings_.payload_bytes) {
+    throw_error(ErrorKind::kMismatch, "OFI: process ", process, " has rings of ", peer.num_slots,
+                " x ", peer.payload_bytes, " B but ", me, " has ", settings_.num_slots, " x ",
+                settings_.payload_bytes, " B: set the same JACCL_FRAME_KB and JACCL_SLOTS everywhere");
+  }
+  const fi_addr_t handle = fabric_->insert(peer.address);
+  for (auto& link : links_) {
+    if (link->spec.remote_process != process) continue;
+    if (link->spec.remote_in_index >= peer.in_channels) {
+      throw_error(ErrorKind::kMismatch, "OFI: process ", process, " has ", peer.in_channels,
+                  " incoming channels, but ", me, " writes to its channel ", link->spec.remote_in_index);
+    }
+    link->peer = handle;
+    link->remote_key = peer.key;
+    link->remote_scratch = peer.base;
+    link->remote_ring = peer.base + kScratchBytes + link->spec.remote_in_index * settings_.num_slots * frame_bytes_;
+  }
+  peers_[process] = peer;
+}
+
+void OfiTransport::start(const std::function<const Channel*(int64_t, int64_t)>& control) {
+  for (auto& link : links_) {
+    const LinkSpec& s = link->spec;
+    if (link->peer == FI_ADDR_UNSPEC) {
+      throw_error(ErrorKind::kInternal, "OFI: no address for process ", s.remote_process);
+    }
+    link->control = control(s.local_device, s.remote_device);
+    log(LogLevel::kInfo, "ofi: link device ", s.local_device, "<->", s.remote_device, " (process ",
+        s.remote_process, ") over ", fabric_->choice().provider, " on ", fabric_->choice().domain);
+  }
+  io_thread_ = std::thread([this] { io_loop(); });
+}
+
+Channel* OfiTransport::sender(int64_t local_device, int64_t remote_device) {
+  for (auto& link : links_) {
+    if (link->spec.local_device == local_device && link->spec.remote_device == remote_device) return link->sender.get();
+  }
+  return nullptr;
+}
+
+Channel* OfiTransport::receiver(int64_t remote_device, int64_t local_device) {
+  for (auto& link : links_) {
+    if (link->spec.local_device == local_device && link->spec.remote_device == remote_device) return link->receiver.get();
+  }
+  return nullptr;
+}
+
+// The I/O thread's schedule, every pass: clear its doorbell (a ring after this is seen by the
+// sleep below), read the completion queue (local completions free slots, arrivals publish
+// frames and credits), then post on every live link what its rings allow: frames up to
+// `slots` ahead of the consumer's credit, and a credit when the consumer released frames.
+// With writes outstanding it keeps polling (manual progress moves their bytes), yielding,
+// then napping; with none it sleeps on the completion queue's wait fd and the doorbell.
+void OfiTransport::io_loop() {
+  int idle = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    eventfd_t value;
+    eventfd_read(wake_fd_, &value);
+    bool progress = poll_completions();
+    for (auto& link : links_) {
+      if (link->failed.load(std::memory_order_relaxed)) continue;
+      progress |= post_frames(*link);
+      progress |= post_credit(*link);
+    }
+    drained_.store(drained(), std::memory_order_release);
+    if (progress) {
+      idle = 0;
+    } else if (outstanding_ > 0) {
+      if (++idle < kSpinPolls) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(20));
+    } else if (++idle >= kSpinPolls / 4) {
+      wait_for_work();
+      idle = 0;
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+void OfiTransport::wait_for_work() {
+  if (!fabric_->try_wait()) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    return;
+  }
+  epoll_event events[2];
+  epoll_wait(epoll_fd_, events, 2, kIdleWaitMs);
+}
+
+bool OfiTransport::poll_completions() {
+  fi_cq_data_entry entries[kBatch];
+  bool progress = false;
+  for (;;) {
+    const ssize_t n = fi_cq_read(fabric_->completions(), entries, kBatch);
+    if (n == -FI_EAGAIN) break;
+    if (n == -FI_EAVAIL) {
+      on_error();
+      progress = true;
+      continue;
+    }
+    if (n < 0) {
+      for (auto& link : links_) fail(*link, describe("fi_cq_read", n));
+      break;
+    }
+    for (ssize_t i = 0; i < n; ++i) {
+      const fi_cq_data_entry& e = entries[i];
+      if (e.flags & FI_REMOTE_WRITE) {
+        on_arrival(e.data);
+        continue;
+      }
+      auto* op = static_cast<Op*>(e.op_context);
+      if (op == nullptr) continue;
+      --outstanding_;
+      Link& link = *op->link;
+      if (op->slot >= 0) {
+        link.in_flight[op->slot] = 0;
+      } else {
+        link.credit_in_flight = false;
+        link.credit_sent = link.credit_posting;
+      }
+    }
+    progress = true;
+    if (n < kBatch) break;
+  }
+  return progress;
+}
+
+void OfiTransport::on_arrival(uint64_t data) {
+  const Immediate im = decode(data);
+  const std::vector<Link*>& table = im.credit ? by_out_ : by_in_;
+  if (im.channel >= table.size() || table[im.channel] == nullptr) {
+    log(LogLevel::kWarn, "ofi: a write for unknown channel ", im.channel, " arrived; ignored");
+    return;
+  }
+  Link& link = *table[im.channel];
+  const uint32_t slots = static_cast<uint32_t>(settings_.num_slots);
+  if (im.credit) {
+    // An older credit overtaken by a newer one unwraps beyond what was posted: ignored.
+    const uint32_t count = unwrap(link.credited, im.count);
+    if (count - link.credited <= link.posted - link.credited && count != link.credited) {
+      link.credited = count;
+      link.send_ring->publish_tail(count);
+    }
+    return;
+  }
+  const uint32_t n = unwrap(link.arrived_head, im.count);
+  if (n - link.arrived_head >= slots) {
+    fail(link, text("OFI: frame ", n, " from process ", link.spec.remote_process,
+                    " arrived outside its window [", link.arrived_head, ", ", link.arrived_head + slots, ")"));
+    return;
+  }
+  link.arrived[n % slots] = 1;
+  uint32_t head = link.arrived_head;
+  while (link.arrived[head % slots]) {
+    link.arrived[head % slots] = 0;
+    ++head;
+  }
+  if (head != link.arrived_head) {
+    link.arrived_head = head;
+    link.recv_ring->publish_head(head);
+  }
+}
+
+void OfiTransport::on_error() {
+  fi_cq_err_entry error{};
+  if (fi_cq_readerr(fabric_->completions(), &error, 0) != 1) return;  // not yet: next pass
+  char detail[256] = {};
+  const char* provider_text = fi_cq_strerror(fabric_->completions(), error.prov_errno,
+                                             error.err_data, detail, sizeof detail);
+  const std::string what = text(fi_strerror(error.err),
+                                provider_text && *provider_text ? text(" (", provider_text, ")") : "");
+  auto* op = static_cast<Op*>(error.op_context);
+  if (op == nullptr || (error.flags & FI_REMOTE_WRITE)) {
+    for (auto& link : links_) fail(*link, text("OFI: a write into process ", settings_.my_process, " failed: ", what));
+    return;
+  }
+  --outstanding_;
+  Link& link = *op->link;
+  if (op->slot >= 0) link.in_flight[op->slot] = 0;
+  else link.credit_in_flight = false;
+  fail(link, text("OFI: ", op->slot >= 0 ? "frame" : "credit", " write to device ", link.spec.remote_device,
+                  " of process ", link.spec.remote_process, " failed: ", what));
+}
+
+bool OfiTransport::post_frames(Link& link) {
+  const uint32_t slots = static_cast<uint32_t>(settings_.num_slots);
+  const uint32_t head = link.send_ring->head();
+  bool progress = false;
+  while (link.posted != head && link.posted - link.credited < slots) {
+    const uint32_t slot = link.posted % slots;
+    if (link.in_flight[slot]) break;
+    Frame* frame = link.send_ring->slot(link.posted);
+    const size_t bytes = sizeof(FrameHeader) + std::min<size_t>(frame->header.nbytes, settings_.payload_bytes);
+    const uint64_t data = encode(Immediate{false, link.spec.remote_in_index, static_cast<uint16_t>(link.posted)});
+    const ssize_t rc = fi_writedata(fabric_->endpoint(), frame, bytes, send_region_.desc, data, link.peer,
+                                    link.remote_ring + slot * frame_bytes_, link.remote_key,
+                                    &link.ops[slot].context);
+    if (rc == -FI_EAGAIN) {
+      refused(link);
+      break;
+    }
+    if (rc != 0) {
+      fail(link, text("OFI: frame write to device ", link.spec.remote_device, " of process ",
+                      link.spec.remote_process, ": ", describe("fi_writedata", rc)));
+      return true;
+    }
+    link.refused = false;
+    link.in_flight[slot] = 1;
+    ++link.posted;
+    ++outstanding_;
+    progress = true;
+  }
+  return progress;
+}
+
+bool OfiTransport::post_credit(Link& link) {
+  if (link.credit_in_flight) return false;
+  const uint32_t tail = link.recv_ring->tail();
+  if (tail == link.credit_sent) return false;
+  const uint64_t data = encode(Immediate{true, link.spec.remote_out_index, static_cast<uint16_t>(tail)});
+  const ssize_t rc = fi_writedata(fabric_->endpoint(), send_arena_, sizeof(uint64_t), send_region_.desc,
+                                  data, link.peer, link.remote_scratch, link.remote_key,
+                                  &link.ops[settings_.num_slots].context);
+  if (rc == -FI_EAGAIN) {
+    refused(link);
+    return false;
+  }
+  if (rc != 0) {
+    fail(link, text("OFI: credit write to process ", link.spec.remote_process, ": ",
+                    describe("fi_writedata", rc)));
+    return true;
+  }
+  link.refused = false;
+  link.credit_in_flight = true;
+  link.credit_posting = tail;
+  ++outstanding_;
+  return true;
+}
+
+// A provider answers FI_EAGAIN while it is busy (connecting, queues full), and for ever to a
+// dead peer: give up after JACCL_TIMEOUT.
+void OfiTransport::refused(Link& link) {
+  const Clock::time_point now = Clock::now();
+  if (!link.refused) {
+    link.refused = true;
+    link.refused_since = now;
+  } else if (std::chrono::duration<double>(now - link.refused_since).count() > settings_.timeout_s) {
+    fail(link, text("OFI: writes to device ", link.spec.remote_device, " of process ",
+                    link.spec.remote_process, " refused (FI_EAGAIN) for ", settings_.timeout_s,
+                    " s (JACCL_TIMEOUT)"));
+  }
+}
+
+void OfiTransport::fail(Link& link, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(link.mutex);
+    if (link.failed.load()) return;
+    link.failure = reason;
+    link.failed.store(true, std::memory_order_release);
+  }
+  log(LogLevel::kInfo, "ofi: link device ", link.spec.local_device, "<->", link.spec.remote_device,
+      " down: ", reason);
+  ring(link.spec.local_doorbell);  // a device thread waiting on the link sees it now
+}
+
+bool OfiTransport::drained() const {
+  for (const auto& link : links_) {
+    if (link->done()) continue;
+    if (link->credited != link->send_ring->head() || link->credit_in_flight ||
+        link->credit_sent != link->recv_ring->tail()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void OfiTransport::drain(const Deadline& deadline) {
+  if (!io_thread_.joinable()) return;
+  ring(&io_bell_);
+  while (!drained_.load(std::memory_order_acquire) && !deadline.expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ring(&io_bell_);
+  }
+}
+
+}  // namespace jaccl::ofi

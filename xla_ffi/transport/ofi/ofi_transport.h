@@ -1,0 +1,137 @@
+// The OFI transport: channels between devices on different hosts over libfabric (RDMA NICs
+// through verbs, efa or cxi; the tcp provider where there is none).
+//
+// Each channel is a ring of `slots` frames at both ends. The producer fills the frame in its
+// local send ring (registered memory) and commits; the I/O thread writes it with
+// fi_writedata into the same slot of the consumer's receive ring (wire.h says where, and what
+// the 32-bit immediate carries), at most `slots` frames ahead of the consumer's credit. The
+// consumer's I/O thread learns of each frame from its completion queue, publishes frames in
+// order (writes may arrive out of order), and when the device thread releases frames it
+// writes one credit back (the new release count; at most one credit in flight per channel,
+// so neither ring nor completion queue can overrun). No copy beyond the rings, no
+// handshake per frame.
+//
+// Progress is manual on most providers (data lands only when the target polls), so one I/O
+// thread per process owns the endpoint: it posts, polls and publishes; device threads only
+// move ring counters and ring its doorbell. It spins while writes are outstanding and sleeps
+// on the completion queue's wait fd and its doorbell otherwise.
+//
+// Liveness: libfabric says little about a dead peer, so every channel also reports the
+// failure of its control channel (the TCP link between the same devices, which carries
+// aborts and goodbyes), and every retry of a refused write has the JACCL_TIMEOUT deadline.
+// Failed writes fail their link, naming the peer process.
+//
+// Threading: construct, local_info(), add_peer() from the bootstrap thread; start() begins
+// the I/O thread; then the channels are used by device threads. drain() before the control
+// links say goodbye; the destructor stops the thread and closes the endpoint first.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "transport/doorbell.h"
+#include "transport/ofi/fabric.h"
+#include "transport/ring_channel.h"
+
+namespace jaccl::ofi {
+
+struct Settings {
+  int my_process = 0;
+  int num_slots = 8;         // frames in flight per channel
+  size_t payload_bytes = 0;  // per frame
+  double timeout_s = 120;    // retries of refused writes, drain
+  uint64_t key_seed = 0;     // memory keys where the application picks them (from the job secret)
+  std::string why;           // why this provider (for the INFO line)
+};
+
+// One pair (local device, device of another host): a channel each way. Indexes number the
+// channels of a process (wire.h): this process's own, and the remote process's view.
+struct LinkSpec {
+  int64_t local_device = 0;
+  int64_t remote_device = 0;
+  int remote_process = 0;
+  Doorbell* local_doorbell = nullptr;
+  uint32_t out_index = 0;         // local -> remote among this process's outgoing channels
+  uint32_t in_index = 0;          // remote -> local among this process's incoming channels
+  uint32_t remote_in_index = 0;   // local -> remote among the remote process's incoming
+  uint32_t remote_out_index = 0;  // remote -> local among the remote process's outgoing
+};
+
+// What a process tells the others (through the key-value store) so they can write to it.
+struct PeerInfo {
+  std::string provider, fabric;
+  uint32_t version = 0;
+  bool hardware = false;
+  std::string address;  // endpoint name, raw bytes
+  uint64_t key = 0;     // of its receive arena
+  uint64_t base = 0;    // target address of the arena's first byte (0: offsets)
+  uint32_t in_channels = 0;
+  uint32_t num_slots = 0;
+  uint64_t payload_bytes = 0;
+  std::string encode() const;  // one line of text
+  static PeerInfo decode(const std::string& text);
+};
+
+class OfiTransport {
+ public:
+  OfiTransport(const Choice& choice, const std::string& ip, const Settings& settings,
+               const std::vector<LinkSpec>& links);
+  ~OfiTransport();
+  OfiTransport(const OfiTransport&) = delete;
+  OfiTransport& operator=(const OfiTransport&) = delete;
+
+  std::string local_info() const;
+  // Checks `info` against this process (provider, version, ring geometry) and adds the peer.
+  void add_peer(int process, const std::string& info);
+  // `control(local, remote)` is the control link's channel whose failure() a data channel
+  // between the same devices also reports. Starts the I/O thread.
+  void start(const std::function<const Channel*(int64_t local, int64_t remote)>& control);
+
+  Channel* sender(int64_t local_device, int64_t remote_device);
+  Channel* receiver(int64_t remote_device, int64_t local_device);
+
+  // Waits until every frame sent was released by its consumer and every release of ours
+  // was credited back (or the link failed), at most until the deadline.
+  void drain(const Deadline& deadline);
+
+  struct Link;
+  struct Op;
+
+ private:
+  void io_loop();
+  bool poll_completions();
+  bool post_frames(Link& link);
+  bool post_credit(Link& link);
+  void refused(Link& link);
+  void on_arrival(uint64_t data);
+  void on_error();
+  void fail(Link& link, const std::string& reason);
+  void wait_for_work();
+  bool drained() const;
+
+  Settings settings_;
+  std::unique_ptr<Fabric> fabric_;
+  size_t frame_bytes_ = 0;
+  void* send_arena_ = nullptr;
+  void* recv_arena_ = nullptr;
+  size_t send_bytes_ = 0, recv_bytes_ = 0;
+  Region send_region_, recv_region_;
+  std::vector<std::unique_ptr<Link>> links_;
+  std::vector<Link*> by_out_, by_in_;                 // by this process's channel index
+  std::map<int, PeerInfo> peers_;
+  std::map<int, fi_addr_t> addresses_;
+  Doorbell io_bell_{};
+  int wake_fd_ = -1, epoll_fd_ = -1;
+  uint64_t outstanding_ = 0;  // writes posted and not completed (I/O thread only)
+  std::atomic<bool> stop_{false}, drained_{false};
+  std::thread io_thread_;
+};
+
+}  // namespace jaccl::ofi
