@@ -119,13 +119,14 @@ World::~World() {
   // Communicators hold channel pointers; drop them before the channels and transports.
   communicators_.clear();
 #ifdef JACCL_HAVE_OFI
-  // Frames in flight over libfabric land before the control links say goodbye.
+  // Frames in flight over libfabric land before the control links say goodbye; the OFI
+  // transport goes first, since its I/O thread reads the control links' state.
   if (ofi_) ofi_->drain(Deadline(std::min(config_.timeout_s, 30.0)));
 #endif
   channels_.clear();
   owned_channels_.clear();
-  network_.reset();
   ofi_.reset();
+  network_.reset();
 }
 
 // Pairs (local device, device of another host) that a network link joins.
