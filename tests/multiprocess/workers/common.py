@@ -3,7 +3,8 @@ initialise jax.distributed from jaccl-run's environment, and check the job reall
 than one process. With JACCL_TEST_EMULATED_CUDA=<module> the process's devices then act as
 GPUs through jaccl's CUDA handlers built over emulated GPUs (tests/cuda_emulation). With
 JACCL_TEST_ENGINE=<path of a _jaccl module> that module, built another way (tests/unit/
-test_toolchains.py), is the engine instead of the installed one."""
+test_toolchains.py), is the engine instead of the installed one. JACCL_TEST_LAST_PROCESS_ENV=
+"K=V,..." sets variables in the last process only (settings that disagree)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,9 @@ def start(description: str, extra=None):
     args = parser.parse_args()
     if os.environ.get("JACCL_IFNAME"):
         use_interface_for_gloo(os.environ["JACCL_IFNAME"])
+    last_env = os.environ.get("JACCL_TEST_LAST_PROCESS_ENV")  # "K=V,K=V": the last process differs
+    if last_env and int(os.environ["JACCL_PROCESS_ID"]) == int(os.environ["JACCL_NUM_PROCESSES"]) - 1:
+        os.environ.update(item.split("=", 1) for item in last_env.split(","))
     fake_hosts = int(os.environ.get("JACCL_TEST_FAKE_HOSTS", "0"))
     if fake_hosts:  # pretend processes sit on different hosts: they talk over loopback TCP
         os.environ["JACCL_HOST_ID"] = f"fake-host-{int(os.environ['JACCL_PROCESS_ID']) % fake_hosts}"
