@@ -32,6 +32,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 
 import jax
 
@@ -42,6 +43,7 @@ _lock = threading.Lock()
 _world: "WorldInfo | None" = None
 
 _KV_PREFIX = "jaccl/v1"
+_COORDINATOR_GRACE_S = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +120,10 @@ def _at_exit() -> None:
         engine.flush_aborts(1.0)  # the other hosts learn why before our sockets close
         sys.stdout.flush()
         sys.stderr.flush()
+        if world.process_index == 0:
+            # Process 0 runs JAX's coordination service, and JAX ends every other process as
+            # soon as it is gone: let the survivors report their own error first.
+            time.sleep(_COORDINATOR_GRACE_S)
         os._exit(1)
     shutdown()
 

@@ -4,7 +4,9 @@
                             [--ops all_reduce,reduce_scatter,all_gather] [--vs lax,mpi4jax,mpi]
                             [--runs 3] [--algorithm auto] [--plot FILE.png] [--json FILE]
     jaccl-bench collectives --emulate-hosts 4 --link-rate 200mbit --topology mesh
-                            [--sizes ...] [--runs 1] [--plot FILE.png]
+                            [--transports tcp,ofi] [--sizes ...] [--runs 1] [--plot FILE.png]
+    jaccl-bench transport   [--transports tcp,ofi] [--frame-kb 64,512] [--both-ways]
+                            [--emulate-hosts --link-rate none]   (see transport.py)
     jaccl-bench moe [...]   (see jax_jaccl/bench/moe.py)
     jaccl-bench kernels     (a GPU: see jax_jaccl/bench/kernels.py)
 
@@ -105,7 +107,25 @@ def main(argv=None) -> None:
                    help="run all_reduce across N emulated hosts (root; see emulate.py)")
     c.add_argument("--link-rate", default="200mbit", help="per direction of every link")
     c.add_argument("--topology", default="mesh")
+    c.add_argument("--transports", default="tcp",
+                   help="with --emulate-hosts: tcp (every algorithm), or e.g. tcp,ofi (mesh "
+                        "all_reduce over each, side by side)")
+    c.add_argument("--ofi-provider", default="tcp;ofi_rxm")
     c.set_defaults(fn=collectives)
+    t = sub.add_parser("transport", help="frames between two hosts, no collective: each "
+                                         "transport's ceiling")
+    t.add_argument("--transports", default="tcp,ofi")
+    t.add_argument("--ofi-provider", default="tcp;ofi_rxm")
+    t.add_argument("--frame-kb", default="64,512")
+    t.add_argument("--mib", type=int, default=256)
+    t.add_argument("--runs", type=int, default=3)
+    t.add_argument("--both-ways", action="store_true")
+    t.add_argument("--emulate-hosts", action="store_true",
+                   help="2 network namespaces joined by a veth link (root)")
+    t.add_argument("--link-rate", default="none", help="with --emulate-hosts: e.g. 200mbit, or none")
+    t.add_argument("--json", default=None)
+    t.add_argument("--timeout", type=float, default=900)
+    t.set_defaults(fn=lambda args: __import__("jax_jaccl.bench.transport", fromlist=["run"]).run(args))
     m = sub.add_parser("moe", help="MoE dispatch/combine vs a padded lax.all_to_all baseline; "
                                    "remote-first vs arrival combine on emulated hosts")
     m.add_argument("--nprocs", type=int, default=2)

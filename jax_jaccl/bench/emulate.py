@@ -5,6 +5,10 @@ process per host, each algorithm in turn, beside the time its schedule needs on 
 Link-rate bounds for S bytes on N hosts: mesh scatter-gather 2S/(NB) (every host drives its
 N-1 links at once, twice), bidirectional ring (N-1)S/(NB) (two links per host), one-way ring
 2(N-1)S/(NB) (one link per host), naive S/B (every host sends all of S to every peer at once).
+
+With --transports tcp,ofi the mesh all_reduce runs over each transport between hosts instead
+(jaccl's TCP, libfabric with --ofi-provider), side by side; --link-rate none leaves the links
+unlimited (no bound: compare with jaccl-bench transport on the same links).
 """
 
 from __future__ import annotations
@@ -17,14 +21,17 @@ import tempfile
 
 from .emulated_hosts import EmulatedHosts, can_emulate
 from .sizes import human
+from .transport import transport_env
 
 ALGORITHMS = ("mesh", "ring", "ring_oneway", "naive")
 NAMES = {"mesh": "mesh scatter-gather", "ring": "ring (bidirectional)", "ring_oneway":
          "ring (one-way)", "naive": "naive"}
 
 
-def rate_bytes_per_s(rate: str) -> float:
+def rate_bytes_per_s(rate: str) -> float | None:
     text = rate.lower().strip()
+    if text in ("", "none"):
+        return None
     for unit, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1)):
         if text.endswith(unit):
             return float(text[: -len(unit)]) * scale / 8
@@ -43,30 +50,39 @@ def run(args) -> None:
     if args.topology != "mesh":
         raise SystemExit("jaccl-bench: --topology mesh is the one emulated (a link per host pair)")
     n, rate = args.emulate_hosts, rate_bytes_per_s(args.link_rate)
+    transports = [t for t in args.transports.split(",") if t]
+    compare = transports != ["tcp"]
+    if rate is None and not compare:
+        raise SystemExit("jaccl-bench: the algorithm table needs a --link-rate (its bounds)")
+    plan = [(t, a) for t in transports for a in (("mesh",) if compare else ALGORITHMS)]
     records = []
-    with EmulatedHosts(n, rate=args.link_rate) as hosts, tempfile.TemporaryDirectory() as tmp:
+    with EmulatedHosts(n, rate=args.link_rate if rate else None) as hosts, \
+            tempfile.TemporaryDirectory() as tmp:
         hostfile = hosts.write_hostfile(os.path.join(tmp, "hosts.json"), 1)
         for run_index in range(args.runs):
-            for algorithm in ALGORITHMS:
-                out = os.path.join(tmp, f"{algorithm}{run_index}.json")
+            for transport, algorithm in plan:
+                name = transport if compare else algorithm
+                out = os.path.join(tmp, f"{name}{run_index}.json")
                 cmd = [sys.executable, "-m", "jax_jaccl.launch", "--hostfile", hostfile, "--",
                        sys.executable, "-m", "jax_jaccl.bench.collectives_worker", "--sizes",
                        args.sizes, "--ops", "all_reduce", "--impls", "jaccl", "--algorithm",
                        algorithm, "--budget-mb", "64", "--output", out]
-                done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+                env = dict(os.environ, **transport_env(transport, args.ofi_provider))
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
+                                      env=env)
                 if done.returncode != 0:
-                    log = os.path.abspath(f"jaccl-bench-{algorithm}-failed.log")
+                    log = os.path.abspath(f"jaccl-bench-{name}-failed.log")
                     with open(log, "w") as f:
                         f.write(done.stdout)
-                    raise SystemExit(f"jaccl-bench: the {algorithm} run failed; output in {log}")
+                    raise SystemExit(f"jaccl-bench: the {name} run failed; output in {log}")
                 with open(out) as f:
-                    records += [dict(r, impl=algorithm) for r in json.load(f)]
-                print(f"run {run_index + 1}/{args.runs}: {algorithm} done", file=sys.stderr,
-                      flush=True)
+                    records += [dict(r, impl=name) for r in json.load(f)]
+                print(f"run {run_index + 1}/{args.runs}: {name} done", file=sys.stderr, flush=True)
     print(f"# jaccl-bench collectives --emulate-hosts {n} --link-rate {args.link_rate} "
-          f"--topology mesh: all_reduce, float32, 1 process per host, median of {args.runs} runs")
-    print(table(records, n, rate))
-    if args.plot:
+          f"--topology mesh{' --transports ' + args.transports if compare else ''}: all_reduce, "
+          f"float32, 1 process per host, median of {args.runs} runs")
+    print(transport_table(records, transports, n, rate) if compare else table(records, n, rate))
+    if args.plot and not compare:
         plot(records, n, rate, args.plot)
         print(f"\nplot: {args.plot}")
     if args.json:
@@ -106,6 +122,31 @@ def table(records, n: int, rate: float) -> str:
         row.append(f"{oneway / mesh:.2f}x" if mesh and oneway else "—")
         present = [a for a in ALGORITHMS if (a, nbytes) in medians]
         row.append(NAMES[min(present, key=lambda a: medians[(a, nbytes)])] if present else "—")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def transport_table(records, transports, n: int, rate: float | None) -> str:
+    """Mesh all_reduce over each transport: time, % of the link-rate bound, busbw."""
+    medians = _medians(records)
+    sizes = sorted({b for _, b in medians})
+    header = ["size"] + (["bound"] if rate else []) + \
+             [f"{t} ({'% of bound' if rate else 'busbw GB/s'})" for t in transports]
+    if len(transports) == 2:
+        header.append(f"{transports[1]} vs {transports[0]}")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for nbytes in sizes:
+        row = [human(nbytes)] + ([_time(bound("mesh", nbytes, n, rate))] if rate else [])
+        times = [medians.get((t, nbytes)) for t in transports]
+        for t in times:
+            if t is None:
+                row.append("—")
+            elif rate:
+                row.append(f"{_time(t)} ({100 * bound('mesh', nbytes, n, rate) / t:.0f}%)")
+            else:
+                row.append(f"{_time(t)} ({2 * (n - 1) / n * nbytes / t / 1e9:.2f})")
+        if len(transports) == 2:
+            row.append(f"{times[0] / times[1]:.2f}x" if all(times) else "—")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 

@@ -385,7 +385,12 @@ bool World::aborted() const {
 }
 
 void World::check_health(const std::vector<int>& processes) const {
+  // A process that raised its abort writes the reason next: give it a moment to finish.
   auto reason_of = [](const SegmentHeader* header) {
+    const Deadline writing(0.05);
+    while (header->abort.state.load(std::memory_order_acquire) != 2 && !writing.expired()) {
+      std::this_thread::yield();
+    }
     return header->abort.state.load(std::memory_order_acquire) == 2
                ? std::string(header->abort.reason)
                : std::string("(reason being written)");

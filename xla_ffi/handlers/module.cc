@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "comm/frame_stream.h"
 #include "comm/world.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -101,6 +102,16 @@ NB_MODULE(_jaccl, m) {
         nb::arg("ofi_why") = "");
   define_ofi_functions(m);
   m.def("tcp_listen", &tcp_listen, nb::arg("ip"), nb::arg("port") = 0);
+  // jaccl-bench transport: frames one way between two devices (comm/frame_stream.h).
+  m.def("send_frames", [](int64_t src, int64_t dst, size_t payload, int count, double timeout_s) {
+    jaccl::send_frames(jaccl::World::require(), src, dst, payload, count, jaccl::Deadline(timeout_s));
+  }, nb::arg("src"), nb::arg("dst"), nb::arg("payload"), nb::arg("count"), nb::arg("timeout_s"),
+        nb::call_guard<nb::gil_scoped_release>());
+  m.def("receive_frames", [](int64_t src, int64_t dst, size_t payload, int count, double timeout_s) {
+    return jaccl::receive_frames(jaccl::World::require(), src, dst, payload, count,
+                                 jaccl::Deadline(timeout_s));
+  }, nb::arg("src"), nb::arg("dst"), nb::arg("payload"), nb::arg("count"), nb::arg("timeout_s"),
+        nb::call_guard<nb::gil_scoped_release>());
   m.def("interface_address", &jaccl::tcp::interface_address, nb::arg("ifname"));
   m.def("address_towards", &jaccl::tcp::address_towards, nb::arg("host"));
   m.def("attach_peers", [] { jaccl::World::require().attach_peers(); },
