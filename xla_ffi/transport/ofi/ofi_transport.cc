@@ -5,6 +5,7 @@
 #include <rdma/fi_rma.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -320,27 +321,35 @@ Channel* OfiTransport::receiver(int64_t remote_device, int64_t local_device) {
 // With writes outstanding it keeps polling (manual progress moves their bytes), yielding,
 // then napping; with none it sleeps on the completion queue's wait fd and the doorbell.
 void OfiTransport::io_loop() {
+  // Naps of a few microseconds while writes are outstanding: Linux's default timer slack
+  // (50 us) would stretch each one to tens of microseconds of latency.
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   int idle = 0;
+  bool armed = false;  // the doorbell's eventfd was cleared after the last pass with work
   while (!stop_.load(std::memory_order_acquire)) {
-    eventfd_t value;
-    eventfd_read(wake_fd_, &value);
     bool progress = poll_completions();
     for (auto& link : links_) {
       if (link->failed.load(std::memory_order_relaxed)) continue;
       progress |= post_frames(*link);
       progress |= post_credit(*link);
     }
-    drained_.store(drained(), std::memory_order_release);
+    if (draining_.load(std::memory_order_acquire)) drained_.store(drained(), std::memory_order_release);
     if (progress) {
       idle = 0;
+      armed = false;
     } else if (outstanding_ > 0) {
       if (++idle < kSpinPolls) std::this_thread::yield();
-      else std::this_thread::sleep_for(std::chrono::microseconds(20));
-    } else if (++idle >= kSpinPolls / 4) {
+      else std::this_thread::sleep_for(std::chrono::microseconds(5));
+    } else if (++idle < kSpinPolls / 4) {
+      std::this_thread::yield();
+    } else if (!armed) {  // clear, then one more pass: a ring after this wakes the sleep
+      eventfd_t value;
+      eventfd_read(wake_fd_, &value);
+      armed = true;
+    } else {
       wait_for_work();
       idle = 0;
-    } else {
-      std::this_thread::yield();
+      armed = false;
     }
   }
 }
@@ -543,6 +552,7 @@ bool OfiTransport::drained() const {
 
 void OfiTransport::drain(const Deadline& deadline) {
   if (!io_thread_.joinable()) return;
+  draining_.store(true, std::memory_order_release);
   ring(&io_bell_);
   while (!drained_.load(std::memory_order_acquire) && !deadline.expired()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));

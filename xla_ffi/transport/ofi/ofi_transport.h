@@ -130,7 +130,7 @@ class OfiTransport {
   Doorbell io_bell_{};
   int wake_fd_ = -1, epoll_fd_ = -1;
   uint64_t outstanding_ = 0;  // writes posted and not completed (I/O thread only)
-  std::atomic<bool> stop_{false}, drained_{false};
+  std::atomic<bool> stop_{false}, draining_{false}, drained_{false};
   std::thread io_thread_;
 };
 
