@@ -4,7 +4,8 @@ Contract:
 - choose(env) reads JACCL_TRANSPORT (auto, tcp, ofi; default auto) and JACCL_OFI_PROVIDER and
   returns a Choice. `auto` takes libfabric when JACCL_OFI_PROVIDER names a provider that is
   there, or when there is a hardware provider (cxi, efa, verbs;ofi_rxm: an RDMA NIC), and
-  jaccl's own TCP otherwise (faster than libfabric's software providers). `ofi` insists:
+  jaccl's own TCP otherwise (libfabric's software providers are no faster and add a
+  dependency). `ofi` insists:
   without a usable provider it raises ValueError saying why. `tcp` never asks libfabric.
 - check_agreement(choices) raises ValueError naming two processes that chose differently.
 - exchange(kv, prefix, me, hosts, timeout_s) runs between init_world() and attach_peers() when
