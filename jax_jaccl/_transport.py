@@ -26,6 +26,7 @@ class Choice:
     transport: str  # "tcp", "ofi", or "none" (one host: no network)
     provider: str   # libfabric provider, "" unless ofi
     why: str
+    mode: str = "auto"  # ofi: write, message, or auto (JACCL_OFI_MODE)
 
     @property
     def label(self) -> str:
@@ -35,8 +36,11 @@ class Choice:
 def choose(env=os.environ) -> Choice:
     wanted = env.get("JACCL_TRANSPORT", "auto").strip().lower() or "auto"
     named = env.get("JACCL_OFI_PROVIDER", "").strip()
+    mode = env.get("JACCL_OFI_MODE", "auto").strip().lower() or "auto"
     if wanted not in ("auto", "tcp", "ofi"):
         raise ValueError(f"jaccl: JACCL_TRANSPORT must be auto, tcp or ofi, not {wanted!r}")
+    if mode not in ("auto", "write", "message"):
+        raise ValueError(f"jaccl: JACCL_OFI_MODE must be auto, write or message, not {mode!r}")
     if wanted == "tcp":
         return Choice("tcp", "", "JACCL_TRANSPORT=tcp")
     found, provider, fabric, domain, hardware, why = engine.ofi_choose(named)
@@ -46,9 +50,9 @@ def choose(env=os.environ) -> Choice:
             raise ValueError(f"jaccl: JACCL_TRANSPORT=ofi: {why}"
                              + ("" if named else "; name a software provider with "
                                 "JACCL_OFI_PROVIDER (e.g. 'tcp;ofi_rxm') to use one"))
-        return Choice("ofi", provider, f"JACCL_TRANSPORT=ofi, {source}")
+        return Choice("ofi", provider, f"JACCL_TRANSPORT=ofi, {source}", mode)
     if found and (named or hardware):
-        return Choice("ofi", provider, f"JACCL_TRANSPORT=auto: {source} ({fabric}, {domain})")
+        return Choice("ofi", provider, f"JACCL_TRANSPORT=auto: {source} ({fabric}, {domain})", mode)
     return Choice("tcp", "", f"JACCL_TRANSPORT=auto: jaccl's TCP ({why})")
 
 

@@ -17,6 +17,7 @@ Contract:
   JACCL_TCP_SOCKETS  sockets per TCP link (default 2)
   JACCL_TRANSPORT    between hosts: auto (default), tcp or ofi (libfabric); see _transport.py
   JACCL_OFI_PROVIDER the libfabric provider (e.g. verbs;ofi_rxm, efa, cxi, tcp;ofi_rxm)
+  JACCL_OFI_MODE     write (RMA with CQ data), message (tagged), auto (write where it works)
 - Processes exchange their facts through JAX's key-value store (with a TCP endpoint and a
   per-job secret that TCP connections must prove); each process of a host creates one segment (/dev/shm/jaccl-<job>-<process>, mode 0600), maps its host peers'
   segments and unlinks its own as soon as all of them have mapped it, so nothing is left in
@@ -186,6 +187,7 @@ def _start() -> WorldInfo:
         transport=transport.transport,
         ofi_provider=transport.provider,
         ofi_why=transport.why,
+        ofi_mode=transport.mode,
     )
     if transport.transport != "none":
         engine.log_info(f"between hosts: {transport.label} ({transport.why})")

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from harness import clean, run_job
-from transports import OFI, TCP, needs_ofi
+from transports import OFI, OFI_MESSAGES, TCP, needs_ofi
 
 TIMEOUT = 6  # JACCL_TIMEOUT for these jobs
 
@@ -31,7 +31,8 @@ def raised(job, rank):
 
 HOSTS = pytest.mark.parametrize("hosts", [
     pytest.param(None, id="1host"), pytest.param(TCP, id="hosts-tcp"),
-    pytest.param(OFI, id="hosts-ofi", marks=needs_ofi)])
+    pytest.param(OFI, id="hosts-ofi", marks=needs_ofi),
+    pytest.param(OFI_MESSAGES, id="hosts-ofi-messages", marks=needs_ofi)])
 
 
 @HOSTS
@@ -61,9 +62,9 @@ def test_killed_peer_every_survivor_raises_naming_it(hosts):
     for rank in (0, 1):
         seconds, message = raised(job, rank)
         assert seconds < 1.5 + TIMEOUT, message
-        # A failed libfabric write may be seen before the control link's close.
+        # A failed libfabric operation may be seen before the control link's close.
         assert re.search(r"process 2 \(pid \d+\) died|(closed|reset) by process 2 \(it exited|"
-                         r"write to device \d+ of process 2 failed", message), message
+                         r"between device \d+ and device \d+ of process 2 failed", message), message
         assert "rank 2" in message or "process 2" in message, message
     assert job.lines(2)[-1].startswith("STARTED") or "RAISED" not in " ".join(job.lines(2))
     assert job.returncode != 0

@@ -10,11 +10,12 @@ import collections
 import pytest
 
 from harness import clean, run_job
-from transports import OFI, TCP, expected, needs_ofi
+from transports import OFI, OFI_MESSAGES, TCP, expected, needs_ofi
 
 
 def layout(nprocs, devices, hosts, transport=TCP, marks=()):
-    name = f"{nprocs}x{devices}" + (f"-{hosts}hosts" if hosts else "") + ("-ofi" if transport is OFI else "")
+    suffix = {id(OFI): "-ofi", id(OFI_MESSAGES): "-ofi-messages"}.get(id(transport), "")
+    name = f"{nprocs}x{devices}" + (f"-{hosts}hosts" if hosts else "") + suffix
     return pytest.param(nprocs, devices, hosts, transport, id=name, marks=marks)
 
 
@@ -23,7 +24,7 @@ def layout(nprocs, devices, hosts, transport=TCP, marks=()):
     # Emulated hosts on loopback (JACCL_HOST_ID per process): shared memory within a host,
     # TCP or libfabric between hosts, hierarchical where hosts hold several ranks.
     layout(2, 1, 2), layout(4, 1, 2), layout(2, 2, 2), layout(4, 1, 4),
-    layout(2, 2, 2, OFI, needs_ofi), layout(4, 1, 4, OFI, needs_ofi),
+    layout(2, 2, 2, OFI, needs_ofi), layout(4, 1, 4, OFI_MESSAGES, needs_ofi),
 ])
 def test_collectives_match_lax_across_processes(nprocs, devices, hosts, transport):
     env = {"JACCL_TEST_FAKE_HOSTS": str(hosts), **transport} if hosts else {}

@@ -40,6 +40,8 @@ def test_tcp_when_asked_and_bad_names_refused():
     assert _transport.choose({"JACCL_TRANSPORT": "tcp", "JACCL_OFI_PROVIDER": "efa"}).label == "tcp"
     with pytest.raises(ValueError, match="must be auto, tcp or ofi"):
         _transport.choose({"JACCL_TRANSPORT": "rdma"})
+    with pytest.raises(ValueError, match="JACCL_OFI_MODE must be auto, write or message"):
+        _transport.choose({"JACCL_OFI_MODE": "read"})
 
 
 @needs_ofi
@@ -64,12 +66,17 @@ def test_processes_that_chose_differently_are_named():
 
 
 @needs_ofi
-def test_a_job_whose_processes_disagree_on_the_provider_fails_at_start():
+@pytest.mark.parametrize("last, detail", [
+    ("JACCL_OFI_PROVIDER=sockets", "over ofi:tcp;ofi_rxm but process 1 over ofi:sockets"),
+    ("JACCL_OFI_MODE=message", "moves frames by "),
+], ids=["provider", "mode"])
+def test_a_job_whose_processes_disagree_fails_at_start(last, detail):
     env = {**OFI, "JACCL_TEST_FAKE_HOSTS": "2", "JACCL_TIMEOUT": "20",
-           "JACCL_TEST_LAST_PROCESS_ENV": "JACCL_OFI_PROVIDER=sockets"}
+           "JACCL_TEST_LAST_PROCESS_ENV": last}
     job = run_job("faults.py", 2, args=["normal"], env=env, timeout=120)
     assert job.returncode != 0
-    assert "over ofi:tcp;ofi_rxm but process 1 over ofi:sockets" in job.output, clean(job.output)[-3000:]
+    assert detail in job.output, clean(job.output)[-3000:]
+    assert "FINISHED" not in job.output
     assert job.leftovers() == []
 
 

@@ -167,6 +167,7 @@ void World::open_ofi() {
   settings.timeout_s = config_.timeout_s;
   settings.key_seed = std::hash<std::string>()(config_.secret) & ~uint64_t{0xff};
   settings.why = config_.ofi_why;
+  settings.mode = config_.ofi_mode;
   ofi_ = std::make_unique<ofi::OfiTransport>(*choice, config_.ip, settings, links);
 }
 

@@ -30,6 +30,7 @@ struct WorldConfig {
   std::string transport = "tcp";  // between hosts: "tcp", or "ofi" (libfabric; TCP for control)
   std::string ofi_provider;     // "ofi": the libfabric provider every process uses
   std::string ofi_why;          // why that transport and provider (for the INFO line)
+  std::string ofi_mode = "auto";  // JACCL_OFI_MODE: write, message, or auto (write if it works)
   std::string ip;               // this process's address for other hosts (TCP listener's)
   size_t payload_bytes = 512 * 1024;  // per frame
   int num_slots = 4;            // frames in flight per channel

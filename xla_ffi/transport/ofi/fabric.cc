@@ -34,16 +34,17 @@ void check(const char* call, int rc) {
   if (rc != 0) throw_error(ErrorKind::kInternal, "libfabric: ", describe(call, rc));
 }
 
-// RDM endpoints that write with remote CQ data; `provider` empty = any.
-fi_info* make_hints(const std::string& provider) {
+// RDM endpoints that write with remote CQ data (or, Mode::kMessage, send tagged messages);
+// `provider` empty = any.
+fi_info* make_hints(const std::string& provider, Mode mode = Mode::kWrite) {
   fi_info* hints = fi_allocinfo();
   if (hints == nullptr) throw_error(ErrorKind::kInternal, "libfabric: fi_allocinfo failed");
   hints->ep_attr->type = FI_EP_RDM;
-  hints->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
+  hints->caps = mode == Mode::kWrite ? FI_RMA | FI_WRITE | FI_REMOTE_WRITE : FI_TAGGED | FI_SEND | FI_RECV;
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   hints->domain_attr->mr_mode =
       FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
-  hints->domain_attr->cq_data_size = kImmediateBytes;
+  if (mode == Mode::kWrite) hints->domain_attr->cq_data_size = kImmediateBytes;
   hints->domain_attr->threading = FI_THREAD_DOMAIN;
   if (!provider.empty()) hints->fabric_attr->prov_name = strdup(provider.c_str());
   return hints;
@@ -165,9 +166,10 @@ std::optional<Choice> choose(const std::string& provider, std::string* why) {
   return choice_of(best);
 }
 
-std::unique_ptr<Fabric> Fabric::open(const Choice& choice, const std::string& ip, size_t cq_entries) {
+std::unique_ptr<Fabric> Fabric::open(const Choice& choice, const std::string& ip, size_t cq_entries,
+                                     Mode mode) {
   std::unique_ptr<Fabric> f(new Fabric);
-  fi_info* hints = make_hints(choice.provider);
+  fi_info* hints = make_hints(choice.provider, mode);
   const bool bind_ip = !choice.hardware && !ip.empty();
   const int rc = fi_getinfo(kApiVersion, bind_ip ? ip.c_str() : nullptr, nullptr,
                             bind_ip ? FI_SOURCE : 0, hints, &f->info_);
@@ -193,7 +195,6 @@ std::unique_ptr<Fabric> Fabric::open(const Choice& choice, const std::string& ip
   check("fi_ep_bind (av)", fi_ep_bind(f->ep_, &f->av_->fid, 0));
   check("fi_ep_bind (cq)", fi_ep_bind(f->ep_, &f->cq_->fid, FI_TRANSMIT | FI_RECV));
   check("fi_enable", fi_enable(f->ep_));
-  f->probe_writedata();
   return f;
 }
 
@@ -241,9 +242,8 @@ bool Fabric::try_wait() {
   return wait_fd_ >= 0 && fi_trywait(fabric_, &cq, 1) == FI_SUCCESS;
 }
 
-// One 8-byte fi_writedata to this endpoint itself: some providers report CQ data they cannot
-// deliver (cxi before libfabric 2.5 answered -FI_ENOSYS). Both completions must arrive.
-void Fabric::probe_writedata() {
+// One 8-byte fi_writedata to this endpoint itself; both completions must arrive.
+std::string Fabric::writedata_problem() {
   uint64_t* words = probe_words_;
   Region r = register_memory(words, sizeof probe_words_, FI_WRITE | FI_REMOTE_WRITE, 0x6a63636c70726f62ull);
   const fi_addr_t self = insert(address());
@@ -256,12 +256,7 @@ void Fabric::probe_writedata() {
     fi_cq_read(cq_, &entry, 1);
     if (deadline.expired()) break;
   }
-  if (rc != 0) {
-    throw_error(ErrorKind::kInvalidArgument, "libfabric provider ", choice_.provider,
-                " cannot write with CQ data (", describe("fi_writedata", rc),
-                "); jaccl's send/receive fallback for such providers is not built yet: "
-                "use JACCL_TRANSPORT=tcp");
-  }
+  if (rc != 0) return describe("fi_writedata", rc);
   bool sent = false, arrived = false;
   while (!(sent && arrived)) {
     fi_cq_data_entry entry;
@@ -272,15 +267,14 @@ void Fabric::probe_writedata() {
     } else if (n == -FI_EAVAIL) {
       fi_cq_err_entry error{};
       fi_cq_readerr(cq_, &error, 0);
-      throw_error(ErrorKind::kInternal, "libfabric provider ", choice_.provider,
-                  " failed a write with CQ data to itself: ", fi_strerror(error.err));
+      return text("a write with CQ data to itself failed: ", fi_strerror(error.err));
     } else if (deadline.expired()) {
-      throw_error(ErrorKind::kTimeout, "libfabric provider ", choice_.provider,
-                  " did not complete a write with CQ data to itself within 10 s");
+      return "a write with CQ data to itself did not complete within 10 s";
     } else {
       std::this_thread::yield();
     }
   }
+  return "";
 }
 
 }  // namespace jaccl::ofi

@@ -8,9 +8,13 @@
 //   (cxi, efa, verbs;ofi_rxm: an RDMA NIC); software providers (tcp;ofi_rxm, sockets, net,
 //   udp, shm) only when named. Returns nullopt (with the reason in *why) when none fits.
 // - Fabric::open() makes fabric, domain, address vector, completion queue (with a wait fd
-//   where the provider has one) and endpoint, enables the endpoint, and probes
-//   fi_writedata once on itself. Software providers bind to `ip` (the address jaccl's TCP
+//   where the provider has one) and endpoint, and enables the endpoint: for RMA writes with
+//   CQ data (Mode::kWrite), or for tagged messages (Mode::kMessage, the fallback of providers
+//   that cannot write with CQ data). Software providers bind to `ip` (the address jaccl's TCP
 //   listener uses); hardware providers pick their NIC themselves.
+// - writedata_problem() writes 8 bytes with CQ data to the endpoint itself: "" when both
+//   completions arrive, else what went wrong (some providers advertise CQ data they cannot
+//   deliver: cxi before libfabric 2.5 answered -FI_ENOSYS).
 // - After open(), one thread at a time uses a Fabric (the transport's I/O thread; the
 //   bootstrap before it starts): the domain is opened with FI_THREAD_DOMAIN.
 // - Errors throw jaccl::Error naming the libfabric call and its fi_strerror().
@@ -43,6 +47,8 @@ struct Choice {
   size_t cq_data_size = 0;
 };
 
+enum class Mode { kWrite, kMessage };
+
 // One provider entry of fi_getinfo, for jaccl-info.
 struct ProviderEntry {
   std::string provider, fabric, domain;
@@ -69,7 +75,8 @@ class Fabric {
  public:
   // `ip` is used by software providers only (empty: any); the completion queue holds
   // `cq_entries` (what the transport can have outstanding, with room to spare).
-  static std::unique_ptr<Fabric> open(const Choice& choice, const std::string& ip, size_t cq_entries);
+  static std::unique_ptr<Fabric> open(const Choice& choice, const std::string& ip, size_t cq_entries,
+                                      Mode mode);
   ~Fabric();
   Fabric(const Fabric&) = delete;
   Fabric& operator=(const Fabric&) = delete;
@@ -85,10 +92,10 @@ class Fabric {
   struct fid_cq* completions() const { return cq_; }
   int wait_fd() const { return wait_fd_; }  // readable when the CQ may have entries; -1: none
   bool try_wait();                           // fi_trywait: true when blocking on wait_fd() is safe
+  std::string writedata_problem();
 
  private:
   Fabric() = default;
-  void probe_writedata();
 
   Choice choice_;
   struct fi_info* info_ = nullptr;

@@ -3,6 +3,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
@@ -24,6 +25,17 @@ namespace {
 constexpr int kBatch = 32;           // completions read per call
 constexpr int kSpinPolls = 256;      // polls without progress before sleeping a little
 constexpr int kIdleWaitMs = 10;      // longest sleep on the wait fd (a lost wake-up costs this)
+
+// "between device L and device R of process P": how failures name a link.
+std::string between(const LinkSpec& s) {
+  return text("between device ", s.local_device, " and device ", s.remote_device, " of process ",
+              s.remote_process);
+}
+
+// Messages' tags: bit 63 credit, bits 32-62 the target's channel index, bits 0-31 the frame.
+uint64_t message_tag(bool credit, uint32_t channel, uint32_t frame) {
+  return (credit ? 1ull << 63 : 0) | (static_cast<uint64_t>(channel) << 32) | frame;
+}
 
 void* allocate_arena(size_t bytes) {
   void* p = std::aligned_alloc(4096, bytes);
@@ -52,15 +64,19 @@ std::string from_hex(const std::string& hex) {
 
 }  // namespace
 
-// A posted write: its fi_context2 first, so the completion's op_context finds it.
+// A posted operation: its fi_context2 first, so the completion's op_context finds it.
 struct OfiTransport::Op {
+  enum Kind { kFrameOut, kCreditOut, kFrameIn, kCreditIn };
   fi_context2 context;
   Link* link = nullptr;
-  int slot = -1;  // the frame's slot, or -1 for the link's credit
+  Kind kind = kFrameOut;
+  int slot = -1;       // the frame's slot (kFrameOut, kFrameIn)
+  uint32_t frame = 0;  // the frame's number (kFrameIn)
 };
 
 struct OfiTransport::Link {
   LinkSpec spec;
+  size_t index = 0;  // among this transport's links: its credit words in the arenas' scratch
   RingControl send_control{}, recv_control{};
   std::unique_ptr<RingChannel> send_ring, recv_ring;
   std::unique_ptr<Channel> sender, receiver;
@@ -72,6 +88,9 @@ struct OfiTransport::Link {
   // The I/O thread's: sending.
   uint32_t posted = 0, credited = 0;
   std::vector<Op> ops;               // one per slot, then the credit's
+  std::vector<Op> receives;          // messages: one per slot, then the credit's
+  uint32_t receives_posted = 0;      // messages: frames with a receive posted
+  bool credit_receive_posted = false;
   std::vector<uint8_t> in_flight;    // per slot: its write has not completed
   bool refused = false;              // the last post answered FI_EAGAIN ...
   Clock::time_point refused_since;   // ... since then
@@ -126,7 +145,7 @@ std::string LinkChannel::failure() const {
 std::string PeerInfo::encode() const {
   return text(provider, " ", fabric.empty() ? "-" : fabric, " ", version, " ", hardware ? 1 : 0,
               " ", to_hex(address), " ", key, " ", base, " ", in_channels, " ", num_slots, " ",
-              payload_bytes);
+              payload_bytes, " ", mode);
 }
 
 PeerInfo PeerInfo::decode(const std::string& line) {
@@ -138,7 +157,7 @@ PeerInfo PeerInfo::decode(const std::string& line) {
     fields.push_back(line.substr(start, end - start));
     start = end + 1;
   }
-  if (fields.size() != 10) throw_error(ErrorKind::kMismatch, "malformed OFI peer description '", line, "'");
+  if (fields.size() != 11) throw_error(ErrorKind::kMismatch, "malformed OFI peer description '", line, "'");
   PeerInfo p;
   p.provider = fields[0];
   p.fabric = fields[1] == "-" ? "" : fields[1];
@@ -150,6 +169,7 @@ PeerInfo PeerInfo::decode(const std::string& line) {
   p.in_channels = static_cast<uint32_t>(std::stoul(fields[7]));
   p.num_slots = static_cast<uint32_t>(std::stoul(fields[8]));
   p.payload_bytes = std::stoull(fields[9]);
+  p.mode = fields[10];
   return p;
 }
 
@@ -168,15 +188,38 @@ OfiTransport::OfiTransport(const Choice& choice, const std::string& ip, const Se
     throw_error(ErrorKind::kInvalidArgument, "the OFI transport carries at most ", kMaxChannels,
                 " channels per process each way (", std::max(outs, ins), " asked)");
   }
-  // Per link at most `slots` writes and a credit outstanding, as many arrivals: room for all.
-  fabric_ = Fabric::open(choice, ip, links.size() * (2 * slots + 2) + 64);
+  // Per link at most `slots` frames and a credit outstanding each way: room for all.
+  const size_t cq_entries = links.size() * (2 * slots + 2) + 64;
+  mode_ = settings_.mode == "message" ? Mode::kMessage : Mode::kWrite;
+  fabric_ = Fabric::open(choice, ip, cq_entries, mode_);
+  if (mode_ == Mode::kWrite) {
+    const std::string problem = fabric_->writedata_problem();
+    if (!problem.empty()) {
+      if (settings_.mode == "write") {
+        throw_error(ErrorKind::kInvalidArgument, "OFI provider ", choice.provider,
+                    " cannot write with CQ data (", problem, ") and JACCL_OFI_MODE=write insists");
+      }
+      log(LogLevel::kInfo, "ofi: provider ", choice.provider, " cannot write with CQ data (",
+          problem, "): tagged messages instead");
+      fabric_.reset();
+      mode_ = Mode::kMessage;
+      fabric_ = Fabric::open(choice, ip, cq_entries, mode_);
+    }
+  }
   const size_t ring_stride = slots * frame_bytes_;
   send_bytes_ = kScratchBytes + outs * ring_stride;
   recv_bytes_ = kScratchBytes + ins * ring_stride;
   send_arena_ = allocate_arena(send_bytes_);
   recv_arena_ = allocate_arena(recv_bytes_);
-  send_region_ = fabric_->register_memory(send_arena_, send_bytes_, FI_WRITE, settings_.key_seed ^ 1);
-  recv_region_ = fabric_->register_memory(recv_arena_, recv_bytes_, FI_REMOTE_WRITE, settings_.key_seed ^ 2);
+  // The scratch page of each arena holds one word per link: the credit it sends (send arena)
+  // and, with messages, the credit it receives (receive arena).
+  if (links.size() * sizeof(uint64_t) > kScratchBytes) {
+    throw_error(ErrorKind::kInvalidArgument, "the OFI transport carries at most ",
+                kScratchBytes / sizeof(uint64_t), " links per process (", links.size(), " asked)");
+  }
+  send_region_ = fabric_->register_memory(send_arena_, send_bytes_, FI_WRITE | FI_SEND, settings_.key_seed ^ 1);
+  recv_region_ = fabric_->register_memory(recv_arena_, recv_bytes_, FI_REMOTE_WRITE | FI_RECV,
+                                          settings_.key_seed ^ 2);
 
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
@@ -205,10 +248,14 @@ OfiTransport::OfiTransport(const Choice& choice, const std::string& ip, const Se
     link->sender = std::make_unique<LinkChannel>(link->send_ring.get(), link.get());
     link->receiver = std::make_unique<LinkChannel>(link->recv_ring.get(), link.get());
     link->ops.resize(slots + 1);
+    link->receives.resize(slots + 1);
     for (int i = 0; i <= slots; ++i) {
-      link->ops[i].link = link.get();
-      link->ops[i].slot = i < slots ? i : -1;
+      link->ops[i].link = link->receives[i].link = link.get();
+      link->ops[i].slot = link->receives[i].slot = i < slots ? i : -1;
+      link->ops[i].kind = i < slots ? Op::kFrameOut : Op::kCreditOut;
+      link->receives[i].kind = i < slots ? Op::kFrameIn : Op::kCreditIn;
     }
+    link->index = links_.size();
     link->in_flight.assign(slots, 0);
     link->arrived.assign(slots, 0);
     if (by_out_[spec.out_index] != nullptr || by_in_[spec.in_index] != nullptr) {
@@ -220,7 +267,8 @@ OfiTransport::OfiTransport(const Choice& choice, const std::string& ip, const Se
   }
   const Choice& c = fabric_->choice();
   log(LogLevel::kInfo, "ofi: provider ", c.provider, ", fabric ", c.fabric, ", domain ", c.domain,
-      ", libfabric ", library_version(), " (", settings_.why, "): ", links_.size(), " links, ",
+      ", libfabric ", library_version(), " (", settings_.why, "): ",
+      mode_ == Mode::kWrite ? "RMA writes with CQ data" : "tagged messages", ", ", links_.size(), " links, ",
       slots, " frames of ", settings_.payload_bytes >> 10, " KiB per channel, targets by ",
       c.virt_addr ? "address" : "offset", ", ", c.prov_key ? "provider" : "jaccl", " keys, ",
       fabric_->wait_fd() >= 0 ? "sleeps on the completion queue" : "polls the completion queue");
@@ -250,6 +298,7 @@ std::string OfiTransport::local_info() const {
   me.in_channels = static_cast<uint32_t>(by_in_.size());
   me.num_slots = static_cast<uint32_t>(settings_.num_slots);
   me.payload_bytes = settings_.payload_bytes;
+  me.mode = mode_ == Mode::kWrite ? "write" : "message";
   return me.encode();
 }
 
@@ -265,6 +314,11 @@ void OfiTransport::add_peer(int process, const std::string& line) {
                 FI_MINOR(peer.version), ") but ", me, " uses ", c.provider, " on fabric ", c.fabric,
                 " (libfabric ", FI_MAJOR(c.version), ".", FI_MINOR(c.version),
                 "): set the same JACCL_OFI_PROVIDER, and the same libfabric, everywhere");
+  }
+  const std::string mine = mode_ == Mode::kWrite ? "write" : "message";
+  if (peer.mode != mine) {
+    throw_error(ErrorKind::kMismatch, "OFI: process ", process, " moves frames by ", peer.mode,
+                " but ", me, " by ", mine, " (set the same JACCL_OFI_MODE everywhere)");
   }
   if (peer.num_slots != static_cast<uint32_t>(settings_.num_slots) ||
       peer.payload_bytes != settings_.payload_bytes) {
@@ -330,6 +384,7 @@ void OfiTransport::io_loop() {
     bool progress = poll_completions();
     for (auto& link : links_) {
       if (link->failed.load(std::memory_order_relaxed)) continue;
+      if (mode_ == Mode::kMessage) progress |= post_receives(*link);
       progress |= post_frames(*link);
       progress |= post_credit(*link);
     }
@@ -385,20 +440,35 @@ bool OfiTransport::poll_completions() {
         continue;
       }
       auto* op = static_cast<Op*>(e.op_context);
-      if (op == nullptr) continue;
-      --outstanding_;
-      Link& link = *op->link;
-      if (op->slot >= 0) {
-        link.in_flight[op->slot] = 0;
-      } else {
-        link.credit_in_flight = false;
-        link.credit_sent = link.credit_posting;
-      }
+      if (op != nullptr) complete(*op);
     }
     progress = true;
     if (n < kBatch) break;
   }
   return progress;
+}
+
+// A completion of one of our operations.
+void OfiTransport::complete(Op& op) {
+  Link& link = *op.link;
+  switch (op.kind) {
+    case Op::kFrameOut:
+      --outstanding_;
+      link.in_flight[op.slot] = 0;
+      break;
+    case Op::kCreditOut:
+      --outstanding_;
+      link.credit_in_flight = false;
+      link.credit_sent = link.credit_posting;
+      break;
+    case Op::kFrameIn:
+      arrived(link, op.frame);
+      break;
+    case Op::kCreditIn:
+      link.credit_receive_posted = false;
+      credit(link, static_cast<uint32_t>(static_cast<uint64_t*>(recv_arena_)[link.index]));
+      break;
+  }
 }
 
 void OfiTransport::on_arrival(uint64_t data) {
@@ -409,20 +479,25 @@ void OfiTransport::on_arrival(uint64_t data) {
     return;
   }
   Link& link = *table[im.channel];
-  const uint32_t slots = static_cast<uint32_t>(settings_.num_slots);
-  if (im.credit) {
-    // An older credit overtaken by a newer one unwraps beyond what was posted: ignored.
-    const uint32_t count = unwrap(link.credited, im.count);
-    if (count - link.credited <= link.posted - link.credited && count != link.credited) {
-      link.credited = count;
-      link.send_ring->publish_tail(count);
-    }
-    return;
+  if (im.credit) credit(link, unwrap(link.credited, im.count));
+  else arrived(link, unwrap(link.arrived_head, im.count));
+}
+
+// The consumer has released `count` frames. An older credit overtaken by a newer one counts
+// beyond what was posted: ignored.
+void OfiTransport::credit(Link& link, uint32_t count) {
+  if (count - link.credited <= link.posted - link.credited && count != link.credited) {
+    link.credited = count;
+    link.send_ring->publish_tail(count);
   }
-  const uint32_t n = unwrap(link.arrived_head, im.count);
+}
+
+// Frame n is in its slot; frames are published in order.
+void OfiTransport::arrived(Link& link, uint32_t n) {
+  const uint32_t slots = static_cast<uint32_t>(settings_.num_slots);
   if (n - link.arrived_head >= slots) {
-    fail(link, text("OFI: frame ", n, " from process ", link.spec.remote_process,
-                    " arrived outside its window [", link.arrived_head, ", ", link.arrived_head + slots, ")"));
+    fail(link, text("OFI: frame ", n, " ", between(link.spec), " arrived outside its window [",
+                    link.arrived_head, ", ", link.arrived_head + slots, ")"));
     return;
   }
   link.arrived[n % slots] = 1;
@@ -450,12 +525,14 @@ void OfiTransport::on_error() {
     for (auto& link : links_) fail(*link, text("OFI: a write into process ", settings_.my_process, " failed: ", what));
     return;
   }
-  --outstanding_;
   Link& link = *op->link;
-  if (op->slot >= 0) link.in_flight[op->slot] = 0;
-  else link.credit_in_flight = false;
-  fail(link, text("OFI: ", op->slot >= 0 ? "frame" : "credit", " write to device ", link.spec.remote_device,
-                  " of process ", link.spec.remote_process, " failed: ", what));
+  static const char* const kWhat[] = {"frame write", "credit write", "frame receive", "credit receive"};
+  if (op->kind == Op::kFrameOut || op->kind == Op::kCreditOut) {
+    --outstanding_;
+    if (op->kind == Op::kFrameOut) link.in_flight[op->slot] = 0;
+    else link.credit_in_flight = false;
+  }
+  fail(link, text("OFI: ", kWhat[op->kind], " ", between(link.spec), " failed: ", what));
 }
 
 bool OfiTransport::post_frames(Link& link) {
@@ -467,17 +544,21 @@ bool OfiTransport::post_frames(Link& link) {
     if (link.in_flight[slot]) break;
     Frame* frame = link.send_ring->slot(link.posted);
     const size_t bytes = sizeof(FrameHeader) + std::min<size_t>(frame->header.nbytes, settings_.payload_bytes);
-    const uint64_t data = encode(Immediate{false, link.spec.remote_in_index, static_cast<uint16_t>(link.posted)});
-    const ssize_t rc = fi_writedata(fabric_->endpoint(), frame, bytes, send_region_.desc, data, link.peer,
-                                    link.remote_ring + slot * frame_bytes_, link.remote_key,
-                                    &link.ops[slot].context);
+    const ssize_t rc =
+        mode_ == Mode::kWrite
+            ? fi_writedata(fabric_->endpoint(), frame, bytes, send_region_.desc,
+                           encode(Immediate{false, link.spec.remote_in_index, static_cast<uint16_t>(link.posted)}),
+                           link.peer, link.remote_ring + slot * frame_bytes_, link.remote_key,
+                           &link.ops[slot].context)
+            : fi_tsend(fabric_->endpoint(), frame, bytes, send_region_.desc, link.peer,
+                       message_tag(false, link.spec.remote_in_index, link.posted), &link.ops[slot].context);
     if (rc == -FI_EAGAIN) {
       refused(link);
       break;
     }
     if (rc != 0) {
-      fail(link, text("OFI: frame write to device ", link.spec.remote_device, " of process ",
-                      link.spec.remote_process, ": ", describe("fi_writedata", rc)));
+      fail(link, text("OFI: frame write ", between(link.spec), " failed: ",
+                      describe(mode_ == Mode::kWrite ? "fi_writedata" : "fi_tsend", rc)));
       return true;
     }
     link.refused = false;
@@ -493,17 +574,23 @@ bool OfiTransport::post_credit(Link& link) {
   if (link.credit_in_flight) return false;
   const uint32_t tail = link.recv_ring->tail();
   if (tail == link.credit_sent) return false;
-  const uint64_t data = encode(Immediate{true, link.spec.remote_out_index, static_cast<uint16_t>(tail)});
-  const ssize_t rc = fi_writedata(fabric_->endpoint(), send_arena_, sizeof(uint64_t), send_region_.desc,
-                                  data, link.peer, link.remote_scratch, link.remote_key,
-                                  &link.ops[settings_.num_slots].context);
+  uint64_t* word = static_cast<uint64_t*>(send_arena_) + link.index;  // untouched while in flight
+  *word = tail;
+  Op& op = link.ops[settings_.num_slots];
+  const ssize_t rc =
+      mode_ == Mode::kWrite
+          ? fi_writedata(fabric_->endpoint(), word, sizeof(uint64_t), send_region_.desc,
+                         encode(Immediate{true, link.spec.remote_out_index, static_cast<uint16_t>(tail)}),
+                         link.peer, link.remote_scratch, link.remote_key, &op.context)
+          : fi_tsend(fabric_->endpoint(), word, sizeof(uint64_t), send_region_.desc, link.peer,
+                     message_tag(true, link.spec.remote_out_index, 0), &op.context);
   if (rc == -FI_EAGAIN) {
     refused(link);
     return false;
   }
   if (rc != 0) {
-    fail(link, text("OFI: credit write to process ", link.spec.remote_process, ": ",
-                    describe("fi_writedata", rc)));
+    fail(link, text("OFI: credit write ", between(link.spec), " failed: ",
+                    describe(mode_ == Mode::kWrite ? "fi_writedata" : "fi_tsend", rc)));
     return true;
   }
   link.refused = false;
@@ -511,6 +598,39 @@ bool OfiTransport::post_credit(Link& link) {
   link.credit_posting = tail;
   ++outstanding_;
   return true;
+}
+
+// Messages: a receive for every frame the ring has room for (frame n into slot n % slots, its
+// tag naming it, so the order messages match in does not matter), and one for the next credit.
+bool OfiTransport::post_receives(Link& link) {
+  const uint32_t slots = static_cast<uint32_t>(settings_.num_slots);
+  bool progress = false;
+  while (link.receives_posted - link.recv_ring->tail() < slots) {
+    const uint32_t n = link.receives_posted;
+    Op& op = link.receives[n % slots];
+    op.frame = n;
+    const ssize_t rc = fi_trecv(fabric_->endpoint(), link.recv_ring->slot(n), frame_bytes_, recv_region_.desc,
+                                FI_ADDR_UNSPEC, message_tag(false, link.spec.in_index, n), 0, &op.context);
+    if (rc == -FI_EAGAIN) return progress;
+    if (rc != 0) {
+      fail(link, text("OFI: frame receive ", between(link.spec), " failed: ", describe("fi_trecv", rc)));
+      return true;
+    }
+    ++link.receives_posted;
+    progress = true;
+  }
+  if (!link.credit_receive_posted) {
+    uint64_t* word = static_cast<uint64_t*>(recv_arena_) + link.index;
+    const ssize_t rc = fi_trecv(fabric_->endpoint(), word, sizeof(uint64_t), recv_region_.desc, FI_ADDR_UNSPEC,
+                                message_tag(true, link.spec.out_index, 0), 0, &link.receives[slots].context);
+    if (rc == 0) {
+      link.credit_receive_posted = true;
+      progress = true;
+    } else if (rc != -FI_EAGAIN) {
+      fail(link, text("OFI: credit receive ", between(link.spec), " failed: ", describe("fi_trecv", rc)));
+    }
+  }
+  return progress;
 }
 
 // A provider answers FI_EAGAIN while it is busy (connecting, queues full), and for ever to a
@@ -521,9 +641,8 @@ void OfiTransport::refused(Link& link) {
     link.refused = true;
     link.refused_since = now;
   } else if (std::chrono::duration<double>(now - link.refused_since).count() > settings_.timeout_s) {
-    fail(link, text("OFI: writes to device ", link.spec.remote_device, " of process ",
-                    link.spec.remote_process, " refused (FI_EAGAIN) for ", settings_.timeout_s,
-                    " s (JACCL_TIMEOUT)"));
+    fail(link, text("OFI: sends ", between(link.spec), " refused (FI_EAGAIN) for ",
+                    settings_.timeout_s, " s (JACCL_TIMEOUT)"));
   }
 }
 

@@ -9,7 +9,10 @@
 // order (writes may arrive out of order), and when the device thread releases frames it
 // writes one credit back (the new release count; at most one credit in flight per channel,
 // so neither ring nor completion queue can overrun). No copy beyond the rings, no
-// handshake per frame.
+// handshake per frame. A provider that cannot write with CQ data (probed at start) moves
+// frames as tagged messages instead: the consumer keeps a receive posted for every frame its
+// ring has room for (the tag names channel and frame, the buffer is the frame's slot) and
+// credits travel as 8-byte messages; everything else is the same.
 //
 // Progress is manual on most providers (data lands only when the target polls), so one I/O
 // thread per process owns the endpoint: it posts, polls and publishes; device threads only
@@ -49,6 +52,7 @@ struct Settings {
   double timeout_s = 120;    // retries of refused writes, drain
   uint64_t key_seed = 0;     // memory keys where the application picks them (from the job secret)
   std::string why;           // why this provider (for the INFO line)
+  std::string mode = "auto"; // "write" (RMA with CQ data), "message" (tagged), "auto": write if it works
 };
 
 // One pair (local device, device of another host): a channel each way. Indexes number the
@@ -75,6 +79,7 @@ struct PeerInfo {
   uint32_t in_channels = 0;
   uint32_t num_slots = 0;
   uint64_t payload_bytes = 0;
+  std::string mode;     // "write" or "message"
   std::string encode() const;  // one line of text
   static PeerInfo decode(const std::string& text);
 };
@@ -109,6 +114,10 @@ class OfiTransport {
   bool poll_completions();
   bool post_frames(Link& link);
   bool post_credit(Link& link);
+  bool post_receives(Link& link);
+  void complete(Op& op);
+  void arrived(Link& link, uint32_t frame);
+  void credit(Link& link, uint32_t count);
   void refused(Link& link);
   void on_arrival(uint64_t data);
   void on_error();
@@ -118,6 +127,7 @@ class OfiTransport {
 
   Settings settings_;
   std::unique_ptr<Fabric> fabric_;
+  Mode mode_ = Mode::kWrite;
   size_t frame_bytes_ = 0;
   void* send_arena_ = nullptr;
   void* recv_arena_ = nullptr;
