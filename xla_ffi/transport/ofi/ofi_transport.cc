@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/text.h"
+#include "transport/link_channel.h"
 #include "transport/ofi/wire.h"
 
 namespace jaccl::ofi {
@@ -112,35 +113,6 @@ struct OfiTransport::Link {
     return failed.load() || (control != nullptr && !control->failure().empty());
   }
 };
-
-namespace {
-
-// A direction of a link, seen by a device thread through the Channel contract.
-class LinkChannel : public Channel {
- public:
-  LinkChannel(RingChannel* ring, OfiTransport::Link* link) : ring_(ring), link_(link) {}
-  size_t payload_capacity() const override { return ring_->payload_capacity(); }
-  Frame* try_reserve() override { return ring_->try_reserve(); }
-  void commit() override { ring_->commit(); }
-  const Frame* try_peek() override { return ring_->try_peek(); }
-  void release() override { ring_->release(); }
-  std::string failure() const override;
-  const char* kind() const override { return "ofi"; }
-
- private:
-  RingChannel* ring_;
-  OfiTransport::Link* link_;
-};
-
-}  // namespace
-
-// The control link's reason first: it knows an orderly exit from a crash, and carries the
-// abort reason of a peer that failed; a failed write only knows that it failed.
-std::string LinkChannel::failure() const {
-  std::string control = link_->control != nullptr ? link_->control->failure() : std::string();
-  if (!control.empty()) return control;
-  return link_->failed.load(std::memory_order_acquire) ? link_->failure_text() : std::string();
-}
 
 std::string PeerInfo::encode() const {
   return text(provider, " ", fabric.empty() ? "-" : fabric, " ", version, " ", hardware ? 1 : 0,
@@ -245,8 +217,15 @@ OfiTransport::OfiTransport(const Choice& choice, const std::string& ip, const Se
     link->recv_ring = std::make_unique<RingChannel>(
         &link->recv_control, recv_base + spec.in_index * ring_stride, slots,
         settings_.payload_bytes, &io_bell_, spec.local_doorbell, "ofi");
-    link->sender = std::make_unique<LinkChannel>(link->send_ring.get(), link.get());
-    link->receiver = std::make_unique<LinkChannel>(link->recv_ring.get(), link.get());
+    // The control link's reason first: it knows an orderly exit from a crash and carries the
+    // abort reason of a peer that failed; a failed operation only knows that it failed.
+    auto failure = [l = link.get()] {
+      std::string control = l->control != nullptr ? l->control->failure() : std::string();
+      if (!control.empty()) return control;
+      return l->failed.load(std::memory_order_acquire) ? l->failure_text() : std::string();
+    };
+    link->sender = std::make_unique<LinkChannel>(link->send_ring.get(), failure, "ofi");
+    link->receiver = std::make_unique<LinkChannel>(link->recv_ring.get(), failure, "ofi");
     link->ops.resize(slots + 1);
     link->receives.resize(slots + 1);
     for (int i = 0; i <= slots; ++i) {

@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/text.h"
+#include "transport/link_channel.h"
 
 namespace jaccl::tcp {
 namespace {
@@ -108,26 +109,6 @@ namespace {
 Watched listener_watch{WatchKind::kListener};
 Watched wake_watch{WatchKind::kWake};
 
-// A direction of a link, seen by a device thread through the Channel contract.
-class LinkChannel : public Channel {
- public:
-  LinkChannel(RingChannel* ring, TcpTransport::Link* link) : ring_(ring), link_(link) {}
-  size_t payload_capacity() const override { return ring_->payload_capacity(); }
-  Frame* try_reserve() override { return ring_->try_reserve(); }
-  void commit() override { ring_->commit(); }
-  const Frame* try_peek() override { return ring_->try_peek(); }
-  void release() override { ring_->release(); }
-  std::string failure() const override;
-  const char* kind() const override { return "tcp"; }
-
- private:
-  RingChannel* ring_;
-  TcpTransport::Link* link_;
-};
-
-std::string LinkChannel::failure() const {
-  return link_->failed.load(std::memory_order_acquire) ? link_->failure_text() : std::string();
-}
 
 }  // namespace
 
@@ -207,8 +188,11 @@ void TcpTransport::add_link(const LinkSpec& spec) {
   link->recv_ring = std::make_unique<RingChannel>(link->recv_memory.get(), slots,
                                                   settings_.payload_bytes, &io_bell_,
                                                   spec.local_doorbell, "tcp");
-  link->sender = std::make_unique<LinkChannel>(link->send_ring.get(), link.get());
-  link->receiver = std::make_unique<LinkChannel>(link->recv_ring.get(), link.get());
+  auto failure = [l = link.get()] {
+    return l->failed.load(std::memory_order_acquire) ? l->failure_text() : std::string();
+  };
+  link->sender = std::make_unique<LinkChannel>(link->send_ring.get(), failure, "tcp");
+  link->receiver = std::make_unique<LinkChannel>(link->recv_ring.get(), failure, "tcp");
   link->sent.assign(slots, 0);
   link->received.assign(slots, 0);
   link->stripes.resize(settings_.stripes);
