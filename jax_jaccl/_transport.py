@@ -46,6 +46,9 @@ def choose(env=os.environ) -> Choice:
     found, provider, fabric, domain, hardware, why = engine.ofi_choose(named)
     source = f"JACCL_OFI_PROVIDER={named}" if named else "the first RDMA provider"
     if wanted == "ofi":
+        if not engine.ofi_built:
+            raise ValueError("jaccl: JACCL_TRANSPORT=ofi, but jax_jaccl was built without "
+                             "libfabric (apt-get install libfabric-dev, then reinstall)")
         if not found:
             raise ValueError(f"jaccl: JACCL_TRANSPORT=ofi: {why}"
                              + ("" if named else "; name a software provider with "

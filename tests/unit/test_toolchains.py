@@ -34,12 +34,13 @@ TIMEOUT = 6
 
 
 def build_engine(out: pathlib.Path, link_flags: str) -> pathlib.Path:
-    """Configures and builds _jaccl alone (no CUDA) in `out` with these module link flags."""
+    """Configures and builds _jaccl alone in `out` with these module link flags, without CUDA
+    and without libfabric (so CI also builds the engine as a machine without libfabric does)."""
     env = dict(os.environ, PATH=os.pathsep.join([sysconfig.get_path("scripts"), os.environ["PATH"]]))
     cmake = shutil.which("cmake", path=env["PATH"])
     assert cmake, "cmake is needed (make setup installs it)"
     generator = ["-G", "Ninja"] if shutil.which("ninja", path=env["PATH"]) else []
-    for step in ([cmake, "-S", str(REPO), "-B", str(out), *generator, "-DJACCL_CUDA=OFF",
+    for step in ([cmake, "-S", str(REPO), "-B", str(out), *generator, "-DJACCL_CUDA=OFF", "-DJACCL_OFI=OFF",
                   "-DCMAKE_BUILD_TYPE=Release", f"-DPython_EXECUTABLE={sys.executable}",
                   f"-DCMAKE_MODULE_LINKER_FLAGS={link_flags}"],
                  [cmake, "--build", str(out), "--target", "_jaccl", "-j", "2"]):
@@ -56,8 +57,9 @@ def engine(tmp_path_factory):
     return build_engine(tmp_path_factory.mktemp("static_libstdcxx"), GPU_MACHINE_LINK)
 
 
-def job(engine, mode, nprocs, devices=1, grace=None):
-    env = {"JACCL_TEST_ENGINE": str(engine), "JACCL_DEBUG": "INFO", "JACCL_TIMEOUT": str(TIMEOUT)}
+def job(engine, mode, nprocs, devices=1, grace=None, env=None):
+    env = {"JACCL_TEST_ENGINE": str(engine), "JACCL_DEBUG": "INFO", "JACCL_TIMEOUT": str(TIMEOUT),
+           **(env or {})}
     done = run_job("faults.py", nprocs, devices, args=[mode], env=env, timeout=120, grace=grace)
     for rank in range(nprocs):  # the module built here ran, not the installed one
         assert done.values(rank, "ENGINE") == [str(engine)], clean(done.output)[-3000:]
@@ -72,6 +74,13 @@ def raised(done, rank):
 
 def test_built_with_libstdcxx_inside_it_still_exports_init_alone(engine):
     assert exported(engine) == ["PyInit__jaccl"]
+
+
+def test_without_libfabric_the_ofi_transport_is_refused_clearly(engine):
+    done = job(engine, "normal", 2, env={"JACCL_TRANSPORT": "ofi", "JACCL_TEST_FAKE_HOSTS": "2"})
+    assert done.returncode != 0
+    assert "built without libfabric" in done.output, clean(done.output)[-3000:]
+    assert done.leftovers() == []
 
 
 def test_info_lines_come_out_whole(engine):

@@ -22,6 +22,10 @@
 #ifdef JACCL_HAVE_OFI
 #include "transport/ofi/ofi_transport.h"
 #include "transport/ofi/wire.h"
+#else
+namespace jaccl::ofi {
+class OfiTransport {};  // never made without libfabric; complete, so World can own a null one
+}  // namespace jaccl::ofi
 #endif
 
 namespace jaccl {

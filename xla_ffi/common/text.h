@@ -69,6 +69,8 @@ void append_one(std::string& out, const T& part) {
     append_unsigned(out, static_cast<uint64_t>(part), 10);
   } else if constexpr (std::is_floating_point_v<D>) {
     append_double(out, static_cast<double>(part));
+  } else if constexpr (std::is_array_v<T>) {  // a string literal or a char buffer
+    out.append(part);
   } else if constexpr (std::is_same_v<D, char*> || std::is_same_v<D, const char*>) {
     out.append(part != nullptr ? part : "(null)");
   } else if constexpr (std::is_convertible_v<const T&, std::string_view>) {
