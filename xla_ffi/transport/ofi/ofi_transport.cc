@@ -86,20 +86,20 @@ struct OfiTransport::Link {
   uint64_t remote_key = 0;
   uint64_t remote_ring = 0;     // target of slot 0 of this link's channel in the peer's arena
   uint64_t remote_scratch = 0;  // where credits land there
-  // The I/O thread's: sending.
+  // The I/O thread's: sending frames, receiving credits.
   uint32_t posted = 0, credited = 0;
   std::vector<Op> ops;               // one per slot, then the credit's
-  std::vector<Op> receives;          // messages: one per slot, then the credit's
-  uint32_t receives_posted = 0;      // messages: frames with a receive posted
-  bool credit_receive_posted = false;
   std::vector<uint8_t> in_flight;    // per slot: its write has not completed
   bool refused = false;              // the last post answered FI_EAGAIN ...
   Clock::time_point refused_since;   // ... since then
-  // The I/O thread's: receiving.
+  // The I/O thread's: receiving frames, sending credits.
   uint32_t arrived_head = 0;
   std::vector<uint8_t> arrived;      // per slot: the frame is there, not yet published
   uint32_t credit_sent = 0, credit_posting = 0;
   bool credit_in_flight = false;
+  std::vector<Op> receives;          // messages: one per slot, then the credit's
+  uint32_t receives_posted = 0;      // messages: frames with a receive posted
+  bool credit_receive_posted = false;
   // Anyone's.
   std::mutex mutex;
   std::string failure;
@@ -115,7 +115,7 @@ struct OfiTransport::Link {
 };
 
 std::string PeerInfo::encode() const {
-  return text(provider, " ", fabric.empty() ? "-" : fabric, " ", version, " ", hardware ? 1 : 0,
+  return text(to_hex(provider), " ", fabric.empty() ? "-" : to_hex(fabric), " ", version, " ", hardware ? 1 : 0,
               " ", to_hex(address), " ", key, " ", base, " ", in_channels, " ", num_slots, " ",
               payload_bytes, " ", mode);
 }
@@ -131,8 +131,8 @@ PeerInfo PeerInfo::decode(const std::string& line) {
   }
   if (fields.size() != 11) throw_error(ErrorKind::kMismatch, "malformed OFI peer description '", line, "'");
   PeerInfo p;
-  p.provider = fields[0];
-  p.fabric = fields[1] == "-" ? "" : fields[1];
+  p.provider = from_hex(fields[0]);
+  p.fabric = fields[1] == "-" ? "" : from_hex(fields[1]);
   p.version = static_cast<uint32_t>(std::stoul(fields[2]));
   p.hardware = fields[3] == "1";
   p.address = from_hex(fields[4]);
@@ -160,6 +160,12 @@ OfiTransport::OfiTransport(const Choice& choice, const std::string& ip, const Se
     throw_error(ErrorKind::kInvalidArgument, "the OFI transport carries at most ", kMaxChannels,
                 " channels per process each way (", std::max(outs, ins), " asked)");
   }
+  // The scratch page of each arena holds one word per link: the credit it sends (send arena)
+  // and, with messages, the credit it receives (receive arena).
+  if (links.size() * sizeof(uint64_t) > kScratchBytes) {
+    throw_error(ErrorKind::kInvalidArgument, "the OFI transport carries at most ",
+                kScratchBytes / sizeof(uint64_t), " links per process (", links.size(), " asked)");
+  }
   // Per link at most `slots` frames and a credit outstanding each way: room for all.
   const size_t cq_entries = links.size() * (2 * slots + 2) + 64;
   mode_ = settings_.mode == "message" ? Mode::kMessage : Mode::kWrite;
@@ -181,33 +187,17 @@ OfiTransport::OfiTransport(const Choice& choice, const std::string& ip, const Se
   const size_t ring_stride = slots * frame_bytes_;
   send_bytes_ = kScratchBytes + outs * ring_stride;
   recv_bytes_ = kScratchBytes + ins * ring_stride;
-  send_arena_ = allocate_arena(send_bytes_);
-  recv_arena_ = allocate_arena(recv_bytes_);
-  // The scratch page of each arena holds one word per link: the credit it sends (send arena)
-  // and, with messages, the credit it receives (receive arena).
-  if (links.size() * sizeof(uint64_t) > kScratchBytes) {
-    throw_error(ErrorKind::kInvalidArgument, "the OFI transport carries at most ",
-                kScratchBytes / sizeof(uint64_t), " links per process (", links.size(), " asked)");
-  }
-  send_region_ = fabric_->register_memory(send_arena_, send_bytes_, FI_WRITE | FI_SEND, settings_.key_seed ^ 1);
-  recv_region_ = fabric_->register_memory(recv_arena_, recv_bytes_, FI_REMOTE_WRITE | FI_RECV,
+  send_arena_.reset(allocate_arena(send_bytes_));
+  recv_arena_.reset(allocate_arena(recv_bytes_));
+  send_region_ = fabric_->register_memory(send_arena_.get(), send_bytes_, FI_WRITE | FI_SEND,
+                                          settings_.key_seed ^ 1);
+  recv_region_ = fabric_->register_memory(recv_arena_.get(), recv_bytes_, FI_REMOTE_WRITE | FI_RECV,
                                           settings_.key_seed ^ 2);
-
-  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  if (wake_fd_ < 0 || epoll_fd_ < 0) throw_system_error("epoll/eventfd");
-  io_bell_.eventfd_plus_one = wake_fd_ + 1;
-  for (int fd : {wake_fd_, fabric_->wait_fd()}) {
-    if (fd < 0) continue;
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
-  }
 
   by_out_.assign(outs, nullptr);
   by_in_.assign(ins, nullptr);
-  auto* send_base = static_cast<unsigned char*>(send_arena_) + kScratchBytes;
-  auto* recv_base = static_cast<unsigned char*>(recv_arena_) + kScratchBytes;
+  auto* send_base = static_cast<unsigned char*>(send_arena_.get()) + kScratchBytes;
+  auto* recv_base = static_cast<unsigned char*>(recv_arena_.get()) + kScratchBytes;
   for (const LinkSpec& spec : links) {
     auto link = std::make_unique<Link>();
     link->spec = spec;
@@ -244,6 +234,17 @@ OfiTransport::OfiTransport(const Choice& choice, const std::string& ip, const Se
     by_in_[spec.in_index] = link.get();
     links_.push_back(std::move(link));
   }
+  // Last: nothing below throws, so the descriptors cannot leak.
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (wake_fd_ < 0 || epoll_fd_ < 0) throw_system_error("epoll/eventfd");
+  io_bell_.eventfd_plus_one = wake_fd_ + 1;
+  for (int fd : {wake_fd_, fabric_->wait_fd()}) {
+    if (fd < 0) continue;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  }
   const Choice& c = fabric_->choice();
   log(LogLevel::kInfo, "ofi: provider ", c.provider, ", fabric ", c.fabric, ", domain ", c.domain,
       ", libfabric ", library_version(), " (", settings_.why, "): ",
@@ -258,8 +259,8 @@ OfiTransport::~OfiTransport() {
   ring(&io_bell_);
   if (io_thread_.joinable()) io_thread_.join();
   fabric_.reset();  // the endpoint closes first, then the regions: no write lands after this
-  std::free(send_arena_);
-  std::free(recv_arena_);
+  send_arena_.reset();
+  recv_arena_.reset();
   if (wake_fd_ >= 0) close(wake_fd_);
   if (epoll_fd_ >= 0) close(epoll_fd_);
 }
@@ -317,7 +318,6 @@ void OfiTransport::add_peer(int process, const std::string& line) {
     link->remote_scratch = peer.base;
     link->remote_ring = peer.base + kScratchBytes + link->spec.remote_in_index * settings_.num_slots * frame_bytes_;
   }
-  peers_[process] = peer;
 }
 
 void OfiTransport::start(const std::function<const Channel*(int64_t, int64_t)>& control) {
@@ -445,7 +445,7 @@ void OfiTransport::complete(Op& op) {
       break;
     case Op::kCreditIn:
       link.credit_receive_posted = false;
-      credit(link, static_cast<uint32_t>(static_cast<uint64_t*>(recv_arena_)[link.index]));
+      credit(link, static_cast<uint32_t>(static_cast<uint64_t*>(recv_arena_.get())[link.index]));
       break;
   }
 }
@@ -553,7 +553,7 @@ bool OfiTransport::post_credit(Link& link) {
   if (link.credit_in_flight) return false;
   const uint32_t tail = link.recv_ring->tail();
   if (tail == link.credit_sent) return false;
-  uint64_t* word = static_cast<uint64_t*>(send_arena_) + link.index;  // untouched while in flight
+  uint64_t* word = static_cast<uint64_t*>(send_arena_.get()) + link.index;  // untouched while in flight
   *word = tail;
   Op& op = link.ops[settings_.num_slots];
   const ssize_t rc =
@@ -599,7 +599,7 @@ bool OfiTransport::post_receives(Link& link) {
     progress = true;
   }
   if (!link.credit_receive_posted) {
-    uint64_t* word = static_cast<uint64_t*>(recv_arena_) + link.index;
+    uint64_t* word = static_cast<uint64_t*>(recv_arena_.get()) + link.index;
     const ssize_t rc = fi_trecv(fabric_->endpoint(), word, sizeof(uint64_t), recv_region_.desc, FI_ADDR_UNSPEC,
                                 message_tag(true, link.spec.out_index, 0), 0, &link.receives[slots].context);
     if (rc == 0) {

@@ -31,8 +31,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -126,17 +126,18 @@ class OfiTransport {
   bool drained() const;
 
   Settings settings_;
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  // Declared before fabric_: freed after it (the regions registered on them close first).
+  std::unique_ptr<void, Free> send_arena_, recv_arena_;
   std::unique_ptr<Fabric> fabric_;
   Mode mode_ = Mode::kWrite;
   size_t frame_bytes_ = 0;
-  void* send_arena_ = nullptr;
-  void* recv_arena_ = nullptr;
   size_t send_bytes_ = 0, recv_bytes_ = 0;
   Region send_region_, recv_region_;
   std::vector<std::unique_ptr<Link>> links_;
   std::vector<Link*> by_out_, by_in_;                 // by this process's channel index
-  std::map<int, PeerInfo> peers_;
-  std::map<int, fi_addr_t> addresses_;
   Doorbell io_bell_{};
   int wake_fd_ = -1, epoll_fd_ = -1;
   uint64_t outstanding_ = 0;  // writes posted and not completed (I/O thread only)
