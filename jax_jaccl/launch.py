@@ -76,7 +76,13 @@ def parse(argv):
 
 
 def _pump(rank: int, stream, out, lock) -> None:
+    """Copies one of a process's streams to `out` a whole line at a time, each prefixed with
+    "[rank] ". A process's stdout and stderr are pumped separately: Python writes print()'s
+    text and its newline in two calls when unbuffered, so on one shared pipe a log line from
+    the extension (stderr) could land between them and both lines would be garbled."""
     for line in iter(stream.readline, b""):
+        if not line.endswith(b"\n"):
+            line += b"\n"
         with lock:
             out.write(f"[{rank}] ".encode() + line)
             out.flush()
@@ -131,11 +137,12 @@ def run(args) -> int:
             env.update({k: str(v) for k, v in host.get("env", {}).items()})
             cmd, cmd_env = _command(host, env, args.command)
             p = subprocess.Popen(cmd, env=cmd_env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
+                                 stderr=subprocess.PIPE, start_new_session=True)
             procs.append(p)
-            t = threading.Thread(target=_pump, args=(rank, p.stdout, out, lock), daemon=True)
-            t.start()
-            pumps.append(t)
+            for stream in (p.stdout, p.stderr):
+                t = threading.Thread(target=_pump, args=(rank, stream, out, lock), daemon=True)
+                t.start()
+                pumps.append(t)
         code, failed_at = 0, None
         while any(p.poll() is None for p in procs):
             for rank, p in enumerate(procs):

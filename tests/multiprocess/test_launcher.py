@@ -29,6 +29,23 @@ def test_environment_and_prefixes():
         assert f"[{rank}] rank {rank} of 3 2 True" in done.stdout.splitlines()
 
 
+def test_stdout_and_stderr_lines_stay_whole():
+    """A line printed in pieces (print() unbuffered writes text and newline separately) is not
+    split by a log line the extension writes to stderr in between; a last line without a
+    newline still ends one."""
+    script = ("import os, time\n"
+              "os.write(1, b'DO'); time.sleep(0.2)\n"
+              "os.write(2, b'jaccl INFO a log line\\n'); time.sleep(0.2)\n"
+              "os.write(1, b'NE\\n'); os.write(1, b'no newline at exit')")
+    done = jaccl_run("-n", "2", "--", sys.executable, "-c", script)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    for rank in range(2):
+        assert f"[{rank}] DONE" in lines, done.stdout
+        assert f"[{rank}] jaccl INFO a log line" in lines, done.stdout
+        assert f"[{rank}] no newline at exit" in lines, done.stdout
+
+
 def test_one_failure_stops_the_others():
     marker = f"jaccl-launcher-test-{os.getpid()}"
     script = (f"import os, sys, time; marker = '{marker}'\n"
