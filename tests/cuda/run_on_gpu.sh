@@ -5,8 +5,8 @@
 # JACCL_DEBUG=INFO, plus the symbol-table checks on the modules just built. Writes a one-screen
 # summary to $OUT/summary.md (default ./gpu_out) with every log beside it, and prints it.
 # The first test that died of a signal is run once more with its processes under cuda-gdb,
-# whose C++ backtraces go into the summary. Budget: build ~25 s, benchmark <= 75 s, tests
-# <= 150 s (~75 s seen), backtrace <= 45 s.
+# whose C++ backtraces go into the summary. Budget: build ~25 s (first run; the templated
+# reduction kernels add some), benchmark <= 90 s, tests <= 150 s (~75 s seen), backtrace <= 45 s.
 #
 # Usage: OUT=<dir> bash tests/cuda/run_on_gpu.sh
 set -uo pipefail
@@ -35,7 +35,7 @@ stamp "build: exit $(cut -d' ' -f1 "$OUT/build.status")"
 
 if [ "$(cut -d' ' -f1 "$OUT/build.status")" = 0 ]; then
   stamp "kernels benchmark"
-  timeout 75 $PY -m jax_jaccl.bench.cli kernels > "$OUT/kernels.md" 2> "$OUT/kernels.log"
+  timeout 90 $PY -m jax_jaccl.bench.cli kernels > "$OUT/kernels.md" 2> "$OUT/kernels.log"
   stamp "kernels: exit $?"
 
   parallel=()

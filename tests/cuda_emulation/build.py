@@ -34,7 +34,7 @@ HOST_SOURCES = ["handlers/cuda_peer_path.cc", "handlers/cuda_peer_group.cc", "ha
                 "common/reduce.cc", "common/dtype.cc", "common/error.cc", "collectives/kinds.cc"]
 # The whole _jaccl_cuda extension, as CMake builds it (minus nvcc), for tests that run JAX.
 MODULE_SOURCES = ["handlers/cuda_handlers.cc", "handlers/cuda_moe_handlers.cc", "handlers/cuda_moe_peer.cc",
-                  "handlers/cuda_peer_group.cc", "handlers/cuda_module.cc", "handlers/cuda_staging.cc",
+                  "handlers/cuda_peer_group.cc", "handlers/cuda_module.cc", "handlers/cuda_kernel_bench.cc", "handlers/cuda_staging.cc",
                   "handlers/cuda_peers.cc", "handlers/cuda_peer_path.cc", "common/reduce.cc",
                   "common/dtype.cc", "common/error.cc", "common/log.cc", "common/process.cc",
                   "collectives/kinds.cc"]

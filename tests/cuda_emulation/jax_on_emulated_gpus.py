@@ -119,8 +119,8 @@ def main():
 
         cpu_devices = jax.devices
         jax.devices = lambda backend=None: cpu_devices(None if backend == "gpu" else backend)
-        cli.main(["kernels", "--sizes-mib", "1", "--iters", "2", "--tokens", "64", "--topk", "2",
-                  "--hidden", "128", "--rows", "64"])
+        cli.main(["kernels", "--sizes", "64K", "--operands", "2,4,9", "--iters", "2", "--rounds", "2",
+                  "--tokens", "64", "--topk", "3", "--hidden", "136"])
         return
     gpu_collectives.expect_path(args.path)
 

@@ -1,5 +1,5 @@
 // MoE peer-path kernels. Row movers give one block to a row at a time (grid-stride over
-// rows), the block's threads copying 16 bytes each when the row allows it. A received row
+// rows), the block's threads moving it as row_copy.cuh describes. A received row
 // finds its sender by scanning the receive offsets (group size <= 16), and its place in the
 // sender's staging area from the offsets the sender published there.
 #include <cuda_bf16.h>
@@ -10,6 +10,7 @@
 
 #include "cuda/float_convert.cuh"
 #include "cuda/moe_peer_kernels.h"
+#include "cuda/row_copy.cuh"
 
 namespace jaccl::cuda {
 namespace {
@@ -18,17 +19,6 @@ constexpr int kThreads = 128;
 constexpr int kMaxBlocks = 65535;
 
 __device__ int bad_expert_claimed = 0;  // per device: the first bad id reports
-
-__device__ void copy_row(char* dst, const char* src, size_t bytes) {
-  if (bytes % 16 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(src) % 16 == 0) {
-    for (size_t b = threadIdx.x; b < bytes / 16; b += blockDim.x) {
-      reinterpret_cast<uint4*>(dst)[b] = reinterpret_cast<const uint4*>(src)[b];
-    }
-  } else {
-    for (size_t b = threadIdx.x; b < bytes; b += blockDim.x) dst[b] = src[b];
-  }
-}
 
 // Where received row g comes from: its sender's row, or null when a list entry is off.
 __device__ const char* received_row(const PeerRows& peers, const int32_t* recv_offsets, size_t g,

@@ -1,17 +1,34 @@
-// Element-wise reduction of up to kMaxOperands arrays. Each thread owns 16 bytes of the output
-// at a time (a grid-stride loop): it loads the same 16 bytes of every operand (independent
-// loads in flight), combines them in operand order in the accumulator type, and stores once.
-// A scalar tail loop takes what is left when the count is not a multiple of the vector width
-// or a pointer is not 16-byte aligned.
+// Element-wise reduction of n arrays (n <= 16), every dtype and op.
+//
+// Schedule. The output splits into 16-byte vectors. The grid is one wave of resident blocks
+// (launch_shape.cuh) and strides over the vectors: at each step a block takes kUnroll x
+// blockDim consecutive vectors, thread t the vectors t, t + blockDim, ... (each load
+// instruction of a warp reads 512 consecutive bytes). A thread issues all its loads, kUnroll
+// vectors of each of the n operands, before it combines any (bytes in flight hide DRAM and
+// NVLink latency), combines each vector's operands in the order given in the accumulator type
+// (float32 for float16/bfloat16, as the CPU engine does), and stores. Loads and stores carry
+// the streaming cache hint: every byte is touched once. The operand count is a template
+// parameter from 1 to 8, so the loads unroll fully and the registers fit the count (kUnroll =
+// 8 / n: eight 16-byte loads in flight per thread whatever n is); 9 to 16 operands take a
+// runtime count, one vector per step. Steps advance by additions only.
+//
+// Pointers that all sit the same distance past a 16-byte boundary (slices of aligned buffers)
+// reduce the elements before the first boundary (head) and after the last whole vector
+// (tail) one per thread, in the same launch. Pointers at different distances go element by
+// element on the same grid-stride schedule.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
 #include "cuda/kernels.h"
+#include "cuda/launch_shape.cuh"
 
 namespace jaccl::cuda {
 namespace {
+
+constexpr int kThreads = 256;
+constexpr int kRuntimeCount = 0;  // operand count template argument: ops.n, read at run time
 
 struct Operands {
   const void* p[kMaxOperands];
@@ -55,61 +72,150 @@ __device__ __forceinline__ A apply(A a, A b) {
   }
 }
 
+// Where the vectors are: elements [head, head + vectors * (16 / sizeof(T))) move as 16-byte
+// vectors; the head elements before them and the rest after them, one at a time.
+struct Split {
+  size_t count = 0;
+  size_t head = 0;
+  size_t vectors = 0;
+};
+
 template <ReduceOp kOp, typename T>
-__global__ void reduce_kernel(T* dst, Operands ops, size_t count, bool vectorised) {
+__device__ __forceinline__ T reduce_element(const Operands& ops, int n, size_t i) {
+  using A = typename Acc<T>::type;
+  A acc = widen<A>(static_cast<const T*>(ops.p[0])[i]);
+  for (int k = 1; k < n; ++k) acc = apply<kOp>(acc, widen<A>(static_cast<const T*>(ops.p[k])[i]));
+  return narrow<T>(acc);
+}
+
+// in[k] holds operand k's copy of one vector; combined in operand order.
+template <ReduceOp kOp, typename T, int kSlots>
+__device__ __forceinline__ uint4 combine(const uint4 (&in)[kSlots], int n) {
   using A = typename Acc<T>::type;
   constexpr int kVec = 16 / sizeof(T);
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  size_t first_scalar = 0;
-  if (vectorised) {
-    const size_t vectors = count / kVec;
-    for (size_t v = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; v < vectors; v += stride) {
-      uint4 in[kMaxOperands];
+  A acc[kVec];
+  const T* first = reinterpret_cast<const T*>(&in[0]);
 #pragma unroll
-      for (int k = 0; k < kMaxOperands; ++k) {
-        if (k < ops.n) in[k] = reinterpret_cast<const uint4*>(ops.p[k])[v];
-      }
-      A acc[kVec];
-      const T* first = reinterpret_cast<const T*>(&in[0]);
+  for (int i = 0; i < kVec; ++i) acc[i] = widen<A>(first[i]);
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) acc[i] = widen<A>(first[i]);
-      for (int k = 1; k < ops.n; ++k) {
-        const T* x = reinterpret_cast<const T*>(&in[k]);
+  for (int k = 1; k < kSlots; ++k) {
+    if (k < n) {
+      const T* x = reinterpret_cast<const T*>(&in[k]);
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) acc[i] = apply<kOp>(acc[i], widen<A>(x[i]));
-      }
-      uint4 out;
-      T* o = reinterpret_cast<T*>(&out);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) o[i] = narrow<T>(acc[i]);
-      reinterpret_cast<uint4*>(dst)[v] = out;
+      for (int i = 0; i < kVec; ++i) acc[i] = apply<kOp>(acc[i], widen<A>(x[i]));
     }
-    first_scalar = vectors * kVec;
   }
-  for (size_t i = first_scalar + blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
-       i += stride) {
-    A acc = widen<A>(static_cast<const T*>(ops.p[0])[i]);
-    for (int k = 1; k < ops.n; ++k) acc = apply<kOp>(acc, widen<A>(static_cast<const T*>(ops.p[k])[i]));
-    dst[i] = narrow<T>(acc);
+  uint4 out;
+  T* o = reinterpret_cast<T*>(&out);
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) o[i] = narrow<T>(acc[i]);
+  return out;
+}
+
+template <ReduceOp kOp, typename T, int kCount, int kUnroll>
+__global__ void __launch_bounds__(kThreads) reduce_vectors(T* dst, Operands ops, Split split) {
+  constexpr int kSlots = kCount == kRuntimeCount ? kMaxOperands : kCount;
+  constexpr size_t kVec = 16 / sizeof(T);
+  const int n = kCount == kRuntimeCount ? ops.n : kCount;
+  const uint4* src[kSlots];
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    src[k] = k < n ? reinterpret_cast<const uint4*>(static_cast<const T*>(ops.p[k]) + split.head) : nullptr;
+  }
+  uint4* out = reinterpret_cast<uint4*>(dst + split.head);
+  const size_t lanes = blockDim.x;
+  const size_t step = static_cast<size_t>(gridDim.x) * lanes * kUnroll;
+  size_t v = blockIdx.x * lanes * kUnroll + threadIdx.x;
+  for (; v + (kUnroll - 1) * lanes < split.vectors; v += step) {
+    uint4 in[kUnroll][kSlots];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) {
+        if (k < n) in[u][k] = __ldcs(src[k] + v + u * lanes);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) __stcs(out + v + u * lanes, combine<kOp, T, kSlots>(in[u], n));
+  }
+  // The last, partial step: whichever of this thread's vectors are left, one at a time.
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const size_t w = v + u * lanes;
+    if (w < split.vectors) {
+      uint4 in[kSlots];
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) {
+        if (k < n) in[k] = __ldcs(src[k] + w);
+      }
+      __stcs(out + w, combine<kOp, T, kSlots>(in, n));
+    }
+  }
+  // Head and tail elements (fewer than 2 vectors' worth), one per thread of the grid.
+  const size_t edges = split.count - split.vectors * kVec;
+  const size_t g = blockIdx.x * lanes + threadIdx.x;
+  if (g < edges) {
+    const size_t i = g < split.head ? g : g + split.vectors * kVec;
+    dst[i] = reduce_element<kOp, T>(ops, n, i);
+  }
+}
+
+template <ReduceOp kOp, typename T>
+__global__ void __launch_bounds__(kThreads) reduce_elements(T* dst, Operands ops, size_t count) {
+  const size_t step = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count; i += step) {
+    dst[i] = reduce_element<kOp, T>(ops, ops.n, i);
+  }
+}
+
+template <ReduceOp kOp, typename T, int kCount>
+cudaError_t launch_vectors(T* dst, const Operands& ops, const Split& split, cudaStream_t stream) {
+  constexpr int kUnroll = kCount == kRuntimeCount ? 1 : (kCount >= 8 ? 1 : 8 / kCount);
+  constexpr auto kernel = reduce_vectors<kOp, T, kCount, kUnroll>;
+  const int blocks = grid_for(split.vectors, static_cast<size_t>(kThreads) * kUnroll, wave_blocks<kernel>(kThreads));
+  kernel<<<blocks, kThreads, 0, stream>>>(dst, ops, split);
+  return cudaGetLastError();
+}
+
+template <ReduceOp kOp, typename T>
+cudaError_t launch_op(T* dst, const Operands& ops, size_t count, cudaStream_t stream) {
+  constexpr size_t kVec = 16 / sizeof(T);
+  const uintptr_t offset = reinterpret_cast<uintptr_t>(dst) % 16;
+  bool shared_offset = offset % sizeof(T) == 0;
+  for (int k = 0; k < ops.n; ++k) shared_offset &= reinterpret_cast<uintptr_t>(ops.p[k]) % 16 == offset;
+  if (!shared_offset) {
+    constexpr auto kernel = reduce_elements<kOp, T>;
+    const int blocks = grid_for(count, kThreads, wave_blocks<kernel>(kThreads));
+    kernel<<<blocks, kThreads, 0, stream>>>(dst, ops, count);
+    return cudaGetLastError();
+  }
+  Split split;
+  split.count = count;
+  split.head = std::min<size_t>(count, (16 - offset) % 16 / sizeof(T));
+  split.vectors = (count - split.head) / kVec;
+  switch (ops.n) {
+    case 1: return launch_vectors<kOp, T, 1>(dst, ops, split, stream);
+    case 2: return launch_vectors<kOp, T, 2>(dst, ops, split, stream);
+    case 3: return launch_vectors<kOp, T, 3>(dst, ops, split, stream);
+    case 4: return launch_vectors<kOp, T, 4>(dst, ops, split, stream);
+    case 5: return launch_vectors<kOp, T, 5>(dst, ops, split, stream);
+    case 6: return launch_vectors<kOp, T, 6>(dst, ops, split, stream);
+    case 7: return launch_vectors<kOp, T, 7>(dst, ops, split, stream);
+    case 8: return launch_vectors<kOp, T, 8>(dst, ops, split, stream);
+    default: return launch_vectors<kOp, T, kRuntimeCount>(dst, ops, split, stream);
   }
 }
 
 template <typename T>
 cudaError_t launch_typed(ReduceOp op, T* dst, const Operands& ops, size_t count, cudaStream_t stream) {
-  bool aligned = reinterpret_cast<uintptr_t>(dst) % 16 == 0;
-  for (int k = 0; k < ops.n; ++k) aligned &= reinterpret_cast<uintptr_t>(ops.p[k]) % 16 == 0;
-  const int threads = 256;
-  const size_t work = aligned ? count / (16 / sizeof(T)) + 1 : count;
-  const int blocks = static_cast<int>(std::min<size_t>((work + threads - 1) / threads, 132 * 8));
   if (count == 0) return cudaSuccess;
   switch (op) {
-    case ReduceOp::kSum: reduce_kernel<ReduceOp::kSum, T><<<blocks, threads, 0, stream>>>(dst, ops, count, aligned); break;
-    case ReduceOp::kProd: reduce_kernel<ReduceOp::kProd, T><<<blocks, threads, 0, stream>>>(dst, ops, count, aligned); break;
-    case ReduceOp::kMax: reduce_kernel<ReduceOp::kMax, T><<<blocks, threads, 0, stream>>>(dst, ops, count, aligned); break;
-    case ReduceOp::kMin: reduce_kernel<ReduceOp::kMin, T><<<blocks, threads, 0, stream>>>(dst, ops, count, aligned); break;
+    case ReduceOp::kSum: return launch_op<ReduceOp::kSum>(dst, ops, count, stream);
+    case ReduceOp::kProd: return launch_op<ReduceOp::kProd>(dst, ops, count, stream);
+    case ReduceOp::kMax: return launch_op<ReduceOp::kMax>(dst, ops, count, stream);
+    case ReduceOp::kMin: return launch_op<ReduceOp::kMin>(dst, ops, count, stream);
     default: return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 //
 // Contract: importable on machines without a GPU (nothing touches CUDA at import); the
 // set-up functions raise RuntimeError with CUDA's message on failure; the bench functions
-// need a GPU and time with CUDA events on device 0, returning seconds per call.
+// need a GPU (handlers/cuda_kernel_bench.h).
 #include <cuda_runtime.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
@@ -12,13 +12,12 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "cuda/kernels.h"
 #include "handlers/cuda_handlers.h"
+#include "handlers/cuda_kernel_bench.h"
 #include "handlers/cuda_peer_group.h"
 #include "handlers/cuda_peers.h"
 #include "handlers/cuda_staging.h"
@@ -26,72 +25,6 @@
 namespace nb = nanobind;
 
 namespace {
-
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-}
-
-// Runs `launch` once to warm up, then `iters` times between two events.
-template <typename Launch>
-double timed(int iters, Launch&& launch) {
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  launch();
-  check(cudaEventRecord(start, 0), "cudaEventRecord");
-  for (int i = 0; i < iters; ++i) launch();
-  check(cudaEventRecord(stop, 0), "cudaEventRecord");
-  check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-  float ms = 0;
-  check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms / 1e3 / iters;
-}
-
-struct DeviceBuffer {
-  void* p = nullptr;
-  explicit DeviceBuffer(size_t bytes) { check(cudaMalloc(&p, bytes), "cudaMalloc"); cudaMemset(p, 0, bytes); }
-  ~DeviceBuffer() { cudaFree(p); }
-};
-
-double bench_copy(size_t bytes, int iters) {
-  DeviceBuffer a(bytes), b(bytes);
-  return timed(iters, [&] { check(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, 0), "copy"); });
-}
-
-double bench_reduce(int dtype, int op, size_t count, int operands, int iters) {
-  const size_t bytes = count * jaccl::dtype_size(static_cast<jaccl::Dtype>(dtype));
-  std::vector<DeviceBuffer*> srcs;
-  std::vector<const void*> ptrs;
-  for (int k = 0; k < operands; ++k) {
-    srcs.push_back(new DeviceBuffer(bytes));
-    ptrs.push_back(srcs.back()->p);
-  }
-  DeviceBuffer dst(bytes);
-  double s = timed(iters, [&] {
-    check(jaccl::cuda::launch_reduce(static_cast<jaccl::ReduceOp>(op), static_cast<jaccl::Dtype>(dtype),
-                                     dst.p, ptrs.data(), operands, count, 0), "reduce");
-  });
-  for (auto* b : srcs) delete b;
-  return s;
-}
-
-double bench_combine(int dtype, size_t tokens, size_t topk, size_t hidden, size_t rows, int iters) {
-  const size_t esize = jaccl::dtype_size(static_cast<jaccl::Dtype>(dtype));
-  DeviceBuffer y(rows * hidden * esize), out(tokens * hidden * esize), weights(tokens * topk * 4),
-      table(tokens * topk * sizeof(void*));
-  std::vector<const void*> host(tokens * topk);
-  std::mt19937 rng(0);
-  for (auto& p : host) p = static_cast<char*>(y.p) + (rng() % rows) * hidden * esize;
-  check(cudaMemcpy(table.p, host.data(), host.size() * sizeof(void*), cudaMemcpyHostToDevice), "table");
-  return timed(iters, [&] {
-    check(jaccl::cuda::launch_moe_combine(static_cast<jaccl::Dtype>(dtype), out.p,
-                                          static_cast<const void* const*>(table.p),
-                                          static_cast<const float*>(weights.p), tokens, topk, hidden, 0),
-          "combine");
-  });
-}
 
 nb::dict registrations() {
   nb::dict d;
@@ -143,9 +76,14 @@ NB_MODULE(_jaccl_cuda, m) {
   m.def("set_reachable", &jaccl::cuda::set_reachable);
   m.def("any_failure", [] { return jaccl::cuda::any_failure() || jaccl::cuda::any_pending_error(); });
   m.def("path_counts", &jaccl::cuda::path_counts);
-  m.def("bench_copy", &bench_copy, nb::arg("bytes"), nb::arg("iters"));
-  m.def("bench_reduce", &bench_reduce, nb::arg("dtype"), nb::arg("op"), nb::arg("count"),
-        nb::arg("operands"), nb::arg("iters"));
-  m.def("bench_combine", &bench_combine, nb::arg("dtype"), nb::arg("tokens"), nb::arg("topk"),
-        nb::arg("hidden"), nb::arg("rows"), nb::arg("iters"));
+  namespace bench = jaccl::cuda::bench;
+  m.def("bench_copy", &bench::copy, nb::arg("bytes"), nb::arg("iters"));
+  m.def("bench_reduce", &bench::reduce, nb::arg("dtype"), nb::arg("op"), nb::arg("srcs"), nb::arg("dst"),
+        nb::arg("count"), nb::arg("iters"));
+  m.def("bench_combine", &bench::combine, nb::arg("dtype"), nb::arg("out"), nb::arg("rows"),
+        nb::arg("weights"), nb::arg("tokens"), nb::arg("topk"), nb::arg("hidden"), nb::arg("iters"));
+  m.def("bench_gather", &bench::gather, nb::arg("dst"), nb::arg("src"), nb::arg("rows"), nb::arg("n"),
+        nb::arg("row_bytes"), nb::arg("iters"));
+  m.def("bench_pack", &bench::pack, nb::arg("staging"), nb::arg("src"), nb::arg("src_rows"), nb::arg("rows"),
+        nb::arg("offsets"), nb::arg("groups"), nb::arg("capacity"), nb::arg("row_bytes"), nb::arg("iters"));
 }

@@ -34,6 +34,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 #define __shared__ static thread_local
 
 using std::max;
@@ -145,6 +146,11 @@ inline void __nanosleep(unsigned) { jaccl_emu::yield_lane(); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void __threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline float __fmul_rn(float a, float b) { return a * b; }
+// Cache-streaming loads and stores: plain accesses here.
+template <typename T>
+inline T __ldcs(const T* p) { return *p; }
+template <typename T>
+inline void __stcs(T* p, T v) { *p = v; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 
 inline int atomicCAS(int* address, int compare, int value) {
@@ -152,6 +158,16 @@ inline int atomicCAS(int* address, int compare, int value) {
   const int old = *address;
   if (old == compare) *address = value;
   return old;
+}
+
+// Emulated GPUs have 2 SMs holding 2 blocks each: a wave of 4 blocks, so that grid-stride
+// kernels take many steps over the checks' sizes.
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
+template <typename Kernel>
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, Kernel, int, size_t) {
+  *blocks = 2;
+  return cudaSuccess;
 }
 
 cudaError_t cudaGetLastError();
@@ -170,6 +186,7 @@ cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned flags);
 cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned flags);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaDeviceSynchronize();  // the current device's XLA stream (stream 0 never waits)
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaEventCreate(cudaEvent_t* event);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);

@@ -220,6 +220,12 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (attr != cudaDevAttrMultiProcessorCount || device < 0) return cudaErrorInvalidValue;
+  *value = 2;
+  return cudaSuccess;
+}
+
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   bytes = std::max<size_t>(bytes, 1);
   const int fd = memfd_create("jaccl-emulated-gpu", MFD_CLOEXEC);
@@ -267,6 +273,10 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (stream != nullptr) jaccl_emu::wait_for(stream, jaccl_emu::submitted(stream));
   return sticky(stream);
+}
+
+cudaError_t cudaDeviceSynchronize() {
+  return jaccl_emu::finish_current_device() ? cudaSuccess : cudaErrorLaunchFailure;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
