@@ -4,7 +4,9 @@ Contract: initialize() must run before any other JAX call in the process. Under 
 reads JACCL_COORDINATOR, JACCL_NUM_PROCESSES, JACCL_PROCESS_ID and JACCL_LOCAL_DEVICES and
 calls jax.distributed.initialize() with them (and sets jax_num_cpu_devices); under SLURM or
 Open MPI it lets jax.distributed.initialize() find its settings by itself; alone, it only sets
-the local device count. Returns (process_index, process_count).
+the local device count. With JACCL_IFNAME set, jax.lax's own CPU collectives (gloo) use that
+interface too: they otherwise take the address the host name resolves to, 127.0.0.1 inside a
+network namespace. Returns (process_index, process_count).
 """
 
 from __future__ import annotations
@@ -16,7 +18,19 @@ import jax
 _CLUSTER_MARKERS = ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE")
 
 
+def _gloo_on_interface(ifname: str) -> None:
+    import functools
+
+    from jax._src.lib import _jax  # private: left alone where this JAX lacks it
+
+    make = getattr(_jax, "make_gloo_tcp_collectives", None)
+    if make is not None and not isinstance(make, functools.partial):
+        _jax.make_gloo_tcp_collectives = functools.partial(make, interface=ifname)
+
+
 def initialize(local_devices: int | None = None) -> tuple[int, int]:
+    if os.environ.get("JACCL_IFNAME"):
+        _gloo_on_interface(os.environ["JACCL_IFNAME"])
     if local_devices is None and os.environ.get("JACCL_LOCAL_DEVICES"):
         local_devices = int(os.environ["JACCL_LOCAL_DEVICES"])
     if local_devices:

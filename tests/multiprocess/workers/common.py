@@ -33,25 +33,12 @@ if os.environ.get("JACCL_TEST_ENGINE"):
 import jax_jaccl.distributed  # noqa: E402
 
 
-def use_interface_for_gloo(ifname: str) -> None:
-    """jax.lax's CPU collectives (gloo, the reference here) pick their address from the host
-    name, which resolves to 127.0.0.1 inside a network namespace; point them at `ifname`."""
-    import functools
-
-    from jax._src.lib import _jax
-
-    original = _jax.make_gloo_tcp_collectives
-    _jax.make_gloo_tcp_collectives = functools.partial(original, interface=ifname)
-
-
 def start(description: str, extra=None):
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--marker", default="")
     for name, kwargs in (extra or {}).items():
         parser.add_argument(name, **kwargs)
     args = parser.parse_args()
-    if os.environ.get("JACCL_IFNAME"):
-        use_interface_for_gloo(os.environ["JACCL_IFNAME"])
     last_env = os.environ.get("JACCL_TEST_LAST_PROCESS_ENV")  # "K=V,K=V": the last process differs
     if last_env and int(os.environ["JACCL_PROCESS_ID"]) == int(os.environ["JACCL_NUM_PROCESSES"]) - 1:
         os.environ.update(item.split("=", 1) for item in last_env.split(","))

@@ -1,0 +1,101 @@
+"""pytest for multi-host JAX: run one test in several JAX processes, on emulated hosts.
+
+    import pytest
+
+    @pytest.mark.jax_processes(4, devices_per_process=2, hosts=2, timeout=120)
+    def test_my_sharded_step(jax_job):           # runs in each of the 4 processes
+        mesh = jax.make_mesh((8,), ("data",))    # 8 CPU devices over 2 emulated hosts
+        assert jax_job.process_count == 4
+
+Registered through the `pytest11` entry point: active wherever jax_jaccl is installed.
+The marked test runs in N fresh processes (jaccl-run's environment; each a pytest session that
+collects the one test again, so its fixtures, parametrization and conftest work there, with
+jax_jaccl.distributed.initialize() already called). The pytest process itself never starts
+a JAX backend for it and runs none of its fixtures. One result per test: it fails when any
+process fails, with each failing process's own traceback and output under its rank; a process
+still running at `timeout` seconds has its Python stacks dumped and the job is killed.
+`hosts=H` puts the processes on H emulated hosts: network namespaces joined by veth links
+(`link_rate="1gbit"` limits each) when pytest runs as root, else this machine's loopback with
+one JACCL_HOST_ID per host; the test's "jax_processes job" section says which.
+
+Caveats: the test module and its skipif conditions are also imported in the pytest process
+(keep device work out of import time); fixtures of every scope run once per process per test;
+`pytest.skip()` inside a test counts only when every process takes it; a test's xfail mark
+applies to the job as a whole.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from . import rank as _rank
+
+MARKER = "jax_processes"
+
+
+def pytest_addoption(parser):
+    parser.addini("jax_processes_timeout", "default timeout (s) of a jax_processes job", default="300")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", f"{MARKER}(n, devices_per_process=1, hosts=1, timeout=None, link_rate=None): "
+        "run the test in n JAX processes (jax_jaccl.testing)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args):
+    if _rank.active():
+        _rank.start()
+
+
+def _job_options(config, marker) -> dict:
+    def options(n, devices_per_process=1, hosts=1, timeout=None, link_rate=None):
+        if int(n) < 1 or int(devices_per_process) < 1 or int(hosts) < 1 or int(n) % int(hosts):
+            raise pytest.UsageError(f"@pytest.mark.{MARKER}({n}, devices_per_process={devices_per_process}, "
+                                    f"hosts={hosts}): need n >= 1 processes filling the hosts evenly")
+        return dict(processes=int(n), devices_per_process=int(devices_per_process), hosts=int(hosts),
+                    timeout=float(timeout if timeout is not None else config.getini("jax_processes_timeout")),
+                    link_rate=link_rate)
+
+    return options(*marker.args, **marker.kwargs)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    if _rank.active():
+        return
+    from .job import JobItem
+
+    for i, item in enumerate(items):
+        marker = item.get_closest_marker(MARKER) if isinstance(item, pytest.Function) else None
+        if marker is not None:
+            items[i] = JobItem.from_parent(item.parent, name=item.name, function=item,
+                                           **_job_options(config, marker))
+
+
+def pytest_runtest_logreport(report):
+    if _rank.active() and _config is not None:
+        _rank.record(_config, report)
+
+
+def pytest_collectreport(report):
+    if _rank.active() and _config is not None and report.failed:  # e.g. an import error
+        _rank.record(_config, report)
+
+
+_config = None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    global _config
+    _config = session.config
+
+
+@pytest.fixture
+def jax_job(request):
+    """The job this test runs in (jax_jaccl.testing.rank.JaxJob); only in jax_processes tests."""
+    if not _rank.active():
+        pytest.fail(f"the jax_job fixture is for tests marked @pytest.mark.{MARKER}(n)")
+    return _rank.JaxJob.here()

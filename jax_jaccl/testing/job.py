@@ -1,0 +1,287 @@
+"""The parent side of a `jax_processes` job: the pytest item that stands for a marked test and
+runs it in N fresh processes.
+
+Contract: JobItem keeps the marked test's node id (so -x, -k, --lf, junitxml and xdist see one
+test) and runs no fixture in the pytest process. runtest() starts the ranks, each a
+`python -m pytest <the one test>` with JACCL_* set as jaccl-run sets them (rank.py runs there),
+its stdout and stderr in <job>/rank<k>.log; waits for all of them, or for the first failure
+plus a grace, or for the timeout; then, for every rank still running, asks faulthandler for
+its stacks (SIGUSR1), waits a moment and kills its process group. It always removes what the
+job made: processes, /dev/shm/jaccl-<job>-* segments, namespaces, the port reservation, and
+the job folder when the test passed. The test passes when every rank passed; is skipped when
+every rank skipped; else fails with one JobFailed naming the first failing rank, which
+repr_failure renders rank by rank (its traceback, or how it ended and its last output, and
+the stacks of the ranks that hung).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from .placement import Placement
+
+GRACE_S = 5.0   # how long the other ranks may still report after one failed
+LOG_TAIL = 40   # lines of a rank's output shown when it failed without a traceback
+
+
+@dataclass
+class RankResult:
+    rank: int
+    host: int
+    pid: int
+    returncode: int | None = None  # None: killed by the job (hung or stopped)
+    phases: list = field(default_factory=list)
+    log: str = ""
+    stacks: str = ""
+    stopped_by_job: bool = False
+
+    def phase(self, when):
+        return next((p for p in self.phases if p["when"] == when), None)
+
+    @property
+    def status(self) -> str:
+        if any(p["outcome"] == "failed" for p in self.phases):
+            return "failed"
+        setup, call = self.phase("setup"), self.phase("call")
+        if setup and setup["outcome"] == "skipped":
+            return "skipped"
+        if call and call["outcome"] == "skipped":
+            return "skipped"
+        if self.stopped_by_job:
+            return "hung (stopped by the job)" if call is None else "passed, then stopped by the job at exit"
+        if self.returncode != 0 and self.returncode is not None:
+            return f"exited with {_exit_text(self.returncode)}"
+        if call is None:
+            return "ended without running the test"
+        return "passed"
+
+    def headline(self) -> str:
+        """The failure in one line: the exception, or where a hung rank was."""
+        text = "\n".join(p["text"] for p in self.phases if p["outcome"] == "failed")
+        error = [l[1:].strip() for l in text.splitlines() if l.startswith("E ")]
+        if error:
+            return error[0]
+        frames = [l.strip() for l in self.stacks.splitlines() if l.strip().startswith("File ")]
+        if frames:
+            return "at " + frames[0]
+        lines = [l for l in (text or self.log).splitlines() if l.strip()]
+        return lines[-1].strip() if lines else ""
+
+    def explanation(self) -> str:
+        failed = [p for p in self.phases if p["outcome"] == "failed"]
+        if failed:
+            return "\n".join(f"[{p['when']}]\n{p['text']}" for p in failed)
+        tail = "\n".join(self.log.splitlines()[-LOG_TAIL:])
+        return f"{self.status}; its last output:\n{tail}" if tail else self.status
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"status {code}"
+
+
+class JobFailed(Exception):
+    def __init__(self, ranks: list, first: RankResult, placement: str):
+        self.ranks, self.first, self.placement = ranks, first, placement
+        super().__init__(f"rank {first.rank}/{len(ranks)} {first.status}: {first.headline()}")
+
+
+class JobItem(pytest.Item):
+    """A marked test, run as a job of several processes."""
+
+    def __init__(self, *, function: pytest.Function, processes: int, devices_per_process: int,
+                 hosts: int, timeout: float, link_rate: str | None, **kwargs):
+        super().__init__(**kwargs)
+        self.function = function
+        self.processes, self.devices_per_process = processes, devices_per_process
+        self.hosts, self.timeout, self.link_rate = hosts, timeout, link_rate
+        self.own_markers = list(function.own_markers)
+        self.keywords.update(function.keywords)
+        self.obj = getattr(function, "obj", None)
+        self.placement_description = ""
+
+    def reportinfo(self):
+        return self.function.reportinfo()
+
+    def _target(self) -> str:
+        names = []
+        node = self.function
+        while node is not None and not isinstance(node, pytest.Module):
+            names.append(node.name)
+            node = node.parent
+        return "::".join([str(self.function.path)] + names[::-1])
+
+    def _rank_command(self, rank: int, job: Path) -> list:
+        return [sys.executable, "-m", "pytest", self._target(), "-p", "no:xdist", "-p", "no:cacheprovider",
+                "-o", "addopts=", "-o", "faulthandler_timeout=0", "-s", "-p", "no:terminal",
+                "--rootdir", str(self.config.rootpath), "--basetemp", str(job / f"rank{rank}" / "tmp"),
+                "--runxfail"]
+
+    def _rank_env(self, rank: int, job: Path, job_id: str, placement: Placement) -> dict:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST"))}
+        env.update(placement.rank_env(rank))
+        env.update(JACCL_LOCAL_DEVICES=str(self.devices_per_process), JACCL_JOB_ID=job_id,
+                   JACCL_PYTEST_JOB_DIR=str(job), JACCL_PYTEST_PARENT=str(os.getpid()),
+                   PYTHONUNBUFFERED="1",
+                   PYTHONPATH=os.pathsep.join([p for p in sys.path if p] + [env.get("PYTHONPATH", "")]))
+        return env
+
+    def runtest(self):
+        job_id = secrets.token_hex(6)
+        job = Path(tempfile.mkdtemp(prefix=f"jaccl-pytest-{job_id}-"))
+        placement = Placement(self.processes, self.hosts, self.link_rate, job_id)
+        self.placement_description = placement.description
+        procs, logs = [], []
+        passed = False
+        try:
+            for rank in range(self.processes):
+                (job / f"rank{rank}").mkdir()
+                log = open(job / f"rank{rank}.log", "wb")
+                logs.append(log)
+                procs.append(subprocess.Popen(
+                    placement.rank_prefix(rank) + self._rank_command(rank, job),
+                    env=self._rank_env(rank, job, job_id, placement), cwd=self.config.invocation_params.dir,
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            stopped = self._wait(procs, job)
+            ranks = self._results(procs, stopped, job, placement)
+            passed = self._judge(ranks, placement)
+        finally:
+            _stop(procs, [p for p in procs if p.poll() is None])
+            for log in logs:
+                log.close()
+            for path in glob.glob(f"/dev/shm/jaccl-{job_id}-*"):
+                os.unlink(path)
+            placement.close()
+            if passed:
+                shutil.rmtree(job, ignore_errors=True)
+
+    def _wait(self, procs, job: Path) -> set:
+        """Waits for the ranks; returns the indices of those the job had to stop."""
+        deadline = time.monotonic() + self.timeout
+        failed_at = None
+        while any(p.poll() is None for p in procs):
+            now = time.monotonic()
+            if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
+                failed_at = now
+            if failed_at is None and _any_failed_phase(job, len(procs)):
+                failed_at = now
+            if now > deadline or (failed_at is not None and now - failed_at > GRACE_S):
+                running = {k for k, p in enumerate(procs) if p.poll() is None}
+                _stop(procs, [procs[k] for k in running])
+                return running
+            time.sleep(0.05)
+        return set()
+
+    def _results(self, procs, stopped: set, job: Path, placement: Placement) -> list:
+        ranks = []
+        for k, p in enumerate(procs):
+            r = RankResult(rank=k, host=placement.host_of(k), pid=p.pid, stopped_by_job=k in stopped,
+                           returncode=None if k in stopped else p.returncode)
+            lines = _read(job / f"rank{k}.jsonl").splitlines()
+            r.phases = [json.loads(line) for line in lines if line.strip()]
+            r.log, r.stacks = _read(job / f"rank{k}.log"), _read(job / f"rank{k}.stacks")
+            ranks.append(r)
+            self.add_report_section("call", f"stdout [rank {k}]", r.log)
+        self.add_report_section("call", "jax_processes job", f"{self.processes} processes x "
+                                f"{self.devices_per_process} devices, {placement.description}; "
+                                f"job folder {job}")
+        return ranks
+
+    def _judge(self, ranks: list, placement: Placement) -> bool:
+        statuses = {r.status for r in ranks}
+        if statuses == {"passed"}:
+            return True
+        if statuses == {"skipped"}:
+            reason = next(p["skip_reason"] for p in ranks[0].phases if p["outcome"] == "skipped")
+            pytest.skip(reason or "skipped in every process")
+        if "skipped" in statuses:
+            skipped = [r.rank for r in ranks if r.status == "skipped"]
+            first = next(r for r in ranks if r.status != "skipped")
+            raise JobFailed(ranks, first, f"{placement.description}; only ranks {skipped} skipped: "
+                            "a skip must be taken by every process")
+        bad = [r for r in ranks if r.status != "passed"]
+        first = min(bad, key=lambda r: (_blame(r), r.rank))
+        raise JobFailed(ranks, first, placement.description)
+
+    def repr_failure(self, excinfo):
+        if not isinstance(excinfo.value, JobFailed):
+            return super().repr_failure(excinfo)
+        failure = excinfo.value
+        lines = [str(failure), f"job: {len(failure.ranks)} processes, {failure.placement}", ""]
+        lines += [f"  rank {r.rank} (host {r.host}, pid {r.pid}): {r.status}" for r in failure.ranks]
+        for r in failure.ranks:
+            if r.status == "passed":
+                continue
+            lines += ["", f"--- rank {r.rank} (host {r.host}, pid {r.pid}) ---", r.explanation()]
+            if r.stacks.strip():
+                lines += ["", f"--- rank {r.rank}: Python stacks when the job stopped it ---", r.stacks.rstrip()]
+        return "\n".join(lines)
+
+
+def _blame(r: RankResult) -> int:
+    """Causes before consequences: a failed test, a crash, a hang in the test, then ranks that
+    passed but were stopped at exit (waiting for the others)."""
+    if r.status == "failed":
+        return 0
+    if not r.stopped_by_job:
+        return 1
+    return 2 if r.phase("call") is None else 3
+
+
+def _any_failed_phase(job: Path, n: int) -> bool:
+    for k in range(n):
+        text = _read(job / f"rank{k}.jsonl")
+        if '"outcome": "failed"' in text:
+            return True
+    return False
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _stop(procs, running) -> None:
+    """faulthandler's stacks (SIGUSR1), then SIGKILL of each rank's whole process group."""
+    for p in running:
+        _signal_group(p, signal.SIGUSR1, group=False)
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline and any(p.poll() is None for p in running):
+        time.sleep(0.05)
+    for p in procs:
+        _signal_group(p, signal.SIGKILL)
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _signal_group(p, sig, group: bool = True) -> None:
+    try:
+        if group:
+            os.killpg(p.pid, sig)
+        elif p.poll() is None:
+            os.kill(p.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,95 @@
+"""The rank side of a `jax_processes` job: one process of the job, a pytest session of its own
+that collects the one test again and runs it.
+
+Contract: active only where JACCL_PYTEST_JOB_DIR is set (the job's parent sets it, with the
+JACCL_* variables jaccl-run sets). start() runs from the earliest pytest hook, before any
+conftest or test module is imported: the rank dies with its parent (PR_SET_PDEATHSIG), dumps
+every thread's Python stack to <job>/rank<k>.stacks on SIGUSR1, and calls
+jax_jaccl.distributed.initialize(). record() appends each phase's report to
+<job>/rank<k>.jsonl as one JSON line (written and flushed at once, so a rank killed later
+still leaves what it finished). JaxJob is what the `jax_job` fixture gives a test.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import json
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+JOB_DIR = "JACCL_PYTEST_JOB_DIR"
+
+
+def active() -> bool:
+    return bool(os.environ.get(JOB_DIR))
+
+
+def rank() -> int:
+    return int(os.environ["JACCL_PROCESS_ID"])
+
+
+def job_dir() -> Path:
+    return Path(os.environ[JOB_DIR])
+
+
+_stacks_file = None
+
+
+def start() -> None:
+    global _stacks_file
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != int(os.environ.get("JACCL_PYTEST_PARENT", os.getppid())):
+        os._exit(70)  # the parent died before the line above took effect
+    _stacks_file = open(job_dir() / f"rank{rank()}.stacks", "w")
+    faulthandler.register(signal.SIGUSR1, file=_stacks_file, all_threads=True)
+    from .. import distributed
+
+    distributed.initialize()
+
+
+def record(config, report) -> None:
+    data = config.hook.pytest_report_to_serializable(config=config, report=report)
+    line = json.dumps({"when": getattr(report, "when", "collect"), "outcome": report.outcome,
+                       "text": report.longreprtext if report.failed or report.skipped else "",
+                       "skip_reason": _skip_reason(report), "report": data}, default=str)
+    with open(job_dir() / f"rank{rank()}.jsonl", "a") as f:
+        f.write(line + "\n")
+        f.flush()
+
+
+def _skip_reason(report) -> str:
+    if report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    return ""
+
+
+@dataclass(frozen=True)
+class JaxJob:
+    """The job a test runs in, as seen from one of its processes."""
+
+    process_index: int
+    process_count: int
+    host_index: int
+    host_count: int
+    local_device_count: int
+    job_id: str
+    shared_path: Path  # one folder for every process of the job
+
+    @classmethod
+    def here(cls) -> "JaxJob":
+        import jax
+
+        shared = job_dir() / "shared"
+        shared.mkdir(exist_ok=True)
+        return cls(process_index=jax.process_index(), process_count=jax.process_count(),
+                   host_index=int(os.environ["JACCL_TEST_HOST_INDEX"]),
+                   host_count=int(os.environ["JACCL_TEST_HOSTS"]),
+                   local_device_count=jax.local_device_count(), job_id=os.environ["JACCL_JOB_ID"],
+                   shared_path=shared)

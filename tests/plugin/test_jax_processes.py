@@ -1,0 +1,157 @@
+"""The pytest plugin (jax_jaccl.testing) as a user meets it: throwaway projects in a temporary
+folder, with nothing but test files (no conftest, no ini), run with plain `python -m pytest`.
+Covers a passing multi-host job, an assertion in one rank, an exception at import in one rank,
+a killed rank, a hang (stacks dumped, job killed in time), -x, and pytest-xdist; after each
+run no rank process, shared-memory segment or network namespace of its jobs is left."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from jax_jaccl.bench.emulated_hosts import can_emulate, leftover_namespaces
+
+EXAMPLE = '''
+import os
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+
+@pytest.mark.jax_processes(4, devices_per_process=2, hosts=2, timeout=120)
+def test_my_sharded_step(jax_job):          # runs in each of the 4 processes
+    mesh = jax.make_mesh((8,), ("data",))   # 8 devices over 2 emulated hosts
+    x = jax.make_array_from_callback((8,), NamedSharding(mesh, P("data")),
+                                     lambda index: np.arange(8.0, dtype=np.float32)[index])
+    total = jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, P()))(x)
+    assert float(total) == 28.0
+    assert jax_job.process_count == 4
+    out = Path(os.environ["PLUGIN_TEST_OUT"])
+    (out / f"rank{jax_job.process_index}").write_text(
+        f"{jax_job.host_index} {jax.process_count()} {jax.local_device_count()} {jax.device_count()}")
+'''
+
+FAILURES = '''
+import os
+import signal
+import time
+
+import pytest
+
+
+@pytest.mark.jax_processes(2, timeout=60)
+def test_assertion_in_one_rank(jax_job):
+    print("hello from rank", jax_job.process_index)
+    assert jax_job.process_index == 0, "rank 1 disagrees"
+
+
+@pytest.mark.jax_processes(2, timeout=60)
+def test_killed_rank(jax_job):
+    if jax_job.process_index == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.jax_processes(2, timeout=8)
+def test_hang(jax_job):
+    if jax_job.process_index == 1:
+        time.sleep(600)
+'''
+
+IMPORT_ERROR = '''
+import os
+
+import pytest
+
+if os.environ.get("JACCL_PROCESS_ID") == "1":
+    raise RuntimeError("import failed in rank 1")
+
+
+@pytest.mark.jax_processes(2, timeout=60)
+def test_import_error_in_one_rank(jax_job):
+    pass
+'''
+
+MANY = '''
+import pytest
+
+
+@pytest.mark.parametrize("case", range(4))
+@pytest.mark.jax_processes(2, timeout=120)
+def test_job(jax_job, case):
+    import jax
+    import jax.numpy as jnp
+    assert jax_job.process_count == 2
+    assert jax.device_count() == 2
+    assert float(jax.jit(lambda x: x.sum())(jnp.ones(3))) == 3.0
+'''
+
+
+def run_pytest(project, files: dict, *args, timeout=300):
+    for name, text in files.items():
+        (project / name).write_text(textwrap.dedent(text))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "JACCL_"))}
+    env.update(PLUGIN_TEST_OUT=str(project), COLUMNS="400")  # whole short-summary lines
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=project,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    return done.returncode, done.stdout + done.stderr, time.monotonic() - start
+
+
+def assert_nothing_left(project, output):
+    left = subprocess.run(["pgrep", "-f", str(project)], capture_output=True, text=True).stdout.split()
+    assert left == [], f"rank processes left: {left}"
+    for job in re.findall(r"jaccl-pytest-([0-9a-f]{12})-", output):
+        assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"jaccl-{job}")], job
+    assert not leftover_namespaces("jpt-")
+
+
+def test_fresh_project_runs_the_readme_example(tmp_path):
+    rc, out, _ = run_pytest(tmp_path, {"test_example.py": EXAMPLE}, "-rP")
+    assert rc == 0, out
+    assert "1 passed" in out
+    seen = {int(p.name[4:]): p.read_text().split() for p in tmp_path.glob("rank*")}
+    assert seen == {0: ["0", "4", "2", "8"], 1: ["0", "4", "2", "8"], 2: ["1", "4", "2", "8"], 3: ["1", "4", "2", "8"]}
+    where = "network namespaces with veth links" if can_emulate() is None else "loopback"
+    assert f"4 processes x 2 devices, 2 emulated hosts" in out and where in out, out
+    assert_nothing_left(tmp_path, out)
+
+
+def test_failures_name_the_rank_and_show_its_traceback(tmp_path):
+    rc, out, seconds = run_pytest(tmp_path, {"test_failures.py": FAILURES, "test_import.py": IMPORT_ERROR}, "-rA")
+    assert rc == 1, out
+    assert "4 failed" in out, out
+    # An assertion in one rank: named in the short summary, its rewritten assertion and its output shown.
+    assert re.search(r"FAILED test_failures.py::test_assertion_in_one_rank - rank 1/2 failed: AssertionError: rank 1 disagrees", out), out
+    assert "assert 1 == 0" in out
+    assert "Captured stdout [rank 1] call" in out and "hello from rank 1" in out
+    # A rank killed by a signal.
+    assert re.search(r"test_killed_rank - rank 1/2 exited with signal SIGKILL", out), out
+    # A hang: the hung rank's Python stack (the test's line) is in the report; stopped in time.
+    assert re.search(r"test_hang - rank 1/2 hung \(stopped by the job\): at File .*test_failures.py\", line \d+ in test_hang", out), out
+    # An exception at import in one rank.
+    assert re.search(r"test_import_error_in_one_rank - rank 1/2 failed: RuntimeError: import failed in rank 1", out), out
+    assert seconds < 120, seconds
+    assert_nothing_left(tmp_path, out)
+
+
+def test_exitfirst_stops_after_the_first_failed_job(tmp_path):
+    rc, out, _ = run_pytest(tmp_path, {"test_failures.py": FAILURES}, "-x", "-q")
+    assert rc == 1 and re.match(r"1 failed(,| in)", out.strip().splitlines()[-1]), out
+    assert_nothing_left(tmp_path, out)
+
+
+def test_jobs_under_xdist(tmp_path):
+    pytest.importorskip("xdist", reason="pytest-xdist is in the test extras")
+    rc, out, _ = run_pytest(tmp_path, {"test_many.py": MANY}, "-n", "2", "-q")
+    assert rc == 0 and "4 passed" in out, out
+    assert_nothing_left(tmp_path, out)
