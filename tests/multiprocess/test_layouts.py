@@ -1,7 +1,8 @@
-"""The collective battery in every multi-process layout (1 x 4 runs in tests/unit): results
-equal jax.lax in the same job, and bitwise equal on every device of every process. Layouts on
-emulated hosts run over jaccl's TCP and, where marked, over the OFI transport (libfabric's tcp
-provider)."""
+"""The collective battery on emulated hosts (loopback host ids) over each transport: results
+equal jax.lax in the same job, and bitwise equal on every device of every process; over jaccl's
+TCP and, where marked, over the OFI transport (libfabric's tcp provider). The one-host layouts
+(2x1, 2x2, 4x1) run as pytest-plugin jobs in tests/plugin/test_battery_as_jobs.py, 1 x 4 in
+tests/unit."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ def layout(nprocs, devices, hosts, transport=TCP, marks=()):
 
 
 @pytest.mark.parametrize("nprocs, devices, hosts, transport", [
-    layout(2, 1, 0), layout(2, 2, 0), layout(4, 1, 0),
     # Emulated hosts on loopback (JACCL_HOST_ID per process): shared memory within a host,
     # TCP or libfabric between hosts, hierarchical where hosts hold several ranks.
     layout(2, 1, 2), layout(4, 1, 2), layout(2, 2, 2), layout(4, 1, 4),

@@ -1,13 +1,16 @@
 """The pytest plugin (jax_jaccl.testing) as a user meets it: throwaway projects in a temporary
 folder, with nothing but test files (no conftest, no ini), run with plain `python -m pytest`.
 Covers a passing multi-host job, an assertion in one rank, an exception at import in one rank,
-a killed rank, a hang (stacks dumped, job killed in time), -x, and pytest-xdist; after each
-run no rank process, shared-memory segment or network namespace of its jobs is left."""
+a killed rank, a hang (stacks dumped, job killed in time), -x, --lf, pytest-xdist, and pytest
+itself killed mid-job; after each run no rank process, shared-memory segment or network
+namespace of its jobs is left."""
 
 from __future__ import annotations
 
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -16,6 +19,7 @@ import time
 import pytest
 
 from jax_jaccl.bench.emulated_hosts import can_emulate, leftover_namespaces
+from jax_jaccl.testing.placement import reserve_port
 
 EXAMPLE = '''
 import os
@@ -96,14 +100,18 @@ def test_job(jax_job, case):
 '''
 
 
-def run_pytest(project, files: dict, *args, timeout=300):
-    for name, text in files.items():
-        (project / name).write_text(textwrap.dedent(text))
+def project_env(project) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "JACCL_"))}
     env.update(PLUGIN_TEST_OUT=str(project), COLUMNS="400")  # whole short-summary lines
+    return env
+
+
+def run_pytest(project, files: dict, *args, timeout=300, cache=False):
+    for name, text in files.items():
+        (project / name).write_text(textwrap.dedent(text))
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=project,
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run([sys.executable, "-m", "pytest", *([] if cache else ["-p", "no:cacheprovider"]), *args],
+                          cwd=project, env=project_env(project), capture_output=True, text=True, timeout=timeout)
     return done.returncode, done.stdout + done.stderr, time.monotonic() - start
 
 
@@ -155,3 +163,54 @@ def test_jobs_under_xdist(tmp_path):
     rc, out, _ = run_pytest(tmp_path, {"test_many.py": MANY}, "-n", "2", "-q")
     assert rc == 0 and "4 passed" in out, out
     assert_nothing_left(tmp_path, out)
+
+
+def test_last_failed_reruns_only_the_failed_job(tmp_path):
+    rc, out, _ = run_pytest(tmp_path, {"test_failures.py": FAILURES, "test_many.py": MANY},
+                            "-q", "-k", "assertion or job", cache=True)
+    assert rc == 1 and re.match(r"1 failed, 4 passed", out.strip().splitlines()[-1]), out
+    rc, out, _ = run_pytest(tmp_path, {}, "-q", "--lf", cache=True)
+    assert rc == 1 and re.match(r"1 failed(,| in)", out.strip().splitlines()[-1]), out
+    assert "test_assertion_in_one_rank" in out  # and none of the 4 jobs that passed
+    assert_nothing_left(tmp_path, out)
+
+
+def test_ranks_die_with_pytest(tmp_path):
+    (tmp_path / "test_hang.py").write_text(textwrap.dedent(FAILURES))
+    pytest_proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-k", "hang"],
+                                   cwd=tmp_path, env=project_env(tmp_path), stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(ranks_of(tmp_path)) < 2:
+            time.sleep(0.2)
+        assert len(ranks_of(tmp_path)) == 2, "the job's two ranks never started"
+        pytest_proc.send_signal(signal.SIGKILL)  # no clean-up code of the plugin runs
+        pytest_proc.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and ranks_of(tmp_path):
+            time.sleep(0.2)
+        assert ranks_of(tmp_path) == [], "ranks outlived a killed pytest"
+    finally:
+        os.killpg(pytest_proc.pid, signal.SIGKILL) if pytest_proc.poll() is None else None
+        for pid in ranks_of(tmp_path):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def ranks_of(project) -> list:
+    found = subprocess.run(["pgrep", "-f", f"pytest {project}/"], capture_output=True, text=True).stdout
+    return found.split()
+
+
+def test_a_reserved_port_is_never_handed_out():
+    reservation = reserve_port()
+    try:
+        port = reservation.getsockname()[1]
+        for _ in range(2000):
+            with socket.socket() as s:
+                s.bind(("0.0.0.0", 0))
+                assert s.getsockname()[1] != port
+        with socket.socket() as s, pytest.raises(OSError):
+            s.bind(("0.0.0.0", port))
+    finally:
+        reservation.close()

@@ -1,0 +1,115 @@
+"""The collective battery of a multi-process job, shared by the worker script
+(tests/multiprocess/workers/collectives.py, layouts on emulated hosts) and the pytest plugin's
+jobs (tests/plugin/test_battery_as_jobs.py): every collective against jax.lax in the same job,
+several dtypes and shapes, each algorithm forced, a 2-D mesh.
+
+Contract: run_battery(compare, hierarchical) runs every check over all of the job's devices and
+hands each result to compare(name, got, want, digest) (digest: results that must also be
+bitwise equal on every device); `hierarchical` adds the algorithm of several hosts. Call it after
+jax_jaccl.distributed.initialize(), in every process of the job.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import jax_jaccl as jaccl
+from suite import Jaccl, Lax, every_collective
+from util import exact_data
+
+
+def global_array(local_rows, m, spec=P("x")):
+    full = np.concatenate(local_rows)
+    return jax.make_array_from_callback(full.shape, NamedSharding(m, spec), lambda i: full[i])
+
+
+def per_device(fn, m, in_spec=P("x"), axes=("x",)):
+    body = lambda *a: jax.tree.map(lambda r: r[None], fn(*a))  # noqa: E731
+    return jax.jit(jax.shard_map(body, mesh=m, in_specs=in_spec, out_specs=P(axes)))
+
+
+def shards(a):
+    return {s.device.id: np.asarray(s.data) for s in a.addressable_shards}
+
+
+def assert_equal_shards(name, got, want):
+    """Every addressable device's result equals the reference's, bitwise."""
+    g, w = shards(got), shards(want)
+    for dev in g:
+        a, b = g[dev], w[dev]
+        assert a.shape == b.shape and a.dtype == b.dtype, (name, a.shape, b.shape, a.dtype, b.dtype)
+        if a.dtype == jnp.bfloat16:
+            a, b = a.astype(np.float32), b.astype(np.float32)
+        np.testing.assert_array_equal(a, b, err_msg=f"{name} on device {dev}")
+    return g
+
+
+def run_battery(compare, hierarchical: bool) -> None:
+    n = jax.device_count()
+    mesh = jax.make_mesh((n,), ("x",))
+    dtypes = [np.float32, jnp.bfloat16, np.float16, np.int8, np.uint32, np.bool_]
+    shapes = [(7,), (1024,), (256, 256), (0,)]
+    for dtype in dtypes:
+        for shape in shapes:
+            rows = [exact_data(shape, dtype, seed=d) for d in range(n)]
+            x = global_array(rows, mesh)
+            got = per_device(lambda v: every_collective(Jaccl, v, dtype, n), mesh)(x)
+            want = (per_device(lambda v: every_collective(Lax, v, dtype, n), mesh)(x) if shape[0]
+                    else jax.tree.map(jnp.zeros_like, got))
+            for key in got:
+                compare(f"{np.dtype(dtype).name}/{shape}/{key}", got[key], want[key],
+                        digest=key.startswith(("all_reduce", "all_gather")))
+
+    with jax.enable_x64(True):
+        for dtype in (np.float64, np.int64):
+            rows = [exact_data((33,), dtype, seed=d) for d in range(n)]
+            x = global_array(rows, mesh)
+            got = per_device(lambda v: every_collective(Jaccl, v, dtype, n), mesh)(x)
+            want = per_device(lambda v: every_collective(Lax, v, dtype, n), mesh)(x)
+            for key in got:
+                compare(f"{np.dtype(dtype).name}/{key}", got[key], want[key])
+
+    # Each algorithm forced, sizes that span many frames and odd ones.
+    for size in (5, 300_007):
+        rows = [exact_data((size * n,), np.int32, seed=d) for d in range(n)]
+        x = global_array(rows, mesh)
+        algorithms = ["naive", "mesh", "ring", "ring_oneway"] + (["hierarchical"] if hierarchical else [])
+        for algorithm in algorithms:
+            ours = per_device(lambda v: jaccl.all_reduce(v, "x", algorithm=algorithm), mesh)(x)
+            theirs = per_device(lambda v: jax.lax.psum(v, "x"), mesh)(x)
+            compare(f"all_reduce/{algorithm}/{size}", ours, theirs, digest=True)
+            if algorithm == "naive":
+                continue
+            if algorithm == "hierarchical":
+                ours = per_device(lambda v: jaccl.reduce_scatter(v, "x", tiled=True, algorithm=algorithm), mesh)(x)
+                theirs = per_device(lambda v: jax.lax.psum_scatter(v, "x", tiled=True), mesh)(x)
+                compare(f"reduce_scatter/{algorithm}/{size}", ours, theirs)
+                continue
+            ours = per_device(lambda v: jaccl.reduce_scatter(v, "x", tiled=True, algorithm=algorithm), mesh)(x)
+            theirs = per_device(lambda v: jax.lax.psum_scatter(v, "x", tiled=True), mesh)(x)
+            compare(f"reduce_scatter/{algorithm}/{size}", ours, theirs)
+            ours = per_device(lambda v: jaccl.all_gather(v, "x", tiled=True, algorithm=algorithm), mesh)(x)
+            theirs = per_device(lambda v: jax.lax.all_gather(v, "x", tiled=True), mesh)(x)
+            compare(f"all_gather/{algorithm}/{size}", ours, theirs, digest=True)
+
+    # A 2-D mesh: collectives over one axis run in each group independently.
+    if n % 2 == 0 and n >= 4:
+        mesh2 = jax.make_mesh((n // 2, 2), ("a", "b"))
+        # 3n columns per device: every group (n / 2, 2 or n devices) divides them.
+        data = np.random.default_rng(0).integers(-9, 9, size=(n // 2 * 4, 2 * 3 * n)).astype(np.int32)
+        x2 = jax.make_array_from_callback(data.shape, NamedSharding(mesh2, P("a", "b")),
+                                          lambda i: data[i])
+        for axes in ("a", "b", ("a", "b")):
+            for name, ours, theirs in [
+                ("all_reduce", lambda v: jaccl.all_reduce(v, axes), lambda v: jax.lax.psum(v, axes)),
+                ("reduce_scatter", lambda v: jaccl.reduce_scatter(v, axes, scatter_dimension=1, tiled=True),
+                 lambda v: jax.lax.psum_scatter(v, axes, scatter_dimension=1, tiled=True)),
+                ("all_gather", lambda v: jaccl.all_gather(v, axes, tiled=True),
+                 lambda v: jax.lax.all_gather(v, axes, tiled=True)),
+            ]:
+                run = lambda fn: jax.jit(jax.shard_map(fn, mesh=mesh2, in_specs=P("a", "b"),  # noqa: E731
+                                                       out_specs=P("a", "b")))(x2)
+                compare(f"mesh2d/{axes}/{name}", run(ours), run(theirs))
