@@ -115,7 +115,6 @@ class JobItem(pytest.Item):
         self.own_markers = list(function.own_markers)
         self.keywords.update(function.keywords)
         self.obj = getattr(function, "obj", None)
-        self.placement_description = ""
 
     def reportinfo(self):
         return self.function.reportinfo()
@@ -147,11 +146,10 @@ class JobItem(pytest.Item):
     def runtest(self):
         job_id = secrets.token_hex(6)
         job = Path(tempfile.mkdtemp(prefix=f"jaccl-pytest-{job_id}-"))
-        placement = Placement(self.processes, self.hosts, self.link_rate, job_id)
-        self.placement_description = placement.description
-        procs, logs = [], []
+        placement, procs, logs = None, [], []
         passed = False
         try:
+            placement = Placement(self.processes, self.hosts, self.link_rate, job_id)
             for rank in range(self.processes):
                 (job / f"rank{rank}").mkdir()
                 log = open(job / f"rank{rank}.log", "wb")
@@ -169,8 +167,9 @@ class JobItem(pytest.Item):
                 log.close()
             for path in glob.glob(f"/dev/shm/jaccl-{job_id}-*"):
                 os.unlink(path)
-            placement.close()
-            if passed:
+            if placement is not None:
+                placement.close()
+            if passed or not procs:
                 shutil.rmtree(job, ignore_errors=True)
 
     def _wait(self, procs, job: Path) -> set:
