@@ -138,13 +138,16 @@ std::string describe_failure(const LocalDevice& local, const DeviceStatus& st) {
   return s;
 }
 
-// Why `local` failed, "" while it has not. Call with registry().mutex held.
+// Why `local` failed, "" while it has not. What the device's own kernel recorded comes first:
+// a barrier that fails writes its reason and traps, and the host thread still enqueueing that
+// call then sees only "unspecified launch failure" (mark_broken's reason). Call with
+// registry().mutex held.
 std::string why_failed(const LocalDevice& local) {
-  if (!local.broken.empty()) {
-    return text("jaccl: GPU collective on device ", local.device, " failed: ", local.broken);
-  }
   if (local.status_host != nullptr && local.status_host->error != kPeerOk) {
     return describe_failure(local, *local.status_host);
+  }
+  if (!local.broken.empty()) {
+    return text("jaccl: GPU collective on device ", local.device, " failed: ", local.broken);
   }
   return "";
 }
