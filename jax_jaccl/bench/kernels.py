@@ -43,12 +43,10 @@ class Table:
         copy_bw = 2 * (moved // 2) / statistics.median(self.copy_seconds(moved // 2)) / 1e9
         t = statistics.median(ours)
         bw = moved / t / 1e9
-        versus = ""
+        versus = " | "
         if xla is not None:
             xt = statistics.median(xla)
             versus = f"{xt / t:.2f}x | {xt * 1e6:.1f} ({min(xla) * 1e6:.1f})"
-        else:
-            versus = " | "
         self.failed |= check != "ok"
         self.rows.append(f"| {kernel} | {size} | {t * 1e6:.1f} ({min(ours) * 1e6:.1f}) | {bw:.0f} | "
                          f"{100 * bw / copy_bw:.0f}% | {versus} | {check} |")

@@ -17,6 +17,9 @@ still running at `timeout` seconds has its Python stacks dumped and the job is k
 `hosts=H` puts the processes on H emulated hosts: network namespaces joined by veth links
 (`link_rate="1gbit"` limits each) when pytest runs as root, else this machine's loopback with
 one JACCL_HOST_ID per host; the test's "jax_processes job" section says which.
+`network="loopback"` always uses loopback hosts; `network="namespaces"` skips the test where
+namespaces cannot be made (not root), with the reason. `env={...}` adds environment variables
+to every process (e.g. a transport: {"JACCL_TRANSPORT": "tcp"}).
 
 Caveats: the test module and its skipif conditions are also imported in the pytest process
 (keep device work out of import time); fixtures of every scope run once per process per test;
@@ -39,8 +42,8 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", f"{MARKER}(n, devices_per_process=1, hosts=1, timeout=None, link_rate=None): "
-        "run the test in n JAX processes (jax_jaccl.testing)")
+        "markers", f"{MARKER}(n, devices_per_process=1, hosts=1, timeout=None, link_rate=None, "
+        "network='auto', env=None): run the test in n JAX processes (jax_jaccl.testing)")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -49,14 +52,25 @@ def pytest_load_initial_conftests(early_config, parser, args):
         _rank.start()
 
 
+NETWORKS = ("auto", "namespaces", "loopback")
+
+
 def _job_options(config, marker) -> dict:
-    def options(n, devices_per_process=1, hosts=1, timeout=None, link_rate=None):
+    def options(n, devices_per_process=1, hosts=1, timeout=None, link_rate=None, network="auto", env=None):
+        usage = f"@pytest.mark.{MARKER}({n}, devices_per_process={devices_per_process}, hosts={hosts}"
         if int(n) < 1 or int(devices_per_process) < 1 or int(hosts) < 1 or int(n) % int(hosts):
-            raise pytest.UsageError(f"@pytest.mark.{MARKER}({n}, devices_per_process={devices_per_process}, "
-                                    f"hosts={hosts}): need n >= 1 processes filling the hosts evenly")
+            raise pytest.UsageError(f"{usage}): need n >= 1 processes filling the hosts evenly")
+        if network not in NETWORKS:
+            raise pytest.UsageError(f"{usage}, network={network!r}): network is one of {NETWORKS}")
+        if link_rate is not None and (network == "loopback" or int(hosts) == 1):
+            raise pytest.UsageError(f"{usage}, link_rate={link_rate!r}): a link rate needs hosts > 1 "
+                                    "joined by namespaces' links (loopback has no links to limit)")
+        env = dict(env or {})
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise pytest.UsageError(f"{usage}, env={env!r}): env maps names to strings")
         return dict(processes=int(n), devices_per_process=int(devices_per_process), hosts=int(hosts),
                     timeout=float(timeout if timeout is not None else config.getini("jax_processes_timeout")),
-                    link_rate=link_rate)
+                    link_rate=link_rate, network=network, env=env)
 
     return options(*marker.args, **marker.kwargs)
 

@@ -3,7 +3,8 @@ runs it in N fresh processes.
 
 Contract: JobItem keeps the marked test's node id (so -x, -k, --lf, junitxml and xdist see one
 test) and runs no fixture in the pytest process. runtest() starts the ranks, each a
-`python -m pytest <the one test>` with JACCL_* set as jaccl-run sets them (rank.py runs there),
+`python -m pytest <the one test>` with JACCL_* set as jaccl-run sets them and the marker's env
+(rank.py runs there),
 its stdout and stderr in <job>/rank<k>.log; waits for all of them, or for the first failure
 plus a grace, or for the timeout; then, for every rank still running, asks faulthandler for
 its stacks (SIGUSR1), waits a moment and kills its process group. It always removes what the
@@ -31,7 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from .placement import Placement
+from .placement import NoNamespaces, Placement
+from .rank import FAILED_FLAG
 
 GRACE_S = 5.0   # how long the other ranks may still report after one failed
 LOG_TAIL = 40   # lines of a rank's output shown when it failed without a traceback
@@ -107,11 +109,12 @@ class JobItem(pytest.Item):
     """A marked test, run as a job of several processes."""
 
     def __init__(self, *, function: pytest.Function, processes: int, devices_per_process: int,
-                 hosts: int, timeout: float, link_rate: str | None, **kwargs):
+                 hosts: int, timeout: float, link_rate: str | None, network: str, env: dict, **kwargs):
         super().__init__(**kwargs)
         self.function = function
         self.processes, self.devices_per_process = processes, devices_per_process
         self.hosts, self.timeout, self.link_rate = hosts, timeout, link_rate
+        self.network, self.extra_env = network, env
         self.own_markers = list(function.own_markers)
         self.keywords.update(function.keywords)
         self.obj = getattr(function, "obj", None)
@@ -136,6 +139,7 @@ class JobItem(pytest.Item):
     def _rank_env(self, rank: int, job: Path, job_id: str, placement: Placement) -> dict:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST"))}
+        env.update(self.extra_env)
         env.update(placement.rank_env(rank))
         env.update(JACCL_LOCAL_DEVICES=str(self.devices_per_process), JACCL_JOB_ID=job_id,
                    JACCL_PYTEST_JOB_DIR=str(job), JACCL_PYTEST_PARENT=str(os.getpid()),
@@ -149,7 +153,10 @@ class JobItem(pytest.Item):
         placement, procs, logs = None, [], []
         passed = False
         try:
-            placement = Placement(self.processes, self.hosts, self.link_rate, job_id)
+            try:
+                placement = Placement(self.processes, self.hosts, self.link_rate, job_id, self.network)
+            except NoNamespaces as e:
+                pytest.skip(str(e))
             for rank in range(self.processes):
                 (job / f"rank{rank}").mkdir()
                 log = open(job / f"rank{rank}.log", "wb")
@@ -180,7 +187,7 @@ class JobItem(pytest.Item):
             now = time.monotonic()
             if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
                 failed_at = now
-            if failed_at is None and _any_failed_phase(job, len(procs)):
+            if failed_at is None and (job / FAILED_FLAG).exists():
                 failed_at = now
             if now > deadline or (failed_at is not None and now - failed_at > GRACE_S):
                 running = {k for k, p in enumerate(procs) if p.poll() is None}
@@ -243,14 +250,6 @@ def _blame(r: RankResult) -> int:
     if not r.stopped_by_job:
         return 1
     return 2 if r.phase("call") is None else 3
-
-
-def _any_failed_phase(job: Path, n: int) -> bool:
-    for k in range(n):
-        text = _read(job / f"rank{k}.jsonl")
-        if '"outcome": "failed"' in text:
-            return True
-    return False
 
 
 def _read(path: Path) -> str:

@@ -1,8 +1,9 @@
 """Where a job's processes run: on emulated hosts (network namespaces, as root) or on this
 machine's loopback with one JACCL_HOST_ID per emulated host; and the job's coordinator port.
 
-Contract: Placement(processes, hosts, link_rate) makes what the job needs and says how in
-`description`; rank_env(k) / rank_prefix(k) give process k's environment and command prefix
+Contract: Placement(processes, hosts, link_rate, job_id, network) makes what the job needs and
+says how in `description` (network: "auto" = namespaces where they can be made, else loopback;
+"loopback"; "namespaces", else NoNamespaces with the reason); rank_env(k) / rank_prefix(k) give process k's environment and command prefix
 (processes fill hosts in order, processes // hosts each); close() removes the namespaces and
 the port reservation. Nothing outside the job can take its coordinator port while it is
 reserved: JAX's coordinator sets SO_REUSEPORT, so a port merely bound-and-closed could be
@@ -25,27 +26,38 @@ def reserve_port() -> socket.socket:
     return s
 
 
+class NoNamespaces(Exception):
+    """network="namespaces" was asked for where none can be made; the message says why."""
+
+
 class Placement:
-    def __init__(self, processes: int, hosts: int, link_rate: str | None, job_id: str):
+    def __init__(self, processes: int, hosts: int, link_rate: str | None, job_id: str,
+                 network: str = "auto"):
         if hosts < 1 or processes % hosts:
             raise ValueError(f"{processes} processes do not fill {hosts} hosts evenly")
         self.processes, self.hosts, self.per_host = processes, hosts, processes // hosts
         self.namespaces = None
         self.reservation = None
-        why_not = can_emulate() if hosts > 1 else None
-        if hosts > 1 and why_not is None:
+        why_not = can_emulate() if hosts > 1 and network != "loopback" else None
+        if network == "namespaces" and why_not is not None:
+            raise NoNamespaces(f"{hosts} hosts in network namespaces: {why_not}")
+        if hosts > 1 and network != "loopback" and why_not is None:
             self.namespaces = EmulatedHosts(hosts, rate=link_rate, prefix=f"jpt-{job_id[:8]}")
             self.port = 23456  # each namespace has its own port space
             self.description = (f"{hosts} emulated hosts: network namespaces with veth links"
                                 f"{' at ' + link_rate if link_rate else ''}")
-        else:
-            self.reservation = reserve_port()
-            self.port = self.reservation.getsockname()[1]
-            if hosts > 1:
-                self.description = (f"{hosts} emulated hosts on this machine's loopback "
-                                    f"(JACCL_HOST_ID per host; no network namespaces: {why_not})")
-            else:
-                self.description = "1 host"
+            return
+        self.reservation = reserve_port()
+        self.port = self.reservation.getsockname()[1]
+        if hosts == 1:
+            self.description = "1 host"
+            return
+        self.description = f"{hosts} emulated hosts on this machine's loopback (JACCL_HOST_ID per host"
+        if why_not is not None:  # "auto" without namespaces: say what changed
+            self.description += f"; no network namespaces: {why_not}"
+            if link_rate:
+                self.description += f"; link_rate {link_rate} not applied, loopback has no links to limit"
+        self.description += ")"
 
     def host_of(self, rank: int) -> int:
         return rank // self.per_host

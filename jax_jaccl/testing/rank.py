@@ -7,7 +7,8 @@ conftest or test module is imported: the rank dies with its parent (PR_SET_PDEAT
 every thread's Python stack to <job>/rank<k>.stacks on SIGUSR1, and calls
 jax_jaccl.distributed.initialize(). record() appends each phase's report to
 <job>/rank<k>.jsonl as one JSON line (written and flushed at once, so a rank killed later
-still leaves what it finished). JaxJob is what the `jax_job` fixture gives a test.
+still leaves what it finished), and a failed one also creates <job>/failed (the parent's
+signal to stop waiting for the others). JaxJob is what the `jax_job` fixture gives a test.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 JOB_DIR = "JACCL_PYTEST_JOB_DIR"
+FAILED_FLAG = "failed"
 
 
 def active() -> bool:
@@ -62,6 +64,8 @@ def record(config, report) -> None:
     with open(job_dir() / f"rank{rank()}.jsonl", "a") as f:
         f.write(line + "\n")
         f.flush()
+    if report.failed:
+        (job_dir() / FAILED_FLAG).touch()
 
 
 def _skip_reason(report) -> str:

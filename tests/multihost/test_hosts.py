@@ -1,6 +1,7 @@
-"""Collectives across emulated hosts (network namespaces, veth links): results against
-jax.lax in the same job, where the bytes go, and failures of hosts and links; over jaccl's TCP
-and over the OFI transport (libfabric's tcp provider, bound to each host's address)."""
+"""Collectives across emulated hosts (network namespaces, veth links): where the bytes go, and
+failures of hosts and links; over jaccl's TCP and over the OFI transport (libfabric's tcp
+provider, bound to each host's address). The collective and MoE batteries across namespace
+hosts run as pytest-plugin jobs (tests/plugin/test_*_as_jobs.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from jobs import run_on_hosts
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "multiprocess"))
-from transports import BOTH, expected  # noqa: E402
+from transports import BOTH  # noqa: E402
 
 TIMEOUT = 8  # JACCL_TIMEOUT for the fault tests
 
@@ -22,35 +23,6 @@ TIMEOUT = 8  # JACCL_TIMEOUT for the fault tests
 def clean(output):
     return "\n".join(l for l in output.splitlines()
                      if not re.search(r"Gloo|^\[\d\] [IWE]\d{4}|^\[\d\] +@", l))
-
-
-@BOTH
-@pytest.mark.parametrize("nhosts, per_host", [(2, 2), (4, 1)], ids=["2hosts-x2", "4hosts-x1"])
-def test_collectives_match_lax_across_hosts(make_hosts, nhosts, per_host, transport):
-    hosts = make_hosts(nhosts)
-    job = run_on_hosts(hosts, per_host, "collectives.py",
-                       env={"JACCL_TEST_FAKE_HOSTS": "0", **transport}, timeout=400)
-    out = clean(job.output)
-    assert job.returncode == 0, out[-5000:]
-    for rank in range(nhosts * per_host):
-        assert job.values(rank, "WORLD") == [f"{nhosts} hosts"], out[-3000:]
-        assert job.values(rank, "TRANSPORT") == [expected(transport)], out[-3000:]
-        assert job.lines(rank)[-1] == "DONE", out[-3000:]
-    assert job.shm_left() == []
-
-
-@BOTH
-def test_moe_matches_reference_across_hosts(make_hosts, transport):
-    hosts = make_hosts(2)
-    job = run_on_hosts(hosts, 2, "moe.py", env={"JACCL_TEST_FAKE_HOSTS": "0", **transport},
-                       timeout=400)
-    out = clean(job.output)
-    assert job.returncode == 0, out[-5000:]
-    for rank in range(4):
-        assert job.values(rank, "WORLD") == ["2 hosts"], out[-3000:]
-        assert job.values(rank, "TRANSPORT") == [expected(transport)], out[-3000:]
-        assert job.lines(rank)[-1] == "DONE", out[-3000:]
-    assert job.shm_left() == []
 
 
 def tx_per_host(job, nhosts, per_host):

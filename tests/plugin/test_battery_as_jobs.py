@@ -1,34 +1,61 @@
 """The collective battery (tests/unit/process_battery.py: every collective against jax.lax,
-several dtypes and shapes, each algorithm forced, a 2-D mesh) in multi-process layouts on one
-host, as pytest-plugin jobs: plain assertions on every device of every process instead of a
-worker script's `OK` lines. Layouts on emulated hosts over each transport stay in
-tests/multiprocess/test_layouts.py and tests/multihost (their transports are set per job)."""
+several dtypes and shapes, each algorithm forced, a 2-D mesh) in multi-process layouts, as
+pytest-plugin jobs: plain assertions on every device of every process. Layouts on one host;
+on emulated hosts over loopback (one JACCL_HOST_ID per host) and in network namespaces (veth
+links, as root; skipped with the reason otherwise), each over jaccl's TCP and, where marked,
+over the OFI transport (libfabric's tcp provider). Results that must be bitwise equal on every
+device (all_reduce, all_gather) are also compared across the job's processes."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import hashlib
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+from job_layouts import OFI, OFI_MESSAGES, expected, layout, needs_ofi
 
 
-def layout(nprocs, devices):
-    return pytest.param(nprocs, devices, id=f"{nprocs}x{devices}",
-                        marks=pytest.mark.jax_processes(nprocs, devices_per_process=devices, timeout=280))
+def same_on_every_process(digests: dict) -> None:
+    """Every process computed the same {name: sha1 of the result}; compared over the job."""
+    from jax.experimental import multihost_utils
+    import numpy as np
+
+    mine = np.frombuffer(hashlib.sha1(repr(sorted(digests.items())).encode()).digest()[:16], np.int32)
+    every = np.asarray(multihost_utils.process_allgather(mine))
+    differ = [k for k in range(len(every)) if not np.array_equal(every[k], every[0])]
+    assert not differ, f"processes {differ} computed results other than process 0's"
 
 
-@pytest.mark.parametrize("nprocs, devices", [layout(2, 1), layout(2, 2), layout(4, 1)])
-def test_collectives_match_lax(jax_job, nprocs, devices):
+@pytest.mark.parametrize("nprocs, devices, hosts, transport", [
+    layout(2, 1), layout(2, 2), layout(4, 1),
+    # Shared memory within a host, TCP or libfabric between hosts, hierarchical where hosts
+    # hold several ranks.
+    layout(2, 1, 2), layout(4, 1, 2), layout(2, 2, 2), layout(4, 1, 4),
+    layout(2, 2, 2, OFI, marks=needs_ofi), layout(4, 1, 4, OFI_MESSAGES, marks=needs_ofi),
+    layout(4, 1, 2, network="namespaces"), layout(4, 1, 4, network="namespaces"),
+    layout(4, 1, 2, OFI, network="namespaces", marks=needs_ofi),
+    layout(4, 1, 4, OFI, network="namespaces", marks=needs_ofi),
+])
+def test_collectives_match_lax(jax_job, nprocs, devices, hosts, transport):
+    import jax
+    import numpy as np
+
+    import jax_jaccl as jaccl
     from process_battery import assert_equal_shards, run_battery
 
     assert (jax_job.process_count, jax_job.local_device_count) == (nprocs, devices)
-    checked = []
+    assert (jax_job.host_count, jaccl.init().host_count) == (hosts, hosts)
+    assert jaccl.init().transport == (expected(transport) if hosts > 1 else "none")
+    checked, digests = [], {}
 
     def compare(name, got, want, digest=False):
-        assert_equal_shards(name, got, want)
+        results = assert_equal_shards(name, got, want)
+        if digest:  # every device of this process, then every process, holds the same bytes
+            hashes = {hashlib.sha1(np.ascontiguousarray(r).tobytes()).hexdigest() for r in results.values()}
+            assert len(hashes) == 1, f"{name}: devices of process {jax_job.process_index} differ"
+            digests[name] = hashes.pop()
         checked.append(name)
 
-    run_battery(compare, hierarchical=False)
-    assert len(checked) > 100
+    run_battery(compare, hierarchical=hosts > 1 and jax.device_count() // hosts > 1)
+    assert len(checked) > 100 and len(digests) > 20
+    same_on_every_process(digests)

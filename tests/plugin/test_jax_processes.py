@@ -1,6 +1,7 @@
 """The pytest plugin (jax_jaccl.testing) as a user meets it: throwaway projects in a temporary
 folder, with nothing but test files (no conftest, no ini), run with plain `python -m pytest`.
-Covers a passing multi-host job, an assertion in one rank, an exception at import in one rank,
+Covers a passing multi-host job, the marker's env= and network= options and the ones refused,
+an assertion in one rank, an exception at import in one rank,
 a killed rank, a hang (stacks dumped, job killed in time), -x, --lf, pytest-xdist, and pytest
 itself killed mid-job; after each run no rank process, shared-memory segment or network
 namespace of its jobs is left."""
@@ -99,6 +100,26 @@ def test_job(jax_job, case):
     assert float(jax.jit(lambda x: x.sum())(jnp.ones(3))) == 3.0
 '''
 
+OPTIONS = '''
+import os
+
+import pytest
+
+
+@pytest.mark.jax_processes(2, hosts=2, network="loopback", env={"MY_SETTING": "on"}, timeout=60)
+def test_env_and_loopback_hosts(jax_job):
+    import jax_jaccl as jaccl
+    assert os.environ["MY_SETTING"] == "on"
+    assert os.environ["JACCL_HOST_ID"].endswith(f"-emulated-{jax_job.process_index}")
+    assert jaccl.init().host_count == 2
+
+
+@pytest.mark.jax_processes(2, hosts=2, network="namespaces", link_rate="1gbit", timeout=60)
+def test_namespaces_or_skip(jax_job):
+    import jax_jaccl as jaccl
+    assert os.environ["JACCL_IFNAME"] and jaccl.init().host_count == 2
+'''
+
 
 def project_env(project) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "JACCL_"))}
@@ -130,7 +151,7 @@ def test_fresh_project_runs_the_readme_example(tmp_path):
     seen = {int(p.name[4:]): p.read_text().split() for p in tmp_path.glob("rank*")}
     assert seen == {0: ["0", "4", "2", "8"], 1: ["0", "4", "2", "8"], 2: ["1", "4", "2", "8"], 3: ["1", "4", "2", "8"]}
     where = "network namespaces with veth links" if can_emulate() is None else "loopback"
-    assert f"4 processes x 2 devices, 2 emulated hosts" in out and where in out, out
+    assert "4 processes x 2 devices, 2 emulated hosts" in out and where in out, out
     assert_nothing_left(tmp_path, out)
 
 
@@ -150,6 +171,42 @@ def test_failures_name_the_rank_and_show_its_traceback(tmp_path):
     assert re.search(r"test_import_error_in_one_rank - rank 1/2 failed: RuntimeError: import failed in rank 1", out), out
     assert seconds < 120, seconds
     assert_nothing_left(tmp_path, out)
+
+
+def test_env_and_network_options(tmp_path):
+    rc, out, _ = run_pytest(tmp_path, {"test_options.py": OPTIONS}, "-rA")
+    assert rc == 0, out
+    assert "2 emulated hosts on this machine's loopback (JACCL_HOST_ID per host)" in out, out
+    if can_emulate() is None:
+        assert "2 passed" in out and "network namespaces with veth links at 1gbit" in out, out
+    else:
+        assert re.search(r"SKIPPED .*2 hosts in network namespaces: " + re.escape(can_emulate()), out), out
+    assert_nothing_left(tmp_path, out)
+
+
+def test_options_that_cannot_hold_are_refused(tmp_path):
+    bad = {"link_rate on loopback": 'hosts=2, network="loopback", link_rate="1gbit"',
+           "link_rate on one host": 'link_rate="1gbit"', "unknown network": 'hosts=2, network="wifi"',
+           "env value not a string": 'env={"X": 1}', "uneven hosts": "hosts=3"}
+    for why, options in bad.items():
+        text = f"import pytest\n\n@pytest.mark.jax_processes(2, {options})\ndef test_x(jax_job):\n    pass\n"
+        rc, out, _ = run_pytest(tmp_path, {"test_bad.py": text}, "-q")
+        assert rc == 4 and "@pytest.mark.jax_processes(2" in out, (why, out)
+
+
+def test_a_link_rate_that_loopback_cannot_apply_is_reported(monkeypatch):
+    from jax_jaccl.testing import placement
+
+    monkeypatch.setattr(placement, "can_emulate", lambda: "not root")
+    auto = placement.Placement(4, 2, "1gbit", "0123456789ab", "auto")
+    try:
+        assert auto.namespaces is None and auto.description == (
+            "2 emulated hosts on this machine's loopback (JACCL_HOST_ID per host; no network namespaces: "
+            "not root; link_rate 1gbit not applied, loopback has no links to limit)")
+    finally:
+        auto.close()
+    with pytest.raises(placement.NoNamespaces, match="2 hosts in network namespaces: not root"):
+        placement.Placement(4, 2, None, "0123456789ab", "namespaces")
 
 
 def test_exitfirst_stops_after_the_first_failed_job(tmp_path):

@@ -1,0 +1,139 @@
+"""MoE dispatch and combine across processes and emulated hosts, as pytest-plugin jobs: every
+case of tests/unit/test_moe.py against the jax.numpy reference (tests/unit/moe_reference.py)
+in the same job, bitwise on every device of every process, for float32 and bfloat16; gradients
+of dispatch-expert-combine against the reference's. Layouts: 2 processes x 2 devices on one
+host; 2 hosts x 2 processes on loopback and in network namespaces (as root), over jaccl's TCP
+and the OFI transport."""
+
+from __future__ import annotations
+
+import pytest
+
+from job_layouts import OFI, expected, layout, needs_ofi
+
+
+class Checks:
+    """The job's mesh over every device, and comparisons of every device's shard."""
+
+    def __init__(self):
+        import jax
+
+        self.n = jax.device_count()
+        self.mesh = jax.make_mesh((self.n,), ("x",))
+        self.checked = []
+
+    def put(self, a):
+        import jax
+        from jax.sharding import NamedSharding, PartitionSpec as P
+
+        return jax.make_array_from_callback(a.shape, NamedSharding(self.mesh, P("x")), lambda i: a[i])
+
+    def smap(self, fn, n_in, n_out):
+        import jax
+        from jax.sharding import PartitionSpec as P
+
+        return jax.jit(jax.shard_map(fn, mesh=self.mesh, in_specs=(P("x"),) * n_in,
+                                     out_specs=(P("x"),) * n_out))
+
+    def assert_same(self, name, a, b, **close):
+        import numpy as np
+
+        local = lambda arr: {s.device.id: np.asarray(s.data, np.float32) for s in arr.addressable_shards}  # noqa: E731
+        la, lb = local(a), local(b)
+        assert la.keys() == lb.keys() and la
+        for dev in la:
+            if close:
+                np.testing.assert_allclose(la[dev], lb[dev], err_msg=f"{name} on device {dev}", **close)
+            else:
+                np.testing.assert_array_equal(la[dev], lb[dev], err_msg=f"{name} on device {dev}")
+        self.checked.append(name)
+
+
+def check_every_case(c: Checks) -> None:
+    """Each case of test_moe.CASES whose experts split over the job's devices, two dtypes."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import jax_jaccl as jaccl
+    import moe_reference as ref
+    from test_moe import CASES, expert, routing
+
+    for case, (T, H, K, E, C, kind) in CASES.items():
+        if E % c.n:
+            continue
+        for dtype in (np.float32, jnp.bfloat16):
+            rng = np.random.default_rng(0)
+            x = (rng.integers(-64, 64, size=(c.n * T, H)) / 16).astype(dtype)
+            idx = np.concatenate([routing(kind, T, K, E, r) for r in range(c.n)])
+            w = rng.random(size=(c.n * T, K)).astype(np.float32)
+
+            def ours(x, i, w):
+                recv, cnt, h = jaccl.moe_dispatch(x, i, w, num_experts=E, capacity=C, axis_name="x")
+                return recv[None], cnt[None], jaccl.moe_combine(expert(recv), h, w, axis_name="x")[None]
+
+            def theirs(x, i, w):
+                recv, cnt, _ = ref.dispatch(x, i, num_experts=E, capacity=C, axis="x")
+                products, ok = ref.pair_products(expert(recv), i, w, num_experts=E, capacity=C, axis="x")
+                return recv[None], cnt[None], products, ok
+
+            a = c.put(x), c.put(idx), c.put(w)
+            recv, cnt, out = c.smap(ours, 3, 3)(*a)
+            f_recv, f_cnt, products, ok = c.smap(theirs, 3, 4)(*a)
+            want = jax.jit(ref.accumulate, static_argnums=2)(products, ok, x.dtype)
+            name = f"{case}/{np.dtype(dtype).name}"
+            c.assert_same(name + "/recv_x", recv, f_recv)
+            c.assert_same(name + "/recv_count", cnt, f_cnt)
+            c.assert_same(name + "/combine", out, want.reshape(out.shape))
+
+
+def check_gradients(c: Checks) -> None:
+    """d/dx and d/dw of sum(combine(tanh(dispatch(x))) ** 2) against the reference's."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import PartitionSpec as P
+
+    import jax_jaccl as jaccl
+    import moe_reference as ref
+    from test_moe import CASES, routing
+
+    T, H, K, E, C, _ = CASES["random"]
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(c.n * T, H)).astype(np.float32)
+    idx = np.concatenate([routing("random", T, K, E, 10 + r) for r in range(c.n)])
+    w = rng.random(size=(c.n * T, K)).astype(np.float32)
+
+    def grads(dispatch_combine):
+        def f(x, w, i):
+            out = jax.shard_map(dispatch_combine, mesh=c.mesh, in_specs=(P("x"),) * 3, out_specs=P("x"))(x, i, w)
+            return jnp.sum(out * out)
+        return jax.jit(jax.grad(f, argnums=(0, 1)))(c.put(x), c.put(w), c.put(idx))
+
+    def ours(x, i, w):
+        recv, _, h = jaccl.moe_dispatch(x, i, w, num_experts=E, capacity=C, axis_name="x")
+        return jaccl.moe_combine(jnp.tanh(recv), h, w, axis_name="x")
+
+    def theirs(x, i, w):
+        recv, _, _ = ref.dispatch(x, i, num_experts=E, capacity=C, axis="x")
+        products, ok = ref.pair_products(jnp.tanh(recv), i, w, num_experts=E, capacity=C, axis="x")
+        return ref.accumulate(products, ok, x.dtype)
+
+    for name, a, b in zip(("dx", "dw"), grads(ours), grads(theirs)):
+        c.assert_same(f"grad/{name}", a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("nprocs, devices, hosts, transport", [
+    layout(2, 2), layout(4, 1, 2), layout(4, 1, 2, OFI, marks=needs_ofi),
+    layout(4, 1, 2, network="namespaces"), layout(4, 1, 2, OFI, network="namespaces", marks=needs_ofi),
+])
+def test_moe_matches_reference(jax_job, nprocs, devices, hosts, transport):
+    import jax_jaccl as jaccl
+
+    assert (jax_job.process_count, jax_job.local_device_count) == (nprocs, devices)
+    assert jaccl.init().host_count == hosts
+    assert jaccl.init().transport == (expected(transport) if hosts > 1 else "none")
+    c = Checks()
+    check_every_case(c)
+    check_gradients(c)
+    assert len(c.checked) >= 30
