@@ -24,7 +24,7 @@ to every process (e.g. a transport: {"JACCL_TRANSPORT": "tcp"}).
 Caveats: the test module and its skipif conditions are also imported in the pytest process
 (keep device work out of import time); fixtures of every scope run once per process per test;
 `pytest.skip()` inside a test counts only when every process takes it; a test's xfail mark
-applies to the job as a whole.
+applies to the job as a whole (with `raises=`: when some process's exception is one of those).
 """
 
 from __future__ import annotations
@@ -86,6 +86,14 @@ def pytest_collection_modifyitems(session, config, items):
         if marker is not None:
             items[i] = JobItem.from_parent(item.parent, name=item.name, function=item,
                                            **_job_options(config, marker))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if _rank.active() and call.excinfo is not None:
+        _rank.note_exception(report, call.excinfo.value)
+    return report
 
 
 def pytest_runtest_logreport(report):

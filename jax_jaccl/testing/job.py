@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from .placement import NoNamespaces, Placement
-from .rank import FAILED_FLAG
+from .rank import FAILED_FLAG, class_name
 
 GRACE_S = 5.0   # how long the other ranks may still report after one failed
 LOG_TAIL = 40   # lines of a rank's output shown when it failed without a traceback
@@ -225,7 +225,24 @@ class JobItem(pytest.Item):
                             "a skip must be taken by every process")
         bad = [r for r in ranks if r.status != "passed"]
         first = min(bad, key=lambda r: (_blame(r), r.rank))
-        raise JobFailed(ranks, first, placement.description)
+        raise self._as_expected_failure(JobFailed(ranks, first, placement.description))
+
+    def _as_expected_failure(self, failure: JobFailed) -> JobFailed:
+        """Under xfail(raises=E): where some rank's exception is an E, the job's failure is
+        also an E (so pytest counts it as the expected failure); else it stays as it is."""
+        mark = self.get_closest_marker("xfail")
+        raises = mark.kwargs.get("raises") if mark is not None else None
+        expected = [c for c in (raises if isinstance(raises, tuple) else (raises,)) if isinstance(c, type)]
+        raised = {name for r in failure.ranks for p in r.phases for name in p.get("exception", [])}
+        for cls in expected:
+            if class_name(cls) not in raised:
+                continue
+            try:
+                both = type(f"JobFailedWith{cls.__name__}", (JobFailed, cls), {})
+                return both(failure.ranks, failure.first, failure.placement)
+            except Exception:  # a class that cannot be a second base (layout, __init__)
+                return failure
+        return failure
 
     def repr_failure(self, excinfo):
         if not isinstance(excinfo.value, JobFailed):

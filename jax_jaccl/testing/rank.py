@@ -7,7 +7,8 @@ conftest or test module is imported: the rank dies with its parent (PR_SET_PDEAT
 every thread's Python stack to <job>/rank<k>.stacks on SIGUSR1, and calls
 jax_jaccl.distributed.initialize(). record() appends each phase's report to
 <job>/rank<k>.jsonl as one JSON line (written and flushed at once, so a rank killed later
-still leaves what it finished), and a failed one also creates <job>/failed (the parent's
+still leaves what it finished), with the classes of a failed phase's exception (most derived
+first, as "module.QualName"; note_exception() attaches them), and a failed one also creates <job>/failed (the parent's
 signal to stop waiting for the others). JaxJob is what the `jax_job` fixture gives a test.
 """
 
@@ -23,6 +24,7 @@ from pathlib import Path
 
 JOB_DIR = "JACCL_PYTEST_JOB_DIR"
 FAILED_FLAG = "failed"
+EXCEPTION = "jaccl_exception_classes"
 
 
 def active() -> bool:
@@ -60,12 +62,21 @@ def record(config, report) -> None:
     data = config.hook.pytest_report_to_serializable(config=config, report=report)
     line = json.dumps({"when": getattr(report, "when", "collect"), "outcome": report.outcome,
                        "text": report.longreprtext if report.failed or report.skipped else "",
-                       "skip_reason": _skip_reason(report), "report": data}, default=str)
+                       "skip_reason": _skip_reason(report), "exception": getattr(report, EXCEPTION, []),
+                       "report": data}, default=str)
     with open(job_dir() / f"rank{rank()}.jsonl", "a") as f:
         f.write(line + "\n")
         f.flush()
     if report.failed:
         (job_dir() / FAILED_FLAG).touch()
+
+
+def note_exception(report, exc: BaseException) -> None:
+    setattr(report, EXCEPTION, [class_name(c) for c in type(exc).__mro__])
+
+
+def class_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _skip_reason(report) -> str:

@@ -120,6 +120,43 @@ def test_namespaces_or_skip(jax_job):
     assert os.environ["JACCL_IFNAME"] and jaccl.init().host_count == 2
 '''
 
+XFAIL = '''
+import pytest
+
+
+class MyError(KeyError):
+    pass
+
+
+def fail_in_rank_1(jax_job, error):
+    if jax_job.process_index == 1:
+        raise error
+
+
+@pytest.mark.xfail(raises=ValueError, strict=True)
+@pytest.mark.jax_processes(2, timeout=60)
+def test_expected_error(jax_job):
+    fail_in_rank_1(jax_job, ValueError("as expected"))
+
+
+@pytest.mark.xfail(raises=(TypeError, LookupError))
+@pytest.mark.jax_processes(2, timeout=60)
+def test_expected_base_class(jax_job):
+    fail_in_rank_1(jax_job, MyError("a LookupError too"))
+
+
+@pytest.mark.xfail(raises=KeyError)
+@pytest.mark.jax_processes(2, timeout=60)
+def test_other_error(jax_job):
+    fail_in_rank_1(jax_job, ValueError("not a KeyError"))
+
+
+@pytest.mark.xfail(strict=True)
+@pytest.mark.jax_processes(2, timeout=60)
+def test_strict_xpass(jax_job):
+    pass
+'''
+
 
 def project_env(project) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "JACCL_"))}
@@ -207,6 +244,17 @@ def test_a_link_rate_that_loopback_cannot_apply_is_reported(monkeypatch):
         auto.close()
     with pytest.raises(placement.NoNamespaces, match="2 hosts in network namespaces: not root"):
         placement.Placement(4, 2, None, "0123456789ab", "namespaces")
+
+
+def test_xfail_matches_raises_against_each_rank_exception(tmp_path):
+    rc, out, _ = run_pytest(tmp_path, {"test_xfail.py": XFAIL}, "-rA")
+    assert rc == 1, out
+    assert re.search(r"XFAIL test_xfail.py::test_expected_error\b", out), out
+    assert re.search(r"XFAIL test_xfail.py::test_expected_base_class\b", out), out
+    assert re.search(r"FAILED test_xfail.py::test_other_error - rank 1/2 failed: ValueError: not a KeyError", out), out
+    assert re.search(r"FAILED test_xfail.py::test_strict_xpass\b", out), out
+    assert "2 failed, 2 xfailed" in out, out
+    assert_nothing_left(tmp_path, out)
 
 
 def test_exitfirst_stops_after_the_first_failed_job(tmp_path):
