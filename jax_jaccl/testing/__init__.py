@@ -18,7 +18,9 @@ still running at `timeout` seconds has its Python stacks dumped and the job is k
 (`link_rate="1gbit"` limits each) when pytest runs as root, else this machine's loopback with
 one JACCL_HOST_ID per host; the test's "jax_processes job" section says which.
 `network="loopback"` always uses loopback hosts; `network="namespaces"` skips the test where
-namespaces cannot be made (not root), with the reason. `env={...}` adds environment variables
+namespaces cannot be made (not root), with the reason. At most `jax_processes_max` (ini;
+default twice the CPUs, at least 4) processes of jobs run at once on the machine, counted
+over every pytest of the user (xdist workers too): a job waits for its slots. `env={...}` adds environment variables
 to every process (e.g. a transport: {"JACCL_TRANSPORT": "tcp"}).
 
 Caveats: the test module and its skipif conditions are also imported in the pytest process
@@ -29,6 +31,8 @@ applies to the job as a whole (with `raises=`: when some process's exception is 
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from . import rank as _rank
@@ -38,6 +42,9 @@ MARKER = "jax_processes"
 
 def pytest_addoption(parser):
     parser.addini("jax_processes_timeout", "default timeout (s) of a jax_processes job", default="300")
+    parser.addini("jax_processes_max", "most jax_processes ranks running at once on this machine, over "
+                  "every pytest of this user (xdist workers too); a bigger job runs alone; 0: no cap",
+                  default=str(max(4, 2 * (os.cpu_count() or 1))))
 
 
 def pytest_configure(config):

@@ -2,7 +2,8 @@
 runs it in N fresh processes.
 
 Contract: JobItem keeps the marked test's node id (so -x, -k, --lf, junitxml and xdist see one
-test) and runs no fixture in the pytest process. runtest() starts the ranks, each a
+test) and runs no fixture in the pytest process. runtest() waits for process slots (slots.py:
+at most `jax_processes_max` rank processes on the machine at once), then starts the ranks, each a
 `python -m pytest <the one test>` with JACCL_* set as jaccl-run sets them and the marker's env
 (rank.py runs there),
 its stdout and stderr in <job>/rank<k>.log; waits for all of them, or for the first failure
@@ -34,6 +35,7 @@ import pytest
 
 from .placement import NoNamespaces, Placement
 from .rank import FAILED_FLAG, class_name
+from .slots import hold_slots
 
 GRACE_S = 5.0   # how long the other ranks may still report after one failed
 LOG_TAIL = 40   # lines of a rank's output shown when it failed without a traceback
@@ -148,6 +150,13 @@ class JobItem(pytest.Item):
         return env
 
     def runtest(self):
+        limit = int(self.config.getini("jax_processes_max"))
+        with hold_slots(self.processes, limit) as waited:
+            self.slot_wait = (f"; waited {waited:.1f} s for process slots (jax_processes_max = {limit})"
+                              if waited >= 0.5 else "")
+            self._run_job()
+
+    def _run_job(self):
         job_id = secrets.token_hex(6)
         job = Path(tempfile.mkdtemp(prefix=f"jaccl-pytest-{job_id}-"))
         placement, procs, logs = None, [], []
@@ -208,7 +217,7 @@ class JobItem(pytest.Item):
             self.add_report_section("call", f"stdout [rank {k}]", r.log)
         self.add_report_section("call", "jax_processes job", f"{self.processes} processes x "
                                 f"{self.devices_per_process} devices, {placement.description}; "
-                                f"job folder {job}")
+                                f"job folder {job}{self.slot_wait}")
         return ranks
 
     def _judge(self, ranks: list, placement: Placement) -> bool:

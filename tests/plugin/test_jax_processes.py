@@ -1,10 +1,10 @@
 """The pytest plugin (jax_jaccl.testing) as a user meets it: throwaway projects in a temporary
 folder, with nothing but test files (no conftest, no ini), run with plain `python -m pytest`.
 Covers a passing multi-host job, the marker's env= and network= options and the ones refused,
-an assertion in one rank, an exception at import in one rank,
-a killed rank, a hang (stacks dumped, job killed in time), -x, --lf, pytest-xdist, and pytest
-itself killed mid-job; after each run no rank process, shared-memory segment or network
-namespace of its jobs is left."""
+xfail(raises=), an assertion in one rank, an exception at import in one rank, a killed rank, a
+hang (stacks dumped, job killed in time), -x, --lf, pytest-xdist (and the cap on processes
+across its workers), and pytest itself killed mid-job; after each run no rank process,
+shared-memory segment or network namespace of its jobs is left."""
 
 from __future__ import annotations
 
@@ -157,6 +157,32 @@ def test_strict_xpass(jax_job):
     pass
 '''
 
+CAPPED = '''
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+
+def record_interval(name, jax_job):
+    start = time.time()
+    time.sleep(2)
+    out = Path(os.environ["PLUGIN_TEST_OUT"])
+    (out / f"interval-{name}-{jax_job.process_index}").write_text(f"{start} {time.time()}")
+
+
+@pytest.mark.parametrize("case", range(3))
+@pytest.mark.jax_processes(2, timeout=120)
+def test_pair(jax_job, case):
+    record_interval(f"pair{case}", jax_job)
+
+
+@pytest.mark.jax_processes(3, timeout=120)
+def test_bigger_than_the_cap(jax_job):
+    record_interval("big", jax_job)
+'''
+
 
 def project_env(project) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "JACCL_"))}
@@ -267,6 +293,26 @@ def test_jobs_under_xdist(tmp_path):
     pytest.importorskip("xdist", reason="pytest-xdist is in the test extras")
     rc, out, _ = run_pytest(tmp_path, {"test_many.py": MANY}, "-n", "2", "-q")
     assert rc == 0 and "4 passed" in out, out
+    assert_nothing_left(tmp_path, out)
+
+
+def test_process_cap_holds_across_xdist_workers(tmp_path):
+    """jax_processes_max = 2 with two xdist workers: the jobs' processes never overlap (each
+    job needs 2 slots, or all of them); a 3-process job still runs, alone."""
+    pytest.importorskip("xdist", reason="pytest-xdist is in the test extras")
+    (tmp_path / "pytest.ini").write_text("[pytest]\njax_processes_max = 2\n")
+    rc, out, _ = run_pytest(tmp_path, {"test_capped.py": CAPPED}, "-n", "2", "-rA")
+    assert rc == 0 and "4 passed" in out, out
+    jobs = {}
+    for path in tmp_path.glob("interval-*"):
+        start, end = map(float, path.read_text().split())
+        name = path.name.split("-")[1]
+        lo, hi = jobs.get(name, (start, end))
+        jobs[name] = (min(lo, start), max(hi, end))
+    assert sorted(jobs) == ["big", "pair0", "pair1", "pair2"], jobs
+    spans = sorted(jobs.values())
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), f"jobs overlapped: {jobs}"
+    assert re.search(r"waited \d+\.\d s for process slots \(jax_processes_max = 2\)", out), out
     assert_nothing_left(tmp_path, out)
 
 
