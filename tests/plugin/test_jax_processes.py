@@ -3,7 +3,7 @@ folder, with nothing but test files (no conftest, no ini), run with plain `pytho
 Covers a passing multi-host job, the marker's env= and network= options and the ones refused,
 xfail(raises=), an assertion in one rank, an exception at import in one rank, a killed rank, a
 hang (stacks dumped, job killed in time), -x, --lf, pytest-xdist (and the cap on processes
-across its workers), and pytest itself killed mid-job; after each run no rank process,
+across its workers), coverage of the ranks, and pytest itself killed mid-job; after each run no rank process,
 shared-memory segment or network namespace of its jobs is left."""
 
 from __future__ import annotations
@@ -183,6 +183,23 @@ def test_bigger_than_the_cap(jax_job):
     record_interval("big", jax_job)
 '''
 
+COVERED_MODULE = '''
+def only_in_the_job(x):
+    if x > 0:
+        return "positive"
+    return "not positive"
+'''
+
+COVERED_TEST = '''
+import pytest
+
+
+@pytest.mark.jax_processes(2, timeout=60)
+def test_job(jax_job):
+    import covered
+    assert covered.only_in_the_job(1) == "positive"
+'''
+
 
 def project_env(project) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "JACCL_"))}
@@ -313,6 +330,18 @@ def test_process_cap_holds_across_xdist_workers(tmp_path):
     spans = sorted(jobs.values())
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), f"jobs overlapped: {jobs}"
     assert re.search(r"waited \d+\.\d s for process slots \(jax_processes_max = 2\)", out), out
+    assert_nothing_left(tmp_path, out)
+
+
+def test_coverage_measures_the_ranks(tmp_path):
+    """pytest-cov with coverage's own subprocess patch (the way pytest-cov 7 measures
+    subprocesses): the lines the job's processes ran count, the others are missing."""
+    pytest.importorskip("pytest_cov", reason="pytest-cov is in the test extras")
+    (tmp_path / ".coveragerc").write_text("[run]\npatch = subprocess\n")
+    rc, out, _ = run_pytest(tmp_path, {"covered.py": COVERED_MODULE, "test_cov.py": COVERED_TEST},
+                            "--cov=covered", "--cov-report=term-missing", "-q")
+    assert rc == 0 and "1 passed" in out, out
+    assert re.search(r"^covered\.py\s+4\s+1\s+75%\s+5$", out, re.M), out
     assert_nothing_left(tmp_path, out)
 
 
