@@ -13,7 +13,8 @@ collects the one test again, so its fixtures, parametrization and conftest work 
 jax_jaccl.distributed.initialize() already called). The pytest process itself never starts
 a JAX backend for it and runs none of its fixtures. One result per test: it fails when any
 process fails, with each failing process's own traceback and output under its rank; a process
-still running at `timeout` seconds has its Python stacks dumped and the job is killed.
+still running at `timeout` seconds has its Python stacks dumped and the job is killed (that
+timeout, not pytest-timeout's, unless the test has its own @pytest.mark.timeout).
 `hosts=H` puts the processes on H emulated hosts: network namespaces joined by veth links
 (`link_rate="1gbit"` limits each) when pytest runs as root, else this machine's loopback with
 one JACCL_HOST_ID per host; the test's "jax_processes job" section says which.
@@ -93,6 +94,8 @@ def pytest_collection_modifyitems(session, config, items):
         if marker is not None:
             items[i] = JobItem.from_parent(item.parent, name=item.name, function=item,
                                            **_job_options(config, marker))
+            if config.pluginmanager.hasplugin("timeout") and item.get_closest_marker("timeout") is None:
+                items[i].add_marker(pytest.mark.timeout(0))  # pytest-timeout: the job's own timeout rules
 
 
 @pytest.hookimpl(wrapper=True)

@@ -136,7 +136,7 @@ class JobItem(pytest.Item):
         return [sys.executable, "-m", "pytest", self._target(), "-p", "no:xdist", "-p", "no:cacheprovider",
                 "-o", "addopts=", "-o", "faulthandler_timeout=0", "-s", "-p", "no:terminal",
                 "--rootdir", str(self.config.rootpath), "--basetemp", str(job / f"rank{rank}" / "tmp"),
-                "--runxfail"]
+                "--runxfail"] + (["-o", "timeout=0"] if self.config.pluginmanager.hasplugin("timeout") else [])
 
     def _rank_env(self, rank: int, job: Path, job_id: str, placement: Placement) -> dict:
         env = {k: v for k, v in os.environ.items()
