@@ -20,9 +20,9 @@ timeout, not pytest-timeout's, unless the test has its own @pytest.mark.timeout)
 one JACCL_HOST_ID per host; the test's "jax_processes job" section says which.
 `network="loopback"` always uses loopback hosts; `network="namespaces"` skips the test where
 namespaces cannot be made (not root), with the reason. At most `jax_processes_max` (ini;
-default twice the CPUs, at least 4) processes of jobs run at once on the machine, counted
-over every pytest of the user (xdist workers too): a job waits for its slots. `env={...}` adds environment variables
-to every process (e.g. a transport: {"JACCL_TRANSPORT": "tcp"}).
+default twice the CPUs, at least 4) processes of jobs run at once on the machine, counted over
+every pytest of the user (xdist workers too): a job waits for its slots. `env={...}` adds
+environment variables to every process (e.g. a transport: {"JACCL_TRANSPORT": "tcp"}).
 
 Caveats: the test module and its skipif conditions are also imported in the pytest process
 (keep device work out of import time); fixtures of every scope run once per process per test;

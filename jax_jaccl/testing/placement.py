@@ -3,12 +3,13 @@ machine's loopback with one JACCL_HOST_ID per emulated host; and the job's coord
 
 Contract: Placement(processes, hosts, link_rate, job_id, network) makes what the job needs and
 says how in `description` (network: "auto" = namespaces where they can be made, else loopback;
-"loopback"; "namespaces", else NoNamespaces with the reason); rank_env(k) / rank_prefix(k) give process k's environment and command prefix
-(processes fill hosts in order, processes // hosts each); close() removes the namespaces and
-the port reservation. Nothing outside the job can take its coordinator port while it is
-reserved: JAX's coordinator sets SO_REUSEPORT, so a port merely bound-and-closed could be
-shared silently by two jobs; the reservation is a socket that holds the port with
-SO_REUSEPORT (which JAX's coordinator can still bind beside) and never listens.
+"loopback"; "namespaces", else NoNamespaces with the reason); rank_env(k) / rank_prefix(k) give
+process k's environment and command prefix (processes fill hosts in order, processes // hosts
+each); close() removes the namespaces and the port reservation. Nothing outside the job can
+take its coordinator port while it is reserved: JAX's coordinator sets SO_REUSEPORT, so a port
+merely bound-and-closed could be shared silently by two jobs; the reservation is a socket that
+holds the port with SO_REUSEPORT (which JAX's coordinator can still bind beside) and never
+listens.
 """
 
 from __future__ import annotations

@@ -5,11 +5,12 @@ Contract: active only where JACCL_PYTEST_JOB_DIR is set (the job's parent sets i
 JACCL_* variables jaccl-run sets). start() runs from the earliest pytest hook, before any
 conftest or test module is imported: the rank dies with its parent (PR_SET_PDEATHSIG), dumps
 every thread's Python stack to <job>/rank<k>.stacks on SIGUSR1, and calls
-jax_jaccl.distributed.initialize(). record() appends each phase's report to
-<job>/rank<k>.jsonl as one JSON line (written and flushed at once, so a rank killed later
-still leaves what it finished), with the classes of a failed phase's exception (most derived
-first, as "module.QualName"; note_exception() attaches them), and a failed one also creates <job>/failed (the parent's
-signal to stop waiting for the others). JaxJob is what the `jax_job` fixture gives a test.
+jax_jaccl.distributed.initialize(). record() appends each phase's report to <job>/rank<k>.jsonl
+as one JSON line (written and flushed at once, so a rank killed later still leaves what it
+finished), with the classes of a failed phase's exception (most derived first, as
+"module.QualName"; note_exception() attaches them), and a failed one also creates <job>/failed
+(the parent's signal to stop waiting for the others). JaxJob is what the `jax_job` fixture
+gives a test.
 """
 
 from __future__ import annotations
