@@ -96,9 +96,7 @@ def check_gradients(devices, reference):
     import jax
     import jax.numpy as jnp
 
-    import jax_jaccl as jaccl
-    import moe_reference as ref
-    from test_moe import CASES, routing
+    from test_moe import CASES, routing, tanh_expert_round_trips
     from util import blocks
 
     n = len(devices)
@@ -108,14 +106,7 @@ def check_gradients(devices, reference):
     idx = np.concatenate([routing("random", T, K, E, 10 + r) for r in range(n)])
     w = rng.random(size=(n * T, K)).astype(np.float32)
 
-    def ours(x, i, w):
-        recv, _, h = jaccl.moe_dispatch(x, i, w, num_experts=E, capacity=C, axis_name="x")
-        return jaccl.moe_combine(jnp.tanh(recv), h, w, axis_name="x")
-
-    def theirs(x, i, w):
-        recv, _, _ = ref.dispatch(x, i, num_experts=E, capacity=C, axis="x")
-        products, ok = ref.pair_products(jnp.tanh(recv), i, w, num_experts=E, capacity=C, axis="x")
-        return ref.accumulate(products, ok, x.dtype)
+    ours, theirs = tanh_expert_round_trips(E, C)
 
     def grads(fn, devs):
         from jax.sharding import Mesh, NamedSharding, PartitionSpec as P

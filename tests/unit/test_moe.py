@@ -50,6 +50,21 @@ def expert(recv_x):
     return (recv_x.astype(jnp.float32) * 2.0 + 1.0).astype(recv_x.dtype)
 
 
+def tanh_expert_round_trips(E, C):
+    """dispatch, tanh as the expert, combine over axis "x": jaccl's and the reference's (the
+    gradient checks of every suite differentiate both)."""
+    def ours(x, i, w):
+        recv, _, handle = jaccl.moe_dispatch(x, i, w, num_experts=E, capacity=C, axis_name="x")
+        return jaccl.moe_combine(jnp.tanh(recv), handle, w, axis_name="x")
+
+    def theirs(x, i, w):
+        recv, _, _ = ref.dispatch(x, i, num_experts=E, capacity=C, axis="x")
+        products, ok = ref.pair_products(jnp.tanh(recv), i, w, num_experts=E, capacity=C, axis="x")
+        return ref.accumulate(products, ok, x.dtype)
+
+    return ours, theirs
+
+
 def inputs(case, dtype, seed=0):
     T, H, K, E, C, kind = CASES[case]
     rng = np.random.default_rng(seed)
@@ -125,15 +140,7 @@ def test_gradients_match_reference(case):
             return jnp.sum(out * s)
         return jax.jit(jax.grad(f, argnums=(0, 1)))
 
-    def ours(x, i, w):
-        recv, _, handle = jaccl.moe_dispatch(x, i, w, num_experts=E, capacity=C, axis_name="x")
-        return jaccl.moe_combine(jnp.tanh(recv), handle, w, axis_name="x")
-
-    def theirs(x, i, w):
-        recv, _, _ = ref.dispatch(x, i, num_experts=E, capacity=C, axis="x")
-        products, ok = ref.pair_products(jnp.tanh(recv), i, w, num_experts=E, capacity=C, axis="x")
-        return ref.accumulate(products, ok, x.dtype)
-
+    ours, theirs = tanh_expert_round_trips(E, C)
     args = put(x, mesh1d()), put(w, mesh1d()), put(idx, mesh1d()), put(scale, mesh1d())
     (dx, dw), (rx, rw) = loss(ours)(*args), loss(theirs)(*args)
     np.testing.assert_allclose(np.asarray(dx), np.asarray(rx), rtol=1e-5, atol=1e-6)
