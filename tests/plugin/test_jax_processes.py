@@ -1,10 +1,11 @@
 """The pytest plugin (jax_jaccl.testing) as a user meets it: throwaway projects in a temporary
-folder, with nothing but test files (no conftest, no ini), run with plain `python -m pytest`.
-Covers a passing multi-host job, the marker's env= and network= options and the ones refused,
-xfail(raises=), an assertion in one rank, an exception at import in one rank, a killed rank, a
-hang (stacks dumped, job killed in time), -x, --lf, pytest-xdist (and the cap on processes
-across its workers), coverage of the ranks, and pytest itself killed mid-job; after each run no
-rank process, shared-memory segment or network namespace of its jobs is left."""
+folder, with nothing but test files (no conftest; an ini file only where a test sets an
+option), run with plain `python -m pytest`. Covers a passing multi-host job, the marker's env=
+and network= options and the ones refused, xfail(raises=), an assertion in one rank, an
+exception at import in one rank, a killed rank, a hang (stacks dumped, job killed in time), -x,
+--lf, pytest-xdist (and the cap on processes across its workers), coverage of the ranks, and
+pytest itself killed mid-job; after each run no rank process, shared-memory segment or network
+namespace of its jobs is left."""
 
 from __future__ import annotations
 
