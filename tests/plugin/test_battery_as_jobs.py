@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import hashlib
 
+import jax
+import numpy as np
 import pytest
+from jax.experimental import multihost_utils
 
-from job_layouts import OFI, OFI_MESSAGES, expected, layout, needs_ofi
+import jax_jaccl as jaccl
+from job_layouts import OFI, OFI_MESSAGES, expected, layout, needs_ofi  # first: it puts tests/unit on the path
+from process_battery import assert_equal_shards, run_battery
 
 
 def same_on_every_process(digests: dict) -> None:
     """Every process computed the same {name: sha1 of the result}; compared over the job."""
-    from jax.experimental import multihost_utils
-    import numpy as np
-
     mine = np.frombuffer(hashlib.sha1(repr(sorted(digests.items())).encode()).digest()[:16], np.int32)
     every = np.asarray(multihost_utils.process_allgather(mine))
     differ = [k for k in range(len(every)) if not np.array_equal(every[k], every[0])]
@@ -37,12 +39,6 @@ def same_on_every_process(digests: dict) -> None:
     layout(4, 1, 4, OFI, network="namespaces", marks=needs_ofi),
 ])
 def test_collectives_match_lax(jax_job, nprocs, devices, hosts, transport):
-    import jax
-    import numpy as np
-
-    import jax_jaccl as jaccl
-    from process_battery import assert_equal_shards, run_battery
-
     assert (jax_job.process_count, jax_job.local_device_count) == (nprocs, devices)
     assert (jax_job.host_count, jaccl.init().host_count) == (hosts, hosts)
     assert jaccl.init().transport == (expected(transport) if hosts > 1 else "none")

@@ -7,37 +7,34 @@ and the OFI transport."""
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
 
-from job_layouts import OFI, expected, layout, needs_ofi
+import jax_jaccl as jaccl
+from job_layouts import OFI, expected, layout, needs_ofi  # first: it puts tests/unit on the path
+import moe_reference as ref
+from test_moe import CASES, expert, routing, tanh_expert_round_trips
 
 
 class Checks:
     """The job's mesh over every device, and comparisons of every device's shard."""
 
     def __init__(self):
-        import jax
-
         self.n = jax.device_count()
         self.mesh = jax.make_mesh((self.n,), ("x",))
         self.checked = []
 
     def put(self, a):
-        import jax
-        from jax.sharding import NamedSharding, PartitionSpec as P
-
         return jax.make_array_from_callback(a.shape, NamedSharding(self.mesh, P("x")), lambda i: a[i])
 
     def smap(self, fn, n_in, n_out):
-        import jax
-        from jax.sharding import PartitionSpec as P
-
         return jax.jit(jax.shard_map(fn, mesh=self.mesh, in_specs=(P("x"),) * n_in,
                                      out_specs=(P("x"),) * n_out))
 
     def assert_same(self, name, a, b, **close):
-        import numpy as np
-
         local = lambda arr: {s.device.id: np.asarray(s.data, np.float32) for s in arr.addressable_shards}  # noqa: E731
         la, lb = local(a), local(b)
         assert la.keys() == lb.keys() and la
@@ -51,14 +48,6 @@ class Checks:
 
 def check_every_case(c: Checks) -> None:
     """Each case of test_moe.CASES whose experts split over the job's devices, two dtypes."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    import jax_jaccl as jaccl
-    import moe_reference as ref
-    from test_moe import CASES, expert, routing
-
     for case, (T, H, K, E, C, kind) in CASES.items():
         if E % c.n:
             continue
@@ -89,13 +78,6 @@ def check_every_case(c: Checks) -> None:
 
 def check_gradients(c: Checks) -> None:
     """d/dx and d/dw of sum(combine(tanh(dispatch(x))) ** 2) against the reference's."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from jax.sharding import PartitionSpec as P
-
-    from test_moe import CASES, routing, tanh_expert_round_trips
-
     T, H, K, E, C, _ = CASES["random"]
     rng = np.random.default_rng(5)
     x = rng.normal(size=(c.n * T, H)).astype(np.float32)
@@ -109,7 +91,6 @@ def check_gradients(c: Checks) -> None:
         return jax.jit(jax.grad(f, argnums=(0, 1)))(c.put(x), c.put(w), c.put(idx))
 
     ours, theirs = tanh_expert_round_trips(E, C)
-
     for name, a, b in zip(("dx", "dw"), grads(ours), grads(theirs)):
         c.assert_same(f"grad/{name}", a, b, rtol=1e-5, atol=1e-6)
 
@@ -119,8 +100,6 @@ def check_gradients(c: Checks) -> None:
     layout(4, 1, 2, network="namespaces"), layout(4, 1, 2, OFI, network="namespaces", marks=needs_ofi),
 ])
 def test_moe_matches_reference(jax_job, nprocs, devices, hosts, transport):
-    import jax_jaccl as jaccl
-
     assert (jax_job.process_count, jax_job.local_device_count) == (nprocs, devices)
     assert jaccl.init().host_count == hosts
     assert jaccl.init().transport == (expected(transport) if hosts > 1 else "none")

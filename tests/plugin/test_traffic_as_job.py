@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import glob
 
+import jax
+import numpy as np
 import pytest
+from jax._src import distributed
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import jax_jaccl as jaccl
 
 SIZE = 4 << 20  # bytes per process
 ITERS = 5
@@ -27,13 +33,6 @@ def bytes_sent(algorithm: str, axes) -> int:
     over everyone after the calls completes only once every host finished them (so all their
     frames were delivered), and nobody starts them before every host read its counters (a
     barrier of JAX's coordination service, whose traffic has links of its own)."""
-    import jax
-    import numpy as np
-    from jax._src import distributed
-    from jax.sharding import NamedSharding, PartitionSpec as P
-
-    import jax_jaccl as jaccl
-
     n, hosts = jax.device_count(), jaccl.init().host_count
     mesh = jax.make_mesh((hosts, n // hosts), ("host", "local"))
     spec = P(("host", "local"))
