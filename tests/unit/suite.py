@@ -30,7 +30,15 @@ class Jaccl:
 class Lax:
     all_gather = staticmethod(jax.lax.all_gather)
     all_to_all = staticmethod(jax.lax.all_to_all)
-    psum_scatter = staticmethod(jax.lax.psum_scatter)
+
+    @staticmethod
+    def psum_scatter(v, axis_name, *, scatter_dimension=0, tiled=False):
+        """jax.lax.psum_scatter; across processes on CPU, psum_then_block instead: XLA:CPU's
+        reduce-scatter over gloo intermittently returns wrong values on rank 0
+        (jax-ml/jax#40830; seen here on 2 processes x 1 device, 4 KiB float32 blocks)."""
+        if jax.process_count() == 1 or jax.devices()[0].platform != "cpu":
+            return jax.lax.psum_scatter(v, axis_name, scatter_dimension=scatter_dimension, tiled=tiled)
+        return psum_then_block(v, axis_name, scatter_dimension=scatter_dimension, tiled=tiled)
 
     @staticmethod
     def reduce(v, op, axis):
@@ -41,6 +49,17 @@ class Lax:
         if op == "min":
             return jax.lax.pmin(v, axis)
         return jnp.prod(jax.lax.all_gather(v, axis), axis=0).astype(v.dtype)
+
+
+def psum_then_block(v, axis_name, *, scatter_dimension=0, tiled=False):
+    """psum_scatter's result by its definition: the sum over the axis, then this device's block
+    of it (tests/unit/test_vs_lax.py checks it against jax.lax.psum_scatter in one process)."""
+    total = jax.lax.psum(v, axis_name)
+    index = jax.lax.axis_index(axis_name)
+    if not tiled:
+        return jax.lax.dynamic_index_in_dim(total, index, axis=scatter_dimension, keepdims=False)
+    size = v.shape[scatter_dimension] // jax.lax.psum(1, axis_name)
+    return jax.lax.dynamic_slice_in_dim(total, index * size, size, axis=scatter_dimension)
 
 
 def reductions(dtype, size):

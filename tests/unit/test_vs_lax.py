@@ -68,3 +68,23 @@ def test_low_precision_sums_accumulate_in_float32(dtype):
                                        rtol=2 ** -7 if dtype != np.float32 else 1e-6, atol=1e-6)
         else:
             assert_equal(got[0], expected, err_msg=algorithm)
+
+
+@pytest.mark.parametrize("tiled, dim, axes", [(False, 0, "x"), (True, 0, "x"), (True, 1, "x"),
+                                              (False, 1, "x"), (True, 1, ("a", "b")), (True, 0, "b")])
+def test_the_cross_process_reference_reduce_scatter_is_lax_psum_scatter(tiled, dim, axes):
+    """suite.psum_then_block (the multi-process suites' reference, standing in for XLA:CPU's
+    reduce-scatter across processes) equals jax.lax.psum_scatter in one process, bitwise."""
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    from suite import psum_then_block
+
+    mesh = jax.make_mesh((2, 2), ("a", "b")) if axes != "x" else mesh1d()
+    spec = P(("a", "b")) if axes != "x" else P("x")
+    local = np.random.default_rng(7).integers(-9, 9, size=(N * 4, 4)).astype(np.float32)  # 4 = N
+    x = jax.device_put(local, NamedSharding(mesh, spec))
+    kwargs = dict(scatter_dimension=dim, tiled=tiled)
+    ours = stacked(lambda v: psum_then_block(v, axes, **kwargs), mesh, in_spec=spec, axes=spec[0])(x)
+    theirs = stacked(lambda v: jax.lax.psum_scatter(v, axes, **kwargs), mesh, in_spec=spec, axes=spec[0])(x)
+    assert ours.shape == theirs.shape
+    assert_equal(np.asarray(ours), np.asarray(theirs))
