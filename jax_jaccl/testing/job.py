@@ -151,11 +151,10 @@ class JobItem(pytest.Item):
     def runtest(self):
         limit = int(self.config.getini("jax_processes_max"))
         with hold_slots(self.processes, limit) as waited:
-            self.slot_wait = (f"; waited {waited:.1f} s for process slots (jax_processes_max = {limit})"
-                              if waited >= 0.5 else "")
-            self._run_job()
+            self._run_job(f"; waited {waited:.1f} s for process slots (jax_processes_max = {limit})"
+                          if waited >= 0.5 else "")
 
-    def _run_job(self):
+    def _run_job(self, slot_wait: str):
         job_id = secrets.token_hex(6)
         job = Path(tempfile.mkdtemp(prefix=f"jaccl-pytest-{job_id}-"))
         placement, procs, logs = None, [], []
@@ -174,7 +173,7 @@ class JobItem(pytest.Item):
                     env=self._rank_env(rank, job, job_id, placement), cwd=self.config.invocation_params.dir,
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
             stopped = self._wait(procs, job)
-            ranks = self._results(procs, stopped, job, placement)
+            ranks = self._results(procs, stopped, job, placement, slot_wait)
             passed = self._judge(ranks, placement)
         finally:
             _stop(procs, [p for p in procs if p.poll() is None])
@@ -204,7 +203,7 @@ class JobItem(pytest.Item):
             time.sleep(0.05)
         return set()
 
-    def _results(self, procs, stopped: set, job: Path, placement: Placement) -> list:
+    def _results(self, procs, stopped: set, job: Path, placement: Placement, slot_wait: str) -> list:
         ranks = []
         for k, p in enumerate(procs):
             r = RankResult(rank=k, host=placement.host_of(k), pid=p.pid, stopped_by_job=k in stopped,
@@ -216,7 +215,7 @@ class JobItem(pytest.Item):
             self.add_report_section("call", f"stdout [rank {k}]", r.log)
         self.add_report_section("call", "jax_processes job", f"{self.processes} processes x "
                                 f"{self.devices_per_process} devices, {placement.description}; "
-                                f"job folder {job}{self.slot_wait}")
+                                f"job folder {job}{slot_wait}")
         return ranks
 
     def _judge(self, ranks: list, placement: Placement) -> bool:

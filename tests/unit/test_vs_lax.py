@@ -13,10 +13,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jax_jaccl as jaccl  # noqa: F401
 
-from suite import Jaccl, Lax, every_collective
+from suite import Jaccl, Lax, every_collective, psum_then_block
 from util import (DTYPES, N, WIDE, assert_equal, assert_same_on_every_device, dtype_id, exact_data,
                   mesh1d, put, stacked)
 
@@ -75,10 +76,6 @@ def test_low_precision_sums_accumulate_in_float32(dtype):
 def test_the_cross_process_reference_reduce_scatter_is_lax_psum_scatter(tiled, dim, axes):
     """suite.psum_then_block (the multi-process suites' reference, standing in for XLA:CPU's
     reduce-scatter across processes) equals jax.lax.psum_scatter in one process, bitwise."""
-    from jax.sharding import NamedSharding, PartitionSpec as P
-
-    from suite import psum_then_block
-
     mesh = jax.make_mesh((2, 2), ("a", "b")) if axes != "x" else mesh1d()
     spec = P(("a", "b")) if axes != "x" else P("x")
     local = np.random.default_rng(7).integers(-9, 9, size=(N * 4, 4)).astype(np.float32)  # 4 = N
