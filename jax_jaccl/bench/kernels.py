@@ -3,13 +3,18 @@ and the dispatch's packing) against the device's copy bandwidth and against XLA 
 same math, all timed on the device in one run. Needs a GPU and the package built with CUDA.
 
 Timing. jaccl's kernels: CUDA events around --iters back-to-back launches. XLA: the same
-math as the body of a jitted lax.fori_loop whose carry feeds the next iteration (so XLA can
-neither hoist nor fuse it across iterations; a static trip count runs without host round
-trips), run for --iters + 1 and for 1 iteration: the difference over --iters is one
-iteration's device time, free of dispatch. Each measurement is repeated --rounds times; the
-table gives the median and the min. Bandwidth counts bytes read plus bytes written (a copy
-of S bytes moves 2S); "% of copy" is against a device copy moving the same bytes, measured
-in the same run; "vs XLA" is XLA's median time over jaccl's (above 1: jaccl is faster).
+math inside a jitted lax.fori_loop (a static trip count runs without host round trips),
+each call's result feeding the next call (so XLA can neither hoist nor fuse it across
+calls), timed for P + 1 and for 1 trips: the difference is 2P calls' device time, free of
+dispatch (P = --iters / 2). The loop carries two buffers and each trip makes two calls, the
+first from buffer A into B, the second from B into A: a call whose output went to the very
+buffer it reads (a gather, the combine) would make XLA copy its result into the carry on
+every trip, charging XLA for a copy it would not make outside the loop; an optimization
+barrier between the two keeps XLA from fusing them into one pass. The compiled loop is
+checked for such copies, and any is named under the table. Each measurement is repeated
+--rounds times; the table gives the median and the min. Bandwidth counts bytes read plus
+bytes written (a copy of S bytes moves 2S); "% of copy" is against a device copy moving the
+same bytes, measured in the same run; "vs XLA" is XLA's median time over jaccl's (above 1: jaccl is faster).
 
 Inputs are random, and the MoE kernels read a distinct row for every (token, k) pair in a
 shuffled order, as a dispatch's layout does (no row served twice from L2). Before timing,
@@ -22,6 +27,7 @@ column and makes the command exit with status 1.
 from __future__ import annotations
 
 import datetime
+import re
 import statistics
 import sys
 import time
@@ -36,6 +42,7 @@ class Table:
     def __init__(self, copy_seconds):
         self.copy_seconds = copy_seconds  # bytes -> device copy samples, memoised
         self.rows = []
+        self.notes = []  # lines printed under the table
         self.failed = False
 
     def add(self, kernel, size, moved, ours, xla=None, check="ok"):
@@ -52,24 +59,49 @@ class Table:
                          f"{100 * bw / copy_bw:.0f}% | {versus} | {check} |")
 
 
-def _xla_loop_seconds(body, carry, consts, iters, rounds):
-    """Device seconds of one body(carry, *consts) -> carry, per round."""
+def xla_loop(body, trips):
+    """jit of fori_loop(trips) over the carry (a, b), each trip b = body(a, *k); a = body(b, *k)."""
     import jax
 
-    def looped(n):
-        return jax.jit(lambda c, *k: jax.lax.fori_loop(0, n, lambda i, c: body(c, *k), c))
+    def trip(_, ab, consts):
+        b = jax.lax.optimization_barrier(body(ab[0], *consts))  # no fusing the two calls into one
+        return body(b, *consts), b
 
-    many, one = looped(iters + 1), looped(1)
-    many(carry, *consts).block_until_ready()
-    one(carry, *consts).block_until_ready()
+    return jax.jit(lambda c, *k: jax.lax.fori_loop(0, trips, lambda i, ab: trip(i, ab, k), (c, c)))
+
+
+def loop_body_copies(hlo_text: str) -> list[str]:
+    """The copy instructions of a compiled module's text in the computations that run on every
+    trip of its loops: any but the entry computation and the bodies of fusions (a copy inside
+    a fusion is part of that fused kernel, not a kernel of its own)."""
+    fused = set(re.findall(r" fusion\(.*?calls=(%[\w.-]+)", hlo_text))
+    found, counted = [], False
+    for line in hlo_text.splitlines():
+        if line and not line[0].isspace() and line.rstrip().endswith("{"):
+            counted = not line.startswith("ENTRY") and line.split()[0] not in fused
+        elif counted and re.search(r"= \S+ copy(-start)?\(", line):
+            found.append(line.strip())
+    return found
+
+
+def _xla_loop_seconds(body, carry, consts, iters, rounds, notes, kernel):
+    """Device seconds of one body(carry, *consts) -> carry, per round; copies that the loop
+    makes on every trip go into `notes` under the kernel's name."""
+    pairs = max(1, iters // 2)
+    many, one = xla_loop(body, pairs + 1), xla_loop(body, 1)
+    copies = loop_body_copies(many.lower(carry, *consts).compile().as_text())
+    if copies:
+        notes.append(f"{kernel}: XLA's loop copies on every trip, its time includes them: {'; '.join(copies)}")
+    many(carry, *consts)[0].block_until_ready()
+    one(carry, *consts)[0].block_until_ready()
     samples = []
     for _ in range(rounds):
         start = time.perf_counter()
-        many(carry, *consts).block_until_ready()
+        many(carry, *consts)[0].block_until_ready()
         middle = time.perf_counter()
-        one(carry, *consts).block_until_ready()
+        one(carry, *consts)[0].block_until_ready()
         end = time.perf_counter()
-        samples.append(max((middle - start) - (end - middle), 1e-9) / iters)
+        samples.append(max((middle - start) - (end - middle), 1e-9) / (2 * pairs))
     return samples
 
 
@@ -97,7 +129,7 @@ def _within_one_rounding(a, b) -> str:
     return "ok" if worst <= 0 else f"MISMATCH: off by {worst:.3g} beyond one bfloat16 rounding"
 
 
-def _reduce_math(dtype):
+def reduce_math(dtype):
     import jax.numpy as jnp
 
     def reduce(first, *rest):  # operand order and float32 accumulation, as jaccl's kernel
@@ -119,15 +151,44 @@ def bench_reduce(engine, table, size, dtype_name, operands, args):
     xs = [jax.random.normal(k, (count,), jnp.float32).astype(dtype) for k in keys]
     out = jnp.zeros((count,), dtype)
     jax.block_until_ready([*xs, out])
-    math = _reduce_math(dtype)
+    math = reduce_math(dtype)
     ptrs = [x.unsafe_buffer_pointer() for x in xs]
     code = DTYPE_CODES[dtype_name]
     engine.bench_reduce(code, SUM, ptrs, out.unsafe_buffer_pointer(), count, 0)
     check = _same_bits(out, jax.jit(math)(*xs))
     ours = [engine.bench_reduce(code, SUM, ptrs, out.unsafe_buffer_pointer(), count, args.iters)
             for _ in range(args.rounds)]
-    xla = _xla_loop_seconds(math, xs[0], xs[1:], args.iters, args.rounds)
-    table.add(f"reduce {operands}x {dtype_name} (sum)", human(size), (operands + 1) * size, ours, xla, check)
+    name = f"reduce {operands}x {dtype_name} (sum)"
+    xla = _xla_loop_seconds(math, xs[0], xs[1:], args.iters, args.rounds, table.notes, name)
+    table.add(name, human(size), (operands + 1) * size, ours, xla, check)
+
+
+def combine_math(topk):
+    """XLA's MoE combine: out[t] = sum over k of w[t, k] * y[idx[t, k]], in float32."""
+    import jax.numpy as jnp
+
+    def combine(y, idx, w):
+        acc = w[:, 0, None] * y[idx[:, 0]].astype(jnp.float32)
+        for k in range(1, topk):
+            acc = acc + w[:, k, None] * y[idx[:, k]].astype(jnp.float32)
+        return acc.astype(y.dtype)
+
+    return combine
+
+
+def combine_step(topk):
+    """The combine as a loop body: weights that depend on the previous result (nothing to hoist)."""
+    import jax.numpy as jnp
+
+    combine = combine_math(topk)
+    return lambda previous, y, idx, w: combine(y, idx, w + previous[0, 0].astype(jnp.float32) * 0)
+
+
+def gather_math(rows, order):
+    """XLA's row gather (and the dispatch's packing): rows[order]."""
+    import jax.numpy as jnp
+
+    return jnp.take(rows, order, axis=0)
 
 
 def moe_inputs(tokens, topk, hidden):
@@ -155,23 +216,16 @@ def bench_combine(engine, table, tokens, topk, hidden, inputs, args):
     addresses = [base + int(r) * row_bytes for r in np.asarray(order)]
     out = jax.block_until_ready(jnp.zeros((tokens, hidden), jnp.bfloat16))
 
-    def combine(y, idx, w):
-        acc = w[:, 0, None] * y[idx[:, 0]].astype(jnp.float32)
-        for k in range(1, topk):
-            acc = acc + w[:, k, None] * y[idx[:, k]].astype(jnp.float32)
-        return acc.astype(y.dtype)
-
-    def step(previous, y, idx, w):  # weights that depend on the carry: nothing to hoist
-        return combine(y, idx, w + previous[0, 0].astype(jnp.float32) * 0)
-
+    combine, step = combine_math(topk), combine_step(topk)
     launch = lambda iters: engine.bench_combine(DTYPE_CODES["bfloat16"], out.unsafe_buffer_pointer(), addresses,
                                                 weights.unsafe_buffer_pointer(), tokens, topk, hidden, iters)
     launch(0)
     check = _within_one_rounding(out, jax.jit(combine)(rows, idx, weights))
     ours = [launch(args.iters) for _ in range(args.rounds)]
-    xla = _xla_loop_seconds(step, out, (rows, idx, weights), args.iters, args.rounds)
+    name = f"MoE combine bf16 T={tokens} K={topk} H={hidden}"
+    xla = _xla_loop_seconds(step, out, (rows, idx, weights), args.iters, args.rounds, table.notes, name)
     moved = tokens * topk * row_bytes + tokens * row_bytes + tokens * topk * 4
-    table.add(f"MoE combine bf16 T={tokens} K={topk} H={hidden}", human(moved), moved, ours, xla, check)
+    table.add(name, human(moved), moved, ours, xla, check)
 
 
 def bench_row_moves(engine, table, tokens, topk, hidden, inputs, args):
@@ -184,8 +238,9 @@ def bench_row_moves(engine, table, tokens, topk, hidden, inputs, args):
     n, row_bytes = tokens * topk, hidden * 2
     groups = 8
     offsets = jnp.asarray([n * g // groups for g in range(groups + 1)], jnp.int32)
-    want = jax.jit(lambda r, o: jnp.take(r, o, axis=0))(rows, order)
-    xla = _xla_loop_seconds(lambda r, o: jnp.take(r, o, axis=0), rows, (order,), args.iters, args.rounds)
+    want = jax.jit(gather_math)(rows, order)
+    xla = _xla_loop_seconds(gather_math, rows, (order,), args.iters, args.rounds, table.notes,
+                            f"XLA's gather of {n} rows H={hidden}")
     for name in ("gather rows", "dispatch pack"):
         dst = jax.block_until_ready(jnp.zeros_like(rows))  # a fresh output for each kernel's check
         if name == "gather rows":
@@ -231,7 +286,7 @@ def run(args) -> None:
         f"# jaccl-bench kernels on {gpu}, {datetime.date.today()}: times in us, median (min) of "
         f"{args.rounds} rounds of {args.iters} calls; GB/s = (bytes read + written) / median time",
         "", "| kernel | size | time | GB/s | % of copy | vs XLA | XLA time | check |",
-        "|---|---|---|---|---|---|---|---|", *table.rows]))
+        "|---|---|---|---|---|---|---|---|", *table.rows, *(["", *table.notes] if table.notes else [])]))
     if table.failed:
         print("jaccl-bench kernels: a kernel's result differs from XLA's (check column)", file=sys.stderr)
         sys.exit(1)
