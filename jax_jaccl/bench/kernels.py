@@ -88,8 +88,8 @@ def _xla_loop_seconds(body, carry, consts, iters, rounds, notes, kernel):
     """Device seconds of one body(carry, *consts) -> carry, per round; copies that the loop
     makes on every trip go into `notes` under the kernel's name."""
     pairs = max(1, iters // 2)
-    many, one = xla_loop(body, pairs + 1), xla_loop(body, 1)
-    copies = loop_body_copies(many.lower(carry, *consts).compile().as_text())
+    many, one = (xla_loop(body, trips).lower(carry, *consts).compile() for trips in (pairs + 1, 1))
+    copies = loop_body_copies(many.as_text())
     if copies:
         notes.append(f"{kernel}: XLA's loop copies on every trip, its time includes them: {'; '.join(copies)}")
     many(carry, *consts)[0].block_until_ready()
