@@ -1,16 +1,19 @@
 // Element-wise reduction of n arrays (n <= 16), every dtype and op.
 //
-// Schedule. The output splits into 16-byte vectors. The grid is one wave of resident blocks
-// (launch_shape.cuh) and strides over the vectors: at each step a block takes kUnroll x
-// blockDim consecutive vectors, thread t the vectors t, t + blockDim, ... (each load
-// instruction of a warp reads 512 consecutive bytes). A thread issues all its loads, kUnroll
-// vectors of each of the n operands, before it combines any (bytes in flight hide DRAM and
-// NVLink latency), combines each vector's operands in the order given in the accumulator type
-// (float32 for float16/bfloat16, as the CPU engine does), and stores. Loads and stores carry
-// the streaming cache hint: every byte is touched once. The operand count is a template
-// parameter from 1 to 8, so the loads unroll fully and the registers fit the count (kUnroll =
-// 8 / n: eight 16-byte loads in flight per thread whatever n is); 9 to 16 operands take a
-// runtime count, one vector per step. Steps advance by additions only.
+// Schedule. The output splits into 16-byte vectors, dealt out over the grid's G threads: at
+// each step thread g takes the vectors g, g + G, ..., g + (kUnroll - 1) G of the next
+// kUnroll x G (each load instruction of a warp reads 512 consecutive bytes). The grid is one
+// wave of resident blocks (launch_shape.cuh) when there are vectors enough, else a thread
+// per vector, so that a small reduction still spreads over as many SMs as it can fill. A
+// thread issues all its loads of a step, kUnroll vectors of each of the n operands, before it
+// combines any (bytes in flight hide DRAM and NVLink latency), combines each vector's
+// operands in the order given in the accumulator type (float32 for float16/bfloat16, as the
+// CPU engine does), and stores. The last, partial step is the same with each vector's loads
+// and store guarded by its index. Loads and stores carry the streaming cache hint: every byte
+// is touched once. The operand count is a template parameter from 1 to 8, so the loads unroll
+// fully and the registers fit the count (kUnroll = 8 / n: eight 16-byte loads in flight per
+// thread whatever n is); 9 to 16 operands take a runtime count, one vector per step. Steps
+// advance by additions only.
 //
 // Pointers that all sit the same distance past a 16-byte boundary (slices of aligned buffers)
 // reduce the elements before the first boundary (head) and after the last whole vector
@@ -78,7 +81,33 @@ struct Split {
   size_t count = 0;
   size_t head = 0;
   size_t vectors = 0;
+  uint32_t zero = 0;  // always 0, unknown to the compiler: see hold_until_loaded()
 };
+
+// Makes the first operand's words depend on every operand's load, so that no operand can be
+// combined before every load of the step has been issued: without it, ptxas schedules a step
+// of one vector per operand as load, load, add, load, add, ... and reuses the registers, which
+// leaves 2-4 of a thread's loads in flight instead of all of them (float32 and bfloat16, 5-8
+// operands, sm_90 machine code). The words OR-ed into in[0] are the other operands' AND, AND
+// zero: a kernel argument that is always 0 (bits unchanged) but that the compiler cannot see
+// (so it cannot fold the gate away).
+template <int kSlots>
+__device__ __forceinline__ void hold_until_loaded(uint4 (&in)[kSlots], int n, uint32_t zero) {
+  uint4 all = in[1];
+#pragma unroll
+  for (int k = 2; k < kSlots; ++k) {
+    if (k < n) {
+      all.x &= in[k].x;
+      all.y &= in[k].y;
+      all.z &= in[k].z;
+      all.w &= in[k].w;
+    }
+  }
+  in[0].x |= all.x & zero;
+  in[0].y |= all.y & zero;
+  in[0].z |= all.z & zero;
+  in[0].w |= all.w & zero;
+}
 
 template <ReduceOp kOp, typename T>
 __device__ __forceinline__ T reduce_element(const Operands& ops, int n, size_t i) {
@@ -123,9 +152,9 @@ __global__ void __launch_bounds__(kThreads) reduce_vectors(T* dst, Operands ops,
     src[k] = k < n ? reinterpret_cast<const uint4*>(static_cast<const T*>(ops.p[k]) + split.head) : nullptr;
   }
   uint4* out = reinterpret_cast<uint4*>(dst + split.head);
-  const size_t lanes = blockDim.x;
-  const size_t step = static_cast<size_t>(gridDim.x) * lanes * kUnroll;
-  size_t v = blockIdx.x * lanes * kUnroll + threadIdx.x;
+  const size_t lanes = static_cast<size_t>(gridDim.x) * blockDim.x;  // G: threads in the grid
+  const size_t step = lanes * kUnroll;
+  size_t v = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   for (; v + (kUnroll - 1) * lanes < split.vectors; v += step) {
     uint4 in[kUnroll][kSlots];
 #pragma unroll
@@ -135,25 +164,28 @@ __global__ void __launch_bounds__(kThreads) reduce_vectors(T* dst, Operands ops,
         if (k < n) in[u][k] = __ldcs(src[k] + v + u * lanes);
       }
     }
+    if constexpr (kUnroll == 1 && kCount >= 5) hold_until_loaded(in[0], n, split.zero);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) __stcs(out + v + u * lanes, combine<kOp, T, kSlots>(in[u], n));
   }
-  // The last, partial step: whichever of this thread's vectors are left, one at a time.
+  // The last, partial step: whichever of this thread's vectors are left, loads first.
+  uint4 in[kUnroll][kSlots];
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
-    const size_t w = v + u * lanes;
-    if (w < split.vectors) {
-      uint4 in[kSlots];
+    if (v + u * lanes < split.vectors) {
 #pragma unroll
       for (int k = 0; k < kSlots; ++k) {
-        if (k < n) in[k] = __ldcs(src[k] + w);
+        if (k < n) in[u][k] = __ldcs(src[k] + v + u * lanes);
       }
-      __stcs(out + w, combine<kOp, T, kSlots>(in, n));
     }
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    if (v + u * lanes < split.vectors) __stcs(out + v + u * lanes, combine<kOp, T, kSlots>(in[u], n));
   }
   // Head and tail elements (fewer than 2 vectors' worth), one per thread of the grid.
   const size_t edges = split.count - split.vectors * kVec;
-  const size_t g = blockIdx.x * lanes + threadIdx.x;
+  const size_t g = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (g < edges) {
     const size_t i = g < split.head ? g : g + split.vectors * kVec;
     dst[i] = reduce_element<kOp, T>(ops, n, i);
@@ -172,7 +204,7 @@ template <ReduceOp kOp, typename T, int kCount>
 cudaError_t launch_vectors(T* dst, const Operands& ops, const Split& split, cudaStream_t stream) {
   constexpr int kUnroll = kCount == kRuntimeCount ? 1 : (kCount >= 8 ? 1 : 8 / kCount);
   constexpr auto kernel = reduce_vectors<kOp, T, kCount, kUnroll>;
-  const int blocks = grid_for(split.vectors, static_cast<size_t>(kThreads) * kUnroll, wave_blocks<kernel>(kThreads));
+  const int blocks = grid_for(split.vectors, kThreads, wave_blocks<kernel>(kThreads));
   kernel<<<blocks, kThreads, 0, stream>>>(dst, ops, split);
   return cudaGetLastError();
 }
