@@ -91,7 +91,7 @@ def _xla_loop_seconds(body, carry, consts, iters, rounds, notes, kernel):
     many, one = (xla_loop(body, trips).lower(carry, *consts).compile() for trips in (pairs + 1, 1))
     copies = loop_body_copies(many.as_text())
     if copies:
-        notes.append(f"{kernel}: XLA's loop copies on every trip, its time includes them: {'; '.join(copies)}")
+        notes.append(f"note: {kernel}: XLA's loop copies on every trip, its time includes them: {'; '.join(copies)}")
     many(carry, *consts)[0].block_until_ready()
     one(carry, *consts)[0].block_until_ready()
     samples = []

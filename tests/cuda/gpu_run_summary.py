@@ -74,7 +74,7 @@ def summary(out: Path) -> str:
             reason = " - " + first[:110]
         lines.append(f"- {c['outcome']:7} {c['id'].split('/')[-1]} ({c['seconds']:.0f} s){reason}")
 
-    kernels = [l for l in read(out / "kernels.md").splitlines() if l.startswith(("|", "#"))]
+    kernels = [l for l in read(out / "kernels.md").splitlines() if l.startswith(("|", "#", "note:"))]
     lines += ["", "kernels (jaccl-bench kernels):", ""] + (kernels or ["    (no table; see kernels.log)"]
                                                           + ["    " + l for l in
                                                              read(out / "kernels.log").splitlines()[-5:]])

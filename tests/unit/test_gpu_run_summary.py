@@ -27,7 +27,8 @@ def made_up_run(tmp_path: Path) -> Path:
     (tmp_path / "junit.xml").write_text(JUNIT)
     (tmp_path / "tests.log").write_text("jaccl 12 INFO process 0 of 1\njaccl 12 INFO all_reduce 16 B\n"
                                         "== 1 passed, 2 failed, 1 skipped in 75.20s ==\n")
-    (tmp_path / "kernels.md").write_text("# jaccl-bench kernels\n\n| kernel | size |\n|---|---|\n")
+    (tmp_path / "kernels.md").write_text("# jaccl-bench kernels\n\n| kernel | size |\n|---|---|\n\n"
+                                         "note: gather: XLA's loop copies on every trip\n")
     (tmp_path / "backtrace.log").write_text("noise\n[1] #0  0x00007f in jaccl::f() from _jaccl.so\n"
                                             "#1  0x00007f in main ()\n")
     (tmp_path / "steps.log").write_text("[0 s] machine\n[80 s] done\n")
@@ -46,7 +47,7 @@ def test_summary_has_build_tests_info_kernels_and_backtrace(tmp_path):
     assert "- passed  test_gpu.py::test_battery_in_this_process (12 s)" in text
     assert "- FAILED  test_gpu.py::test_killed_peer_fails_every_survivor[peer] (3 s) - AssertionError: [0] " \
            "jaccl-run: process 1 exited with -11" in text
-    assert "| kernel | size |" in text
+    assert "| kernel | size |" in text and "note: gather: XLA's loop copies on every trip" in text
     assert "    [1] #0  0x00007f in jaccl::f() from _jaccl.so" in text and "    #1  0x00007f in main ()" in text
     assert len(text.splitlines()) < 40
 
