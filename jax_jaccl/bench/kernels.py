@@ -14,7 +14,8 @@ barrier between the two keeps XLA from fusing them into one pass. The compiled l
 checked for such copies, and any is named under the table. Each measurement is repeated
 --rounds times; the table gives the median and the min. Bandwidth counts bytes read plus
 bytes written (a copy of S bytes moves 2S); "% of copy" is against a device copy moving the
-same bytes, measured in the same run; "vs XLA" is XLA's median time over jaccl's (above 1: jaccl is faster).
+same bytes, measured in the same run; "vs XLA" is XLA's median time over jaccl's (above 1:
+jaccl is faster).
 
 Inputs are random, and the MoE kernels read a distinct row for every (token, k) pair in a
 shuffled order, as a dispatch's layout does (no row served twice from L2). Before timing,

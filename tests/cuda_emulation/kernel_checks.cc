@@ -151,8 +151,10 @@ void check_combine() {
 }
 
 void check_moves() {
-  // 9616 bytes: 601 vectors, several unrolled steps of a 128-thread block and a partial one.
-  for (size_t row_bytes : {size_t{4}, size_t{48}, size_t{100}, size_t{9616}}) {
+  // 9616 bytes: 601 vectors, an unrolled step of a 128-thread block (4 vectors per thread)
+  // and a partial one of 1 vector for some threads; 14416 bytes: 901 vectors, a partial step
+  // of 3 vectors for every thread and a 4th for some.
+  for (size_t row_bytes : {size_t{4}, size_t{48}, size_t{100}, size_t{9616}, size_t{14416}}) {
     const size_t n_src = 11, n = 6;
     std::vector<char> src(n_src * row_bytes + 16), got(n * row_bytes + 16, 0), want(n * row_bytes, 0);
     fill(Dtype::kU8, src.data(), src.size(), row_bytes);

@@ -34,9 +34,17 @@ __device__ __forceinline__ void copy_row(char* dst, const char* src, size_t byte
 #pragma unroll
     for (int u = 0; u < kRowUnroll; ++u) to[v + u * lanes] = r[u];
   }
+  // The rest of the row, fewer than kRowUnroll vectors per thread: loads first here too (one
+  // load-store pair at a time would wait for memory once per vector: the compiler must keep a
+  // store ahead of the next load, which might read what it wrote).
+  uint4 r[kRowUnroll];
 #pragma unroll
   for (int u = 0; u < kRowUnroll; ++u) {
-    if (v + u * lanes < vectors) to[v + u * lanes] = __ldcs(from + v + u * lanes);
+    if (v + u * lanes < vectors) r[u] = __ldcs(from + v + u * lanes);
+  }
+#pragma unroll
+  for (int u = 0; u < kRowUnroll; ++u) {
+    if (v + u * lanes < vectors) to[v + u * lanes] = r[u];
   }
 }
 
