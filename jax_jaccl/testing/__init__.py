@@ -19,9 +19,11 @@ timeout, not pytest-timeout's, unless the test has its own @pytest.mark.timeout)
 (`link_rate="1gbit"` limits each) when pytest runs as root, else this machine's loopback with
 one JACCL_HOST_ID per host; the test's "jax_processes job" section says which.
 `network="loopback"` always uses loopback hosts; `network="namespaces"` skips the test where
-namespaces cannot be made (not root), with the reason. At most `jax_processes_max` (ini;
-default twice the CPUs, at least 4) processes of jobs run at once on the machine, counted over
-every pytest of the user (xdist workers too): a job waits for its slots. `env={...}` adds
+namespaces cannot be made (not root), with the reason. Ranks fill the hosts in order (host 0
+holds ranks 0..n/H-1); `ranks="round-robin"` puts rank k on host k % H instead. At most
+`jax_processes_max` (ini; default twice the CPUs, at least 4) processes of jobs run at once on
+the machine, counted over every pytest of the user (xdist workers too): a job waits for its
+slots. `env={...}` adds
 environment variables to every process (e.g. a transport: {"JACCL_TRANSPORT": "tcp"}).
 
 Caveats: the test module and its skipif conditions are also imported in the pytest process
@@ -37,6 +39,7 @@ import os
 import pytest
 
 from . import rank as _rank
+from .placement import RANK_ORDERS
 
 MARKER = "jax_processes"
 
@@ -51,7 +54,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", f"{MARKER}(n, devices_per_process=1, hosts=1, timeout=None, link_rate=None, "
-        "network='auto', env=None): run the test in n JAX processes (jax_jaccl.testing)")
+        "network='auto', env=None, ranks='packed'): run the test in n JAX processes (jax_jaccl.testing)")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -64,7 +67,8 @@ NETWORKS = ("auto", "namespaces", "loopback")
 
 
 def _job_options(config, marker) -> dict:
-    def options(n, devices_per_process=1, hosts=1, timeout=None, link_rate=None, network="auto", env=None):
+    def options(n, devices_per_process=1, hosts=1, timeout=None, link_rate=None, network="auto", env=None,
+                ranks="packed"):
         usage = f"@pytest.mark.{MARKER}({n}, devices_per_process={devices_per_process}, hosts={hosts}"
         if int(n) < 1 or int(devices_per_process) < 1 or int(hosts) < 1 or int(n) % int(hosts):
             raise pytest.UsageError(f"{usage}): need n >= 1 processes filling the hosts evenly")
@@ -73,12 +77,14 @@ def _job_options(config, marker) -> dict:
         if link_rate is not None and (network == "loopback" or int(hosts) == 1):
             raise pytest.UsageError(f"{usage}, link_rate={link_rate!r}): a link rate needs hosts > 1 "
                                     "joined by namespaces' links (loopback has no links to limit)")
+        if ranks not in RANK_ORDERS:
+            raise pytest.UsageError(f"{usage}, ranks={ranks!r}): ranks is one of {RANK_ORDERS}")
         env = dict(env or {})
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise pytest.UsageError(f"{usage}, env={env!r}): env maps names to strings")
         return dict(processes=int(n), devices_per_process=int(devices_per_process), hosts=int(hosts),
                     timeout=float(timeout if timeout is not None else config.getini("jax_processes_timeout")),
-                    link_rate=link_rate, network=network, env=env)
+                    link_rate=link_rate, network=network, env=env, ranks=ranks)
 
     return options(*marker.args, **marker.kwargs)
 

@@ -110,12 +110,13 @@ class JobItem(pytest.Item):
     """A marked test, run as a job of several processes."""
 
     def __init__(self, *, function: pytest.Function, processes: int, devices_per_process: int,
-                 hosts: int, timeout: float, link_rate: str | None, network: str, env: dict, **kwargs):
+                 hosts: int, timeout: float, link_rate: str | None, network: str, env: dict, ranks: str,
+                 **kwargs):
         super().__init__(**kwargs)
         self.function = function
         self.processes, self.devices_per_process = processes, devices_per_process
         self.hosts, self.timeout, self.link_rate = hosts, timeout, link_rate
-        self.network, self.extra_env = network, env
+        self.network, self.extra_env, self.rank_order = network, env, ranks
         self.own_markers = list(function.own_markers)
         self.keywords.update(function.keywords)
         self.obj = getattr(function, "obj", None)
@@ -161,7 +162,8 @@ class JobItem(pytest.Item):
         passed = False
         try:
             try:
-                placement = Placement(self.processes, self.hosts, self.link_rate, job_id, self.network)
+                placement = Placement(self.processes, self.hosts, self.link_rate, job_id, self.network,
+                                      self.rank_order)
             except NoNamespaces as e:
                 pytest.skip(str(e))
             for rank in range(self.processes):

@@ -1,15 +1,17 @@
 """Where a job's processes run: on emulated hosts (network namespaces, as root) or on this
 machine's loopback with one JACCL_HOST_ID per emulated host; and the job's coordinator port.
 
-Contract: Placement(processes, hosts, link_rate, job_id, network) makes what the job needs and
-says how in `description` (network: "auto" = namespaces where they can be made, else loopback;
-"loopback"; "namespaces", else NoNamespaces with the reason); rank_env(k) / rank_prefix(k) give
-process k's environment and command prefix (processes fill hosts in order, processes // hosts
-each); close() removes the namespaces and the port reservation. Nothing outside the job can
-take its coordinator port while it is reserved: JAX's coordinator sets SO_REUSEPORT, so a port
-merely bound-and-closed could be shared silently by two jobs; the reservation is a socket that
-holds the port with SO_REUSEPORT (which JAX's coordinator can still bind beside) and never
-listens.
+Contract: Placement(processes, hosts, link_rate, job_id, network, ranks) makes what the job
+needs and says how in `description` (network: "auto" = namespaces where they can be made, else
+loopback; "loopback"; "namespaces", else NoNamespaces with the reason); rank_env(k) /
+rank_prefix(k) give process k's environment and command prefix; host_of(k) its host, with
+processes // hosts on each (ranks: "packed" = host 0 holds ranks 0..per_host-1, host 1 the
+next ones, ...; "round-robin" = rank k on host k % hosts, as a scheduler that deals ranks out
+over nodes does); close() removes the namespaces and the port reservation. Nothing outside the
+job can take its coordinator port while it is reserved: JAX's coordinator sets SO_REUSEPORT,
+so a port merely bound-and-closed could be shared silently by two jobs; the reservation is a
+socket that holds the port with SO_REUSEPORT (which JAX's coordinator can still bind beside)
+and never listens.
 """
 
 from __future__ import annotations
@@ -27,16 +29,22 @@ def reserve_port() -> socket.socket:
     return s
 
 
+RANK_ORDERS = ("packed", "round-robin")
+
+
 class NoNamespaces(Exception):
     """network="namespaces" was asked for where none can be made; the message says why."""
 
 
 class Placement:
     def __init__(self, processes: int, hosts: int, link_rate: str | None, job_id: str,
-                 network: str = "auto"):
+                 network: str = "auto", ranks: str = "packed"):
         if hosts < 1 or processes % hosts:
             raise ValueError(f"{processes} processes do not fill {hosts} hosts evenly")
+        if ranks not in RANK_ORDERS:
+            raise ValueError(f"ranks={ranks!r}: one of {RANK_ORDERS}")
         self.processes, self.hosts, self.per_host = processes, hosts, processes // hosts
+        self.round_robin = ranks == "round-robin" and hosts > 1
         self.namespaces = None
         self.reservation = None
         why_not = can_emulate() if hosts > 1 and network != "loopback" else None
@@ -46,7 +54,7 @@ class Placement:
             self.namespaces = EmulatedHosts(hosts, rate=link_rate, prefix=f"jpt-{job_id[:8]}")
             self.port = 23456  # each namespace has its own port space
             self.description = (f"{hosts} emulated hosts: network namespaces with veth links"
-                                f"{' at ' + link_rate if link_rate else ''}")
+                                f"{' at ' + link_rate if link_rate else ''}{self._order()}")
             return
         self.reservation = reserve_port()
         self.port = self.reservation.getsockname()[1]
@@ -54,14 +62,18 @@ class Placement:
             self.description = "1 host"
             return
         self.description = f"{hosts} emulated hosts on this machine's loopback (JACCL_HOST_ID per host"
+        self.description += self._order().replace(", ", "; ", 1)
         if why_not is not None:  # "auto" without namespaces: say what changed
             self.description += f"; no network namespaces: {why_not}"
             if link_rate:
                 self.description += f"; link_rate {link_rate} not applied, loopback has no links to limit"
         self.description += ")"
 
+    def _order(self) -> str:
+        return f", rank k on host k % {self.hosts}" if self.round_robin else ""
+
     def host_of(self, rank: int) -> int:
-        return rank // self.per_host
+        return rank % self.hosts if self.round_robin else rank // self.per_host
 
     def rank_env(self, rank: int) -> dict:
         host = self.host_of(rank)

@@ -4,7 +4,8 @@ pytest-plugin jobs: plain assertions on every device of every process. Layouts o
 on emulated hosts over loopback (one JACCL_HOST_ID per host) and in network namespaces (veth
 links, as root; skipped with the reason otherwise), each over jaccl's TCP and, where marked,
 over the OFI transport (libfabric's tcp provider). Results that must be bitwise equal on every
-device (all_reduce, all_gather) are also compared across the job's processes."""
+device (all_reduce, all_gather) are also compared across the job's processes. Two layouts deal
+the ranks out round-robin over the hosts."""
 
 from __future__ import annotations
 
@@ -37,11 +38,19 @@ def same_on_every_process(digests: dict) -> None:
     layout(4, 1, 2, network="namespaces"), layout(4, 1, 4, network="namespaces"),
     layout(4, 1, 2, OFI, network="namespaces", marks=needs_ofi),
     layout(4, 1, 4, OFI, network="namespaces", marks=needs_ofi),
+    # Ranks dealt round-robin over the hosts (rank k on host k % 2): each host's ranks are not
+    # contiguous, so the hierarchical groups are not slices of the rank order.
+    layout(4, 1, 2, ranks="round-robin"), layout(4, 2, 2, network="namespaces", ranks="round-robin"),
 ])
 def test_collectives_match_lax(jax_job, nprocs, devices, hosts, transport):
     assert (jax_job.process_count, jax_job.local_device_count) == (nprocs, devices)
     assert (jax_job.host_count, jaccl.init().host_count) == (hosts, hosts)
     assert jaccl.init().transport == (expected(transport) if hosts > 1 else "none")
+    # jaccl groups the processes by host as the job placed them (packed or round-robin).
+    placed = np.asarray(multihost_utils.process_allgather(np.int32(jax_job.host_index))).ravel()
+    seen = jaccl.init().hosts
+    assert [[seen[k] == seen[j] for j in range(nprocs)] for k in range(nprocs)] == \
+        [[placed[k] == placed[j] for j in range(nprocs)] for k in range(nprocs)], (seen, placed)
     checked, digests = [], {}
 
     def compare(name, got, want, digest=False):

@@ -1,7 +1,7 @@
 """The pytest plugin (jax_jaccl.testing) as a user meets it: throwaway projects in a temporary
 folder, with nothing but test files (no conftest; an ini file only where a test sets an
-option), run with plain `python -m pytest`. Covers a passing multi-host job, the marker's env=
-and network= options and the ones refused, xfail(raises=), an assertion in one rank, an
+option), run with plain `python -m pytest`. Covers a passing multi-host job, the marker's env=,
+network= and ranks= options and the ones refused, xfail(raises=), an assertion in one rank, an
 exception at import in one rank, a killed rank, a hang (stacks dumped, job killed in time), -x,
 --lf, pytest-xdist (and the cap on processes across its workers), coverage of the ranks, and
 pytest itself killed mid-job; after each run no rank process, shared-memory segment or network
@@ -119,6 +119,14 @@ def test_env_and_loopback_hosts(jax_job):
 def test_namespaces_or_skip(jax_job):
     import jax_jaccl as jaccl
     assert os.environ["JACCL_IFNAME"] and jaccl.init().host_count == 2
+
+
+@pytest.mark.jax_processes(4, hosts=2, network="loopback", ranks="round-robin", timeout=60)
+def test_round_robin_ranks(jax_job):
+    import jax_jaccl as jaccl
+    assert jax_job.host_index == jax_job.process_index % 2
+    assert os.environ["JACCL_HOST_ID"].endswith(f"-emulated-{jax_job.process_index % 2}")
+    assert jaccl.init().host_count == 2
 '''
 
 XFAIL = '''
@@ -258,8 +266,9 @@ def test_env_and_network_options(tmp_path):
     rc, out, _ = run_pytest(tmp_path, {"test_options.py": OPTIONS}, "-rA")
     assert rc == 0, out
     assert "2 emulated hosts on this machine's loopback (JACCL_HOST_ID per host)" in out, out
+    assert "(JACCL_HOST_ID per host; rank k on host k % 2)" in out, out
     if can_emulate() is None:
-        assert "2 passed" in out and "network namespaces with veth links at 1gbit" in out, out
+        assert "3 passed" in out and "network namespaces with veth links at 1gbit" in out, out
     else:
         assert re.search(r"SKIPPED .*2 hosts in network namespaces: " + re.escape(can_emulate()), out), out
     assert_nothing_left(tmp_path, out)
@@ -268,7 +277,8 @@ def test_env_and_network_options(tmp_path):
 def test_options_that_cannot_hold_are_refused(tmp_path):
     bad = {"link_rate on loopback": 'hosts=2, network="loopback", link_rate="1gbit"',
            "link_rate on one host": 'link_rate="1gbit"', "unknown network": 'hosts=2, network="wifi"',
-           "env value not a string": 'env={"X": 1}', "uneven hosts": "hosts=3"}
+           "env value not a string": 'env={"X": 1}', "uneven hosts": "hosts=3",
+           "unknown rank order": 'hosts=2, ranks="random"'}
     for why, options in bad.items():
         text = f"import pytest\n\n@pytest.mark.jax_processes(2, {options})\ndef test_x(jax_job):\n    pass\n"
         rc, out, _ = run_pytest(tmp_path, {"test_bad.py": text}, "-q")
@@ -288,6 +298,25 @@ def test_a_link_rate_that_loopback_cannot_apply_is_reported(monkeypatch):
         auto.close()
     with pytest.raises(placement.NoNamespaces, match="2 hosts in network namespaces: not root"):
         placement.Placement(4, 2, None, "0123456789ab", "namespaces")
+
+
+def test_ranks_fill_hosts_in_order_or_round_robin(monkeypatch):
+    from jax_jaccl.testing import placement
+
+    monkeypatch.setattr(placement, "can_emulate", lambda: "not root")
+    packed = placement.Placement(6, 3, None, "0123456789ab", "auto")
+    dealt = placement.Placement(6, 3, None, "0123456789ab", "auto", "round-robin")
+    try:
+        assert [packed.host_of(k) for k in range(6)] == [0, 0, 1, 1, 2, 2]
+        assert [dealt.host_of(k) for k in range(6)] == [0, 1, 2, 0, 1, 2]
+        assert dealt.rank_env(4)["JACCL_TEST_HOST_INDEX"] == "1"
+        assert dealt.rank_env(4)["JACCL_HOST_ID"].endswith("-emulated-1")
+        assert "; rank k on host k % 3;" in dealt.description and "rank k" not in packed.description
+    finally:
+        packed.close()
+        dealt.close()
+    with pytest.raises(ValueError, match="ranks='random'"):
+        placement.Placement(2, 2, None, "0123456789ab", "loopback", "random")
 
 
 def test_xfail_matches_raises_against_each_rank_exception(tmp_path):
