@@ -45,6 +45,7 @@ class Placement:
             raise ValueError(f"ranks={ranks!r}: one of {RANK_ORDERS}")
         self.processes, self.hosts, self.per_host = processes, hosts, processes // hosts
         self.round_robin = ranks == "round-robin" and hosts > 1
+        order = [f"rank k on host k % {hosts}"] if self.round_robin else []
         self.namespaces = None
         self.reservation = None
         why_not = can_emulate() if hosts > 1 and network != "loopback" else None
@@ -53,24 +54,20 @@ class Placement:
         if hosts > 1 and network != "loopback" and why_not is None:
             self.namespaces = EmulatedHosts(hosts, rate=link_rate, prefix=f"jpt-{job_id[:8]}")
             self.port = 23456  # each namespace has its own port space
-            self.description = (f"{hosts} emulated hosts: network namespaces with veth links"
-                                f"{' at ' + link_rate if link_rate else ''}{self._order()}")
+            self.description = ", ".join([f"{hosts} emulated hosts: network namespaces with veth links"
+                                          f"{' at ' + link_rate if link_rate else ''}", *order])
             return
         self.reservation = reserve_port()
         self.port = self.reservation.getsockname()[1]
         if hosts == 1:
             self.description = "1 host"
             return
-        self.description = f"{hosts} emulated hosts on this machine's loopback (JACCL_HOST_ID per host"
-        self.description += self._order().replace(", ", "; ", 1)
+        notes = ["JACCL_HOST_ID per host", *order]
         if why_not is not None:  # "auto" without namespaces: say what changed
-            self.description += f"; no network namespaces: {why_not}"
+            notes.append(f"no network namespaces: {why_not}")
             if link_rate:
-                self.description += f"; link_rate {link_rate} not applied, loopback has no links to limit"
-        self.description += ")"
-
-    def _order(self) -> str:
-        return f", rank k on host k % {self.hosts}" if self.round_robin else ""
+                notes.append(f"link_rate {link_rate} not applied, loopback has no links to limit")
+        self.description = f"{hosts} emulated hosts on this machine's loopback ({'; '.join(notes)})"
 
     def host_of(self, rank: int) -> int:
         return rank % self.hosts if self.round_robin else rank // self.per_host
