@@ -35,6 +35,7 @@ def _environment() -> tuple[str | None, dict]:
     env = dict(os.environ)
     found = shutil.which("cuobjdump") or shutil.which("cuobjdump", path="/usr/local/cuda/bin")
     if found and (shutil.which("nvdisasm", path=str(pathlib.Path(found).parent)) or shutil.which("nvdisasm")):
+        env["PATH"] = f"{pathlib.Path(found).parent}{os.pathsep}{env.get('PATH', '')}"  # cuobjdump runs nvdisasm
         return found, env
     wheel = _wheel_bin()
     if wheel is None:
