@@ -152,27 +152,44 @@ std::string why_failed(const LocalDevice& local) {
   return "";
 }
 
+// Marks peer processes that no longer exist: the barriers waiting on them fail at once.
+// Call with r.mutex held.
+void notice_dead_peers(Registry& r) {
+  for (const auto& [process, pid] : r.peer_pids) {
+    if (!r.dead_host[process] && !pid_alive(pid)) r.dead_host[process] = 1;
+  }
+}
+
+// Why `local` failed, looking at the peer processes again first: a peer's abort is often the
+// echo of a death that this process's watcher has not seen yet (it looks every 10 ms), and
+// each survivor should name the dead process, not only the peer that noticed it first.
+// "" while nothing failed. Call with r.mutex held.
+std::string why_failed_now(Registry& r, const LocalDevice& local) {
+  if (why_failed(local).empty()) return "";
+  notice_dead_peers(r);
+  return why_failed(local);
+}
+
 // Call with r.mutex held: prints each device's failure once.
 void report_locked(Registry& r) {
   for (const auto& [ordinal, local] : r.locals) {
-    const std::string why = why_failed(*local);
-    if (!why.empty() && r.reported.insert(local->device).second) {
+    if (r.reported.count(local->device) != 0) continue;
+    const std::string why = why_failed_now(r, *local);
+    if (!why.empty()) {
+      r.reported.insert(local->device);
       std::fprintf(stderr, "%s\n", why.c_str());
       std::fflush(stderr);
     }
   }
 }
 
-// Every 10 ms: mark peer processes that no longer exist (the barriers waiting on them fail
-// at once) and print each device's failure once.
+// Every 10 ms: mark dead peer processes and print each device's failure once.
 void watch() {
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
-    for (const auto& [process, pid] : r.peer_pids) {
-      if (!r.dead_host[process] && !pid_alive(pid)) r.dead_host[process] = 1;
-    }
+    notice_dead_peers(r);
     report_locked(r);
   }
 }
@@ -374,7 +391,7 @@ const volatile uint8_t* dead_processes() { return registry().dead_device; }
 std::string failure(const LocalDevice& device) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  std::string why = why_failed(device);
+  std::string why = why_failed_now(r, device);
   if (!why.empty()) report_locked(r);
   return why;
 }
