@@ -1,8 +1,8 @@
 """Builds the emulated-GPU check program: jaccl's CUDA kernels and peer-path schedules compiled
 for the host against the stand-in runtime in shim/, with the checks of this folder.
 
-Contract: build(out_dir) returns the path of the check program (exit status 0 = every check
-passed); build_module(out_dir) the path of the whole _jaccl_cuda module built the same way.
+Contract: build(out_dir) returns the paths of the check program (exit status 0 = every check
+passed) and of the whole _jaccl_cuda module built the same way.
 The kernel sources are copied with their launches rewritten (`k<<<grid, block, shared,
 stream>>>(args)` -> `emulate_launch(grid, block, shared, stream, k, args)`), device globals made
 per emulated GPU, and the device clock read from the host; a source whose constructs these
@@ -38,6 +38,8 @@ MODULE_SOURCES = ["handlers/cuda_handlers.cc", "handlers/cuda_moe_handlers.cc", 
                   "handlers/cuda_peers.cc", "handlers/cuda_peer_path.cc", "common/reduce.cc",
                   "common/dtype.cc", "common/error.cc", "common/log.cc", "common/process.cc",
                   "collectives/kinds.cc"]
+# Compiled first, so that the other sources fill the other jobs meanwhile.
+_SLOW_SOURCES = ("cuda/reduce.cc", "nb_combined.cpp")
 CHECKS = ["shim/fibers.cc", "shim/runtime.cc", "emulated_world.cc", "main.cc", "kernel_checks.cc",
           "collective_checks.cc", "moe_checks.cc", "failure_checks.cc"]
 
@@ -76,18 +78,20 @@ def _flags(shared: bool) -> list:
     return flags + (["-fPIC", "-fvisibility=hidden"] if shared else [])
 
 
-def _compile(out: pathlib.Path, sources: list, flags: list, jobs: int) -> list:
-    def compile_one(numbered) -> pathlib.Path:
-        index, (source, extra) = numbered
-        obj = out / f"{index:02d}_{source.stem}.o"
-        result = subprocess.run([_cxx(), *flags, *extra, "-c", str(source), "-o", str(obj)],
+def _compile(sources: list, jobs: int) -> list:
+    """Compiles (source, flags, object path) triples, the longest first (jobs at a time)."""
+    def compile_one(item) -> pathlib.Path:
+        source, flags, obj = item
+        result = subprocess.run([_cxx(), *flags, "-c", str(source), "-o", str(obj)],
                                 capture_output=True, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"compiling {source} failed:\n{result.stderr[-4000:]}")
         return obj
 
+    slow_first = sorted(sources, key=lambda item: not str(item[0]).endswith(_SLOW_SOURCES))
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        return list(pool.map(compile_one, enumerate(sources)))
+        list(pool.map(compile_one, slow_first))
+    return [obj for _, _, obj in sources]
 
 
 def _link(objects: list, flags: list, target: pathlib.Path) -> pathlib.Path:
@@ -112,43 +116,54 @@ def _rewritten_kernels(out: pathlib.Path) -> list:
     return targets
 
 
-def build(out_dir: str | os.PathLike, jobs: int = 2) -> pathlib.Path:
-    """The standalone check program (main.cc)."""
-    out = pathlib.Path(out_dir)
-    sources = _rewritten_kernels(out) + [ENGINE / s for s in HOST_SOURCES] + [HERE / s for s in CHECKS]
-    flags = _flags(shared=False)
-    objects = _compile(out, [(s, []) for s in sources], flags, jobs)
-    return _link(objects, flags, out / "emulated_gpus")
+def _objects(out: pathlib.Path, sources: list, flags: list) -> list:
+    """(source, flags, object) triples for `sources`, each object named after its source."""
+    out.mkdir(parents=True, exist_ok=True)
+    return [(source, flags + extra, out / f"{index:02d}_{pathlib.Path(source).stem}.o")
+            for index, (source, extra) in enumerate(sources)]
 
 
-def build_module(out_dir: str | os.PathLike, jobs: int = 2) -> pathlib.Path:
-    """The _jaccl_cuda extension module over emulated GPUs: import it from the returned path
-    under the name _jaccl_cuda; register its exported `emulated_jaccl_cuda_*` entry points (which
-    wait for the handler's stream) for the CPU platform: CPU device ordinals are GPU ordinals."""
+def build(out_dir: str | os.PathLike, jobs: int = 2) -> tuple:
+    """Both builds in one pass, the kernels compiled once (position-independent, as the module
+    needs them): returns (check program, module).
+
+    The check program is main.cc with the kernels and peer-path schedules. The module is the
+    _jaccl_cuda extension over emulated GPUs: import it from its path under the name
+    _jaccl_cuda and register its exported `emulated_jaccl_cuda_*` entry points (which wait for
+    the handler's stream) for the CPU platform: CPU device ordinals are GPU ordinals."""
     import sysconfig
 
     import nanobind
 
-    out = pathlib.Path(out_dir) / "module"
-    out.mkdir(parents=True, exist_ok=True)
+    out = pathlib.Path(out_dir)
+    module_dir = out / "module"
+    shared = _flags(shared=True)
+    kernels = _objects(out / "kernels", [(k, []) for k in _rewritten_kernels(out)], shared)
+
+    program_sources = [ENGINE / s for s in HOST_SOURCES] + [HERE / s for s in CHECKS]
+    program = _objects(out / "program", [(s, []) for s in program_sources], _flags(shared=False))
+
     nb_src = pathlib.Path(nanobind.source_dir())
     nb_include = pathlib.Path(nanobind.include_dir())
     python = ["-I" + sysconfig.get_paths()["include"], f"-I{nb_include}",
               f"-I{nb_include.parent / 'ext' / 'robin_map' / 'include'}"]
     stream = ["-include", str(HERE / "shim" / "xla_stream.h")]
-    sources = [(s, stream) for s in _rewritten_kernels(out)]
-    sources += [(ENGINE / s, stream + python) for s in MODULE_SOURCES]
-    sources += [(HERE / "shim" / s, stream) for s in ("fibers.cc", "runtime.cc", "handlers_on_cpu.cc")]
-    sources += [(nb_src / "nb_combined.cpp", python + ["-w"])]
-    flags = _flags(shared=True)
-    objects = _compile(out, sources, flags, jobs)
-    exports = out / "exports.map"  # the real module's, plus the emulation's entry points
+    module_sources = [(ENGINE / s, stream + python) for s in MODULE_SOURCES]
+    module_sources += [(HERE / "shim" / s, stream) for s in ("fibers.cc", "runtime.cc", "handlers_on_cpu.cc")]
+    module_sources += [(nb_src / "nb_combined.cpp", python + ["-w"])]
+    module = _objects(module_dir, module_sources, shared)
+
+    kernel_objects = _compile(kernels + program + module, jobs)[:len(kernels)]
+    program_path = _link(kernel_objects + [obj for _, _, obj in program], _flags(shared=False),
+                         out / "emulated_gpus")
+    exports = module_dir / "exports.map"  # the real module's, plus the emulation's entry points
     exports.write_text("{ global: PyInit_*; emulated_jaccl_cuda_*; local: *; };\n")
     link = ["-shared", *GPU_MACHINE_LINK, "-Wl,--exclude-libs,ALL", f"-Wl,--version-script={exports}"]
-    return _link(objects, flags + link, out / "_jaccl_cuda.so")
+    module_path = _link(kernel_objects + [obj for _, _, obj in module], shared + link,
+                        module_dir / "_jaccl_cuda.so")
+    return program_path, module_path
 
 
 if __name__ == "__main__":
     out_dir = sys.argv[1] if len(sys.argv) > 1 else ROOT / "build" / "emulated_gpus"
-    print(build(out_dir))
-    print(build_module(out_dir))
+    print(*build(out_dir), sep="\n")

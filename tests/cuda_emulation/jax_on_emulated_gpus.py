@@ -1,5 +1,5 @@
 """The GPU test batteries (tests/cuda) through jaccl's CUDA handlers, without a GPU: the
-_jaccl_cuda module built over emulated GPUs (build.py's build_module) is loaded beside the
+_jaccl_cuda module built over emulated GPUs (build.py's build) is loaded beside the
 real package, its handlers are registered for the CPU platform under their own names, and
 jaccl's lowering is pointed at them. CPU devices then play GPUs of one host: workspaces, IPC
 handles through JAX's key-value store, the peer registry and bootstrap's set-up run as on a

@@ -46,7 +46,7 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ comp
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("emulated_gpus")
-    return emulation.build(out), emulation.build_module(out)
+    return emulation.build(out)
 
 
 def test_kernels_and_peer_schedules_on_emulated_gpus(built):

@@ -96,10 +96,14 @@ std::string describe_process(const Registry& r, int64_t device) {
                                   : text("process ", peer->second.process, " (pid ", pid->second, ")");
 }
 
-// "; process P (pid N) died" for every peer process the watcher saw die. Call with r.mutex held.
-std::string dead_peers(const Registry& r) {
+// "; process P (pid N) died" for every peer process the watcher saw die but `except` (the
+// process of a peer that failed first: it may have exited since, which is not news). Call with
+// r.mutex held.
+std::string dead_peers(const Registry& r, int64_t except) {
+  auto failed_first = r.peers.find(except);
   std::string out;
   for (const auto& [process, pid] : r.peer_pids) {
+    if (failed_first != r.peers.end() && failed_first->second.process == process) continue;
     if (r.dead_host != nullptr && r.dead_host[process]) append(out, "; process ", process, " (pid ", pid, ") died");
   }
   return out;
@@ -126,7 +130,7 @@ std::string describe_failure(const LocalDevice& local, const DeviceStatus& st) {
       break;
     case kPeerAborted:
       append(s, "device ", device, " of the group, on ", describe_process(r, device),
-             ", failed first and printed why", dead_peers(r));
+             ", failed first and printed why", dead_peers(r, device));
       break;
     case kPeerMismatch:
       append(s, "ranks disagree: device ", local.device, " runs ", describe_call(st.mine),
