@@ -25,6 +25,8 @@ holds ranks 0..n/H-1); `ranks="round-robin"` puts rank k on host k % H instead. 
 the machine, counted over every pytest of the user (xdist workers too): a job waits for its
 slots. `env={...}` adds
 environment variables to every process (e.g. a transport: {"JACCL_TRANSPORT": "tcp"}).
+`jax_processes_compilation_cache = session` (ini) lets the jobs share a JAX compilation
+cache: a program compiled by one job (the same test over several layouts) is loaded by the next.
 
 Caveats: the test module and its skipif conditions are also imported in the pytest process
 (keep device work out of import time); fixtures of every scope run once per process per test;
@@ -39,6 +41,7 @@ import os
 import pytest
 
 from . import rank as _rank
+from .compile_cache import OPTION as OPTION_COMPILATION_CACHE
 from .placement import RANK_ORDERS
 
 MARKER = "jax_processes"
@@ -49,6 +52,9 @@ def pytest_addoption(parser):
     parser.addini("jax_processes_max", "most jax_processes ranks running at once on this machine, over "
                   "every pytest of this user (xdist workers too); a bigger job runs alone; 0: no cap",
                   default=str(max(4, 2 * (os.cpu_count() or 1))))
+    parser.addini(OPTION_COMPILATION_CACHE, "JAX compilation cache of the jax_processes jobs: 'session' "
+                  "(shared by this session's jobs, removed at its end), a folder, or off (the default)",
+                  default="")
 
 
 def pytest_configure(config):

@@ -3,8 +3,8 @@ folder, with nothing but test files (no conftest; an ini file only where a test 
 option), run with plain `python -m pytest`. Covers a passing multi-host job, the marker's env=,
 network= and ranks= options and the ones refused, xfail(raises=), an assertion in one rank, an
 exception at import in one rank, a killed rank, a hang (stacks dumped, job killed in time), -x,
---lf, pytest-xdist (and the cap on processes across its workers), coverage of the ranks, and
-pytest itself killed mid-job; after each run no rank process, shared-memory segment or network
+--lf, pytest-xdist (and the cap on processes across its workers), coverage of the ranks, the
+session's compilation cache, and pytest itself killed mid-job; after each run no rank process, shared-memory segment or network
 namespace of its jobs is left."""
 
 from __future__ import annotations
@@ -209,6 +209,34 @@ def test_job(jax_job):
     assert covered.only_in_the_job(1) == "positive"
 '''
 
+# The same program over both processes' devices, compiled in three jobs; each rank writes how
+# many programs it loaded from JAX's persistent cache and which cache folder it was given.
+COMPILED = '''
+import os
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+
+@pytest.mark.jax_processes(2, timeout=120)
+@pytest.mark.parametrize("job", [1, 2, 3])
+def test_compile(jax_job, job):
+    hits = []
+    jax.monitoring.register_event_listener(
+        lambda name, **_: hits.append(name) if name == "/jax/compilation_cache/cache_hits" else None)
+    mesh = jax.make_mesh((2,), ("d",))
+    x = jax.make_array_from_callback((64,), NamedSharding(mesh, P("d")),
+                                     lambda index: np.arange(64.0, dtype=np.float32)[index])
+    step = jax.jit(lambda x: (jnp.sin(x) * 3 + 1).sum(), out_shardings=NamedSharding(mesh, P()))
+    assert abs(float(step(x)) - float((np.sin(np.arange(64.0)) * 3 + 1).sum())) < 1e-3
+    seen = f"{len(hits)} {os.environ.get('JAX_COMPILATION_CACHE_DIR', '-')}"
+    Path(os.environ["PLUGIN_TEST_OUT"], f"job{job}-rank{jax_job.process_index}").write_text(seen)
+'''
+
 
 def project_env(project) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "JACCL_"))}
@@ -383,6 +411,28 @@ def test_the_job_timeout_rules_over_pytest_timeout(tmp_path):
            "def test_slow(jax_job):\n    time.sleep(4)\n"
     rc, out, _ = run_pytest(tmp_path, {"test_slow.py": slow}, "-q")
     assert rc == 0 and "1 passed" in out, out
+    assert_nothing_left(tmp_path, out)
+
+
+def test_jobs_share_a_compilation_cache_when_asked(tmp_path):
+    """jax_processes_compilation_cache = session: the first job compiles, the later ones load
+    the program, and the folder is gone after the session; off by default. (JAX writes entries
+    from process 0 only, and on CPU keys a program by the process's own view of the devices:
+    there only process 0 loads it.)"""
+    def seen():
+        return {p.name: p.read_text().split() for p in tmp_path.glob("job*-rank*")}
+
+    rc, out, _ = run_pytest(tmp_path, {"test_compiled.py": COMPILED}, "-q")
+    assert rc == 0 and "3 passed" in out, out
+    assert set(map(tuple, seen().values())) == {("0", "-")}, seen()
+    (tmp_path / "pytest.ini").write_text("[pytest]\njax_processes_compilation_cache = session\n")
+    rc, out, _ = run_pytest(tmp_path, {}, "-q")
+    assert rc == 0 and "3 passed" in out, out
+    by_job = seen()
+    folders = {folder for _, folder in by_job.values()}
+    assert len(folders) == 1 and folders != {"-"} and not os.path.exists(folders.pop()), by_job
+    assert by_job["job1-rank0"][0] == "0", by_job  # compiled (and written) by the first job
+    assert int(by_job["job2-rank0"][0]) >= 1 and int(by_job["job3-rank0"][0]) >= 1, by_job  # loaded
     assert_nothing_left(tmp_path, out)
 
 

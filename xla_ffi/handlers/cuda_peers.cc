@@ -159,6 +159,7 @@ std::string why_failed(const LocalDevice& local) {
 // Marks peer processes that no longer exist: the barriers waiting on them fail at once.
 // Call with r.mutex held.
 void notice_dead_peers(Registry& r) {
+  if (r.dead_host == nullptr) return;
   for (const auto& [process, pid] : r.peer_pids) {
     if (!r.dead_host[process] && !pid_alive(pid)) r.dead_host[process] = 1;
   }
