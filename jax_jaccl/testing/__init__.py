@@ -26,7 +26,8 @@ the machine, counted over every pytest of the user (xdist workers too): a job wa
 slots. `env={...}` adds
 environment variables to every process (e.g. a transport: {"JACCL_TRANSPORT": "tcp"}).
 `jax_processes_compilation_cache = session` (ini) lets the jobs share a JAX compilation
-cache: a program compiled by one job (the same test over several layouts) is loaded by the next.
+cache: a program compiled by one job (the same test over several layouts) is loaded by the
+next (compile_cache.py says by which processes).
 
 Caveats: the test module and its skipif conditions are also imported in the pytest process
 (keep device work out of import time); fixtures of every scope run once per process per test;

@@ -5,14 +5,15 @@ Contract: JobItem keeps the marked test's node id (so -x, -k, --lf, junitxml and
 test) and runs no fixture in the pytest process. runtest() waits for process slots (slots.py:
 at most `jax_processes_max` rank processes on the machine at once), then starts the ranks, each
 a `python -m pytest <the one test>` with JACCL_* set as jaccl-run sets them, the session's
-compilation cache (compile_cache.py) and the marker's env (rank.py runs there), its stdout and stderr in <job>/rank<k>.log; waits for all of them, or
-for the first failure plus a grace, or for the timeout; then, for every rank still running,
-asks faulthandler for its stacks (SIGUSR1), waits a moment and kills its process group. It
-always removes what the job made: processes, /dev/shm/jaccl-<job>-* segments, namespaces, the
-port reservation, and the job folder when the test passed. The test passes when every rank
-passed; is skipped when every rank skipped; else fails with one JobFailed naming the first
-failing rank, which repr_failure renders rank by rank (its traceback, or how it ended and its
-last output, and the stacks of the ranks that hung).
+compilation cache (compile_cache.py) and the marker's env (rank.py runs there), its stdout and
+stderr in <job>/rank<k>.log; waits for all of them, or for the first failure plus a grace, or
+for the timeout; then, for every rank still running, asks faulthandler for its stacks
+(SIGUSR1), waits a moment and kills its process group. It always removes what the job made:
+processes, /dev/shm/jaccl-<job>-* segments, namespaces, the port reservation, and the job
+folder when the test passed. The test passes when every rank passed; is skipped when every rank
+skipped; else fails with one JobFailed naming the first failing rank, which repr_failure
+renders rank by rank (its traceback, or how it ended and its last output, and the stacks of the
+ranks that hung).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ option), run with plain `python -m pytest`. Covers a passing multi-host job, the
 network= and ranks= options and the ones refused, xfail(raises=), an assertion in one rank, an
 exception at import in one rank, a killed rank, a hang (stacks dumped, job killed in time), -x,
 --lf, pytest-xdist (and the cap on processes across its workers), coverage of the ranks, the
-session's compilation cache, and pytest itself killed mid-job; after each run no rank process, shared-memory segment or network
-namespace of its jobs is left."""
+session's compilation cache, and pytest itself killed mid-job; after each run no rank process,
+shared-memory segment or network namespace of its jobs is left."""
 
 from __future__ import annotations
 
