@@ -78,7 +78,7 @@ def _flags(shared: bool) -> list:
     return flags + (["-fPIC", "-fvisibility=hidden"] if shared else [])
 
 
-def _compile(sources: list, jobs: int) -> list:
+def _compile(sources: list, jobs: int) -> None:
     """Compiles (source, flags, object path) triples, the longest first (jobs at a time)."""
     def compile_one(item) -> pathlib.Path:
         source, flags, obj = item
@@ -91,7 +91,6 @@ def _compile(sources: list, jobs: int) -> list:
     slow_first = sorted(sources, key=lambda item: not str(item[0]).endswith(_SLOW_SOURCES))
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         list(pool.map(compile_one, slow_first))
-    return [obj for _, _, obj in sources]
 
 
 def _link(objects: list, flags: list, target: pathlib.Path) -> pathlib.Path:
@@ -121,6 +120,10 @@ def _objects(out: pathlib.Path, sources: list, flags: list) -> list:
     out.mkdir(parents=True, exist_ok=True)
     return [(source, flags + extra, out / f"{index:02d}_{pathlib.Path(source).stem}.o")
             for index, (source, extra) in enumerate(sources)]
+
+
+def _paths(triples: list) -> list:
+    return [obj for _, _, obj in triples]
 
 
 def build(out_dir: str | os.PathLike, jobs: int = 2) -> tuple:
@@ -153,14 +156,12 @@ def build(out_dir: str | os.PathLike, jobs: int = 2) -> tuple:
     module_sources += [(nb_src / "nb_combined.cpp", python + ["-w"])]
     module = _objects(module_dir, module_sources, shared)
 
-    kernel_objects = _compile(kernels + program + module, jobs)[:len(kernels)]
-    program_path = _link(kernel_objects + [obj for _, _, obj in program], _flags(shared=False),
-                         out / "emulated_gpus")
+    _compile(kernels + program + module, jobs)
+    program_path = _link(_paths(kernels + program), _flags(shared=False), out / "emulated_gpus")
     exports = module_dir / "exports.map"  # the real module's, plus the emulation's entry points
     exports.write_text("{ global: PyInit_*; emulated_jaccl_cuda_*; local: *; };\n")
     link = ["-shared", *GPU_MACHINE_LINK, "-Wl,--exclude-libs,ALL", f"-Wl,--version-script={exports}"]
-    module_path = _link(kernel_objects + [obj for _, _, obj in module], shared + link,
-                        module_dir / "_jaccl_cuda.so")
+    module_path = _link(_paths(kernels + module), shared + link, module_dir / "_jaccl_cuda.so")
     return program_path, module_path
 
 
