@@ -1,10 +1,13 @@
 """The few jax internals jax_jaccl needs, in one place, with fallbacks across versions.
 
 Contract: everything here works on jax>=0.10; when jax moves an internal, only this file
-changes. Nothing else in the package imports jax._src.
+changes. The few other imports of jax._src are single internals where they are used (effect
+types in _ordering.py, the distributed client, the MLIR of manual regions).
 """
 
 from __future__ import annotations
+
+import threading
 
 import jax
 from jax._src import core as _core
@@ -61,6 +64,13 @@ def manual_mesh_axes() -> frozenset:
     return frozenset(getattr(mesh, "manual_axes", ()) or ())
 
 
+def tracing_partly_manual() -> bool:
+    """True while tracing inside a shard_map that leaves some mesh axes to XLA's partitioner."""
+    mesh = jax.sharding.get_abstract_mesh()
+    manual = manual_mesh_axes()
+    return bool(manual) and manual != frozenset(getattr(mesh, "axis_names", ()))
+
+
 def make_varying(x, axes: tuple):
     """pvary `x` over those of `axes` it does not already vary over (auto_pcast, as jax.lax does)."""
     if not check_vma_enabled():
@@ -69,6 +79,10 @@ def make_varying(x, axes: tuple):
     if not missing:
         return x
     return _parallel.pvary(x, missing)
+
+
+def abstract_token():
+    return _core.abstract_token
 
 
 def pvary(x, axes: tuple):
@@ -102,6 +116,91 @@ def token_set(tokens: dict):
     from jax._src.interpreters import mlir as _mlir
 
     return _mlir.TokenSet(tokens)
+
+
+def partly_manual(ctx) -> bool:
+    """True when `ctx` lowers inside a shard_map that is manual over only some of its mesh's
+    axes (axis_names=..., or jax.vmap of a shard_map): the other axes stay with XLA's
+    partitioner, which needs a sharding on every side-effecting op there."""
+    from jax._src import sharding_impls
+
+    axis_context = ctx.module_context.axis_context
+    if not isinstance(axis_context, sharding_impls.SPMDAxisContext):
+        return False
+    return frozenset(axis_context.manual_axes) != frozenset(axis_context.mesh.axis_names)
+
+
+# Ordered effects whose token XLA cannot carry through a partly manual shard_map, with what to
+# tell the user instead (registered by _ordering).
+_effects_refused_in_partly_manual: dict = {}
+
+
+def refuse_in_partly_manual(effect, message: str) -> None:
+    _effects_refused_in_partly_manual[effect] = message
+
+
+def _refuse_tokens_in_partly_manual(mesh, params) -> None:
+    manual = frozenset(params.get("newly_manual_axes", ())) | frozenset(
+        getattr(mesh, "manual_axes", ()) or ())
+    if manual == frozenset(mesh.axis_names):
+        return
+    for effect, message in _effects_refused_in_partly_manual.items():
+        if effect in params["jaxpr"].effects:
+            raise ValueError(message)
+
+
+# The concrete meshes of the shard_maps being lowered on this thread, innermost last.
+_lowering_meshes = threading.local()
+
+
+def _track_shard_map_meshes() -> None:
+    """Wraps jax's shard_map lowering so that it records its mesh while its body lowers: a
+    nested shard_map (or one given no mesh) carries an abstract mesh, and a jaccl op inside it
+    needs the devices of the concrete mesh it stands for. jax's own lowering is unchanged."""
+    from jax._src import shard_map as _shard_map
+    from jax._src.interpreters import mlir as _mlir
+
+    entry = _mlir._lowerings[_shard_map.shard_map_p]
+    if getattr(entry.rule, "_jaccl_tracks_meshes", False):
+        return
+
+    def rule(ctx, *args, mesh, **params):
+        _refuse_tokens_in_partly_manual(mesh, params)
+        if not isinstance(mesh, jax.sharding.Mesh):
+            return entry.rule(ctx, *args, mesh=mesh, **params)
+        stack = _lowering_meshes.__dict__.setdefault("stack", [])
+        stack.append(mesh)
+        try:
+            return entry.rule(ctx, *args, mesh=mesh, **params)
+        finally:
+            stack.pop()
+
+    rule._jaccl_tracks_meshes = True
+    _mlir.register_lowering(_shard_map.shard_map_p, rule, inline=entry.inline)
+
+
+_track_shard_map_meshes()
+
+
+def concrete_mesh(mesh):
+    """`mesh` if it has devices; for an abstract mesh, the innermost shard_map mesh being lowered
+    (or jax.set_mesh's) with the same axis names and sizes; None when there is none."""
+    if isinstance(mesh, jax.sharding.Mesh):
+        return mesh
+    from jax._src import mesh as _mesh
+
+    shape = tuple(mesh.shape.items())
+    candidates = list(getattr(_lowering_meshes, "stack", []))[::-1] + [_mesh.get_concrete_mesh()]
+    for candidate in candidates:
+        if not candidate.empty and tuple(candidate.shape.items()) == shape:
+            return candidate
+    return None
+
+
+def sharding_attr(ctx, sharding):
+    from jax._src.interpreters import mlir as _mlir
+
+    return _mlir.get_sharding_attr(ctx.module_context, sharding)
 
 
 def current_block():

@@ -14,6 +14,11 @@ Two ways to thread the token:
   orders, the engine stops with a "ranks disagree" error naming both collectives.
 - JACCL_STRICT_ORDER=1: a JAX *ordered* effect; JAX threads the token through the whole
   program, control flow and nested functions included, at the price of the slow dispatch path.
+
+Inside a shard_map that is manual over only some mesh axes XLA's partitioner cannot place a
+token (it gives it a tiled sharding and aborts the process), so there the chain is an int32
+scalar instead: an ordinary value the handlers pass along untouched, which orders the calls by
+data dependency just as a token does.
 """
 
 from __future__ import annotations
@@ -21,7 +26,10 @@ from __future__ import annotations
 import os
 import weakref
 
+import jax
+import numpy as np
 from jax._src import effects
+from jax.interpreters import mlir
 
 from . import _compat
 
@@ -38,14 +46,26 @@ for _set in (effects.ordered_effects, effects.shardable_ordered_effects, effects
     _set.add_type(CollectiveOrderEffect)
 
 
+_compat.refuse_in_partly_manual(collective_order, (
+    "jaccl: JACCL_STRICT_ORDER=1 orders collectives with a JAX token, which XLA cannot carry "
+    "through a shard_map that is manual over only some mesh axes, and this one contains a "
+    "shard_map manual over all of them with jaccl collectives inside. Unset JACCL_STRICT_ORDER "
+    "(each block's collectives are then ordered by data dependency), or make the outer "
+    "shard_map manual over every mesh axis"))
+
+
 def strict() -> bool:
     return os.environ.get("JACCL_STRICT_ORDER", "0") not in ("", "0", "false", "False")
 
 
 def effects_for(axes: tuple) -> set:
-    """The effects of a collective over `axes` (the named axes, plus the order in strict mode)."""
+    """The effects of a collective over `axes`: the named axes, plus the order in strict mode
+    (except inside a partly manual shard_map, where XLA cannot place JAX's token: there the
+    calls are ordered by the per-block chain of the default mode)."""
     named = {_compat.NamedAxisEffect(a) for a in axes}
-    return named | {collective_order} if strict() else named
+    if strict() and not _compat.tracing_partly_manual():
+        return named | {collective_order}
+    return named
 
 
 # module -> {block -> last token}: the per-block chains of the default mode.
@@ -53,12 +73,30 @@ _chains: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def token_in(ctx):
+    """The value that orders the next jaccl call of this block: a token, or an int32 scalar
+    where the shard_map is partly manual (see the module's docstring)."""
     if collective_order in ctx.tokens_in.effects():
         return ctx.tokens_in.get(collective_order)
     chain = _chains.setdefault(ctx.module_context.module, {})
     block = _compat.current_block()
     token = chain.get(block)
-    return token if token is not None else _compat.create_token()
+    if token is not None:
+        return token
+    if _compat.partly_manual(ctx):
+        return mlir.ir_constant(np.int32(0))
+    return _compat.create_token()
+
+
+# The abstract value of the int32 chain of partly manual shard_maps.
+ORDER_WORD = jax.core.ShapedArray((), np.int32)
+
+
+def order_aval(ctx):
+    """The abstract value of what token_in(ctx) returns: JAX's token in strict mode, else the
+    int32 word (only asked for inside partly manual shard_maps)."""
+    if collective_order in ctx.tokens_in.effects():
+        return _compat.abstract_token()
+    return ORDER_WORD
 
 
 def token_out(ctx, token) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 from jax.interpreters import mlir
 from jax.interpreters.mlir import ir
 
-from .. import _compat, bootstrap
+from .. import _compat, _manual_region, bootstrap
 from .. import _ordering
 
 SUPPORTED_DTYPES = tuple(np.dtype(d) for d in (
@@ -79,11 +79,13 @@ def canonical_axis(axis: int, ndim: int, what: str, api: str) -> int:
 def group_table(ctx, axes: tuple) -> tuple[np.ndarray, int]:
     axis_context = ctx.module_context.axis_context
     mesh = getattr(axis_context, "mesh", None)
-    devices = getattr(mesh, "devices", None)
-    if devices is None:
+    mesh = _compat.concrete_mesh(mesh) if mesh is not None else None
+    if mesh is None:
         raise ValueError(
             "jaccl: collectives must be lowered inside jax.shard_map over a concrete "
-            "jax.sharding.Mesh (one with devices), not an abstract mesh")
+            "jax.sharding.Mesh (one with devices): pass mesh= to the outermost shard_map, or "
+            "call the jitted function inside `with jax.set_mesh(mesh):`")
+    devices = mesh.devices
     names = list(mesh.axis_names)
     ids = np.vectorize(lambda d: d.id, otypes=[np.int64])(np.asarray(devices))
     collective = [names.index(a) for a in axes]
@@ -102,13 +104,25 @@ def lower_collective(ctx, *operands, target: str, axes: tuple, aliases=None, **a
     config["groups"] = ir.DenseI64ArrayAttr.get([int(v) for v in table.ravel()])
     config["group_size"] = mlir.ir_attribute(np.int64(group_size))
     token = _ordering.token_in(ctx)
-    result_types = [mlir.token_type()] + [_compat.ir_type(ctx, a) for a in ctx.avals_out]
-    op = _compat.custom_call(
-        target, result_types=result_types, operands=[token, *operands], backend_config=config,
-        has_side_effect=True, api_version=4,
-        operand_output_aliases={i + 1: o + 1 for i, o in (aliases or {}).items()})
-    _ordering.token_out(ctx, op.results[0])
-    return list(op.results[1:])
+    result_types = [token.type] + [_compat.ir_type(ctx, a) for a in ctx.avals_out]
+
+    def emit(values, manual_sharding=None):
+        op = _compat.custom_call(
+            target, result_types=result_types, operands=values, backend_config=config,
+            has_side_effect=True, api_version=4,
+            operand_output_aliases={i + 1: o + 1 for i, o in (aliases or {}).items()})
+        if manual_sharding is not None:
+            op.attributes["mhlo.sharding"] = _compat.sharding_attr(ctx, manual_sharding)
+        return list(op.results)
+
+    if _compat.partly_manual(ctx):
+        results = _manual_region.in_fully_manual_region(
+            ctx, [token, *operands], [_ordering.order_aval(ctx), *ctx.avals_in],
+            [_ordering.order_aval(ctx), *ctx.avals_out], emit)
+    else:
+        results = emit([token, *operands])
+    _ordering.token_out(ctx, results[0])
+    return results[1:]
 
 
 def collective_effects(axes: tuple) -> set:

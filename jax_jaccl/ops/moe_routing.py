@@ -62,7 +62,8 @@ def route(topk_idx, *, num_experts: int, capacity: int, ranks: int, axis_name, a
     key = jnp.where(valid, expert * T + token, E * T + pair)
     order = jnp.argsort(key, stable=True).astype(i32)
     e_sorted = expert[order]
-    start = jnp.searchsorted(e_sorted, jnp.arange(E + 1, dtype=i32), side="left").astype(i32)
+    # first sorted position of each expert (E: the unrouted pairs at the end)
+    start = jnp.concatenate([jnp.zeros((1,), i32), jnp.cumsum(counts_local).astype(i32)])
     position = jnp.arange(P, dtype=i32) - start[e_sorted]
     slot_sorted = base[me, jnp.minimum(e_sorted, E - 1)] + position
     kept_sorted = (e_sorted < E) & (slot_sorted < C)

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/memory.h"
 #include "common/text.h"
+#include "handlers/order_operand.h"
 #include "handlers/call_setup.h"
 #include "handlers/engine_api.h"
 #include "handlers/cpu_handlers.h"
@@ -126,7 +127,7 @@ extern "C" void jaccl_raise_abort(const char* why) {
 namespace jaccl {
 namespace {
 
-ffi::Error AllReduceImpl(int32_t device, ffi::Token, ffi::AnyBuffer x, ffi::Result<ffi::Token>,
+ffi::Error AllReduceImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                          ffi::Result<ffi::AnyBuffer> out,
                          ffi::Span<const int64_t> groups, int64_t group_size, int64_t op,
                          int64_t algorithm) {
@@ -134,7 +135,7 @@ ffi::Error AllReduceImpl(int32_t device, ffi::Token, ffi::AnyBuffer x, ffi::Resu
                         algorithm, 1, 1);
 }
 
-ffi::Error ReduceScatterImpl(int32_t device, ffi::Token, ffi::AnyBuffer x, ffi::Result<ffi::Token>,
+ffi::Error ReduceScatterImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                              ffi::Result<ffi::AnyBuffer> out,
                              ffi::Span<const int64_t> groups, int64_t group_size, int64_t op,
                              int64_t algorithm, int64_t outer) {
@@ -142,7 +143,7 @@ ffi::Error ReduceScatterImpl(int32_t device, ffi::Token, ffi::AnyBuffer x, ffi::
                         algorithm, outer, 1);
 }
 
-ffi::Error AllGatherImpl(int32_t device, ffi::Token, ffi::AnyBuffer x, ffi::Result<ffi::Token>,
+ffi::Error AllGatherImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                          ffi::Result<ffi::AnyBuffer> out,
                          ffi::Span<const int64_t> groups, int64_t group_size, int64_t algorithm,
                          int64_t outer) {
@@ -150,7 +151,7 @@ ffi::Error AllGatherImpl(int32_t device, ffi::Token, ffi::AnyBuffer x, ffi::Resu
                         static_cast<int64_t>(ReduceOp::kSum), algorithm, 1, outer);
 }
 
-ffi::Error AllToAllImpl(int32_t device, ffi::Token, ffi::AnyBuffer x, ffi::Result<ffi::Token>,
+ffi::Error AllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                         ffi::Result<ffi::AnyBuffer> out,
                         ffi::Span<const int64_t> groups, int64_t group_size, int64_t outer_in,
                         int64_t outer_out) {
@@ -164,9 +165,9 @@ ffi::Error AllToAllImpl(int32_t device, ffi::Token, ffi::AnyBuffer x, ffi::Resul
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_reduce, jaccl::AllReduceImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::Token>()  // orders the collectives of a device
+                                  .Arg<ffi::AnyBuffer>()  // orders the collectives of a device
                                   .Arg<ffi::AnyBuffer>()                   // x
-                                  .Ret<ffi::Token>()
+                                  .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()                   // reduced x
                                   .Attr<ffi::Span<const int64_t>>("groups")  // device ids, rank order
                                   .Attr<int64_t>("group_size")
@@ -176,9 +177,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_reduce, jaccl::AllReduceImpl,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_reduce_scatter, jaccl::ReduceScatterImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::Token>()  // orders the collectives of a device
+                                  .Arg<ffi::AnyBuffer>()  // orders the collectives of a device
                                   .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::Token>()
+                                  .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
@@ -189,9 +190,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_reduce_scatter, jaccl::ReduceScatterImpl,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_gather, jaccl::AllGatherImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::Token>()  // orders the collectives of a device
+                                  .Arg<ffi::AnyBuffer>()  // orders the collectives of a device
                                   .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::Token>()
+                                  .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
@@ -201,9 +202,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_gather, jaccl::AllGatherImpl,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_to_all, jaccl::AllToAllImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::Token>()  // orders the collectives of a device
+                                  .Arg<ffi::AnyBuffer>()  // orders the collectives of a device
                                   .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::Token>()
+                                  .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")

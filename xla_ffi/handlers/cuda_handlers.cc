@@ -29,6 +29,7 @@
 #include "common/reduce.h"
 #include "common/log.h"
 #include "common/text.h"
+#include "handlers/order_operand.h"
 #include "handlers/cuda_handlers.h"
 #include "handlers/cuda_peer_path.h"
 #include "handlers/cuda_staging.h"
@@ -181,28 +182,28 @@ ffi::Error collective(CollectiveKind kind, cudaStream_t stream, int32_t ordinal,
   return staged(call, std::vector<int64_t>(groups.begin(), groups.end()), ordinal, stream, in, out);
 }
 
-ffi::Error AllReduce(cudaStream_t s, int32_t d, ffi::Token, ffi::AnyBuffer x, ffi::Result<ffi::Token>,
+ffi::Error AllReduce(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
                      ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
                      int64_t group_size, int64_t op, int64_t algorithm) {
   return collective(CollectiveKind::kAllReduce, s, d, x, out, groups, group_size, op, algorithm, 1, 1);
 }
 
-ffi::Error ReduceScatter(cudaStream_t s, int32_t d, ffi::Token, ffi::AnyBuffer x,
-                         ffi::Result<ffi::Token>, ffi::Result<ffi::AnyBuffer> out,
+ffi::Error ReduceScatter(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x,
+                         OrderOut, ffi::Result<ffi::AnyBuffer> out,
                          ffi::Span<const int64_t> groups, int64_t group_size, int64_t op,
                          int64_t algorithm, int64_t outer) {
   return collective(CollectiveKind::kReduceScatter, s, d, x, out, groups, group_size, op, algorithm,
                 outer, 1);
 }
 
-ffi::Error AllGather(cudaStream_t s, int32_t d, ffi::Token, ffi::AnyBuffer x, ffi::Result<ffi::Token>,
+ffi::Error AllGather(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
                      ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
                      int64_t group_size, int64_t algorithm, int64_t outer) {
   return collective(CollectiveKind::kAllGather, s, d, x, out, groups, group_size,
                 static_cast<int64_t>(ReduceOp::kSum), algorithm, 1, outer);
 }
 
-ffi::Error AllToAll(cudaStream_t s, int32_t d, ffi::Token, ffi::AnyBuffer x, ffi::Result<ffi::Token>,
+ffi::Error AllToAll(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
                     ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
                     int64_t group_size, int64_t outer_in, int64_t outer_out) {
   return collective(CollectiveKind::kAllToAll, s, d, x, out, groups, group_size,
@@ -219,9 +220,9 @@ void set_engine(JacclRunHostCall run) { engine = run; }
   ffi::Ffi::Bind()                                             \
       .Ctx<ffi::PlatformStream<cudaStream_t>>()                \
       .Ctx<ffi::DeviceOrdinal>()                               \
-      .Arg<ffi::Token>()                                       \
+      .Arg<ffi::AnyBuffer>()                                       \
       .Arg<ffi::AnyBuffer>()                                   \
-      .Ret<ffi::Token>()                                       \
+      .Ret<ffi::AnyBuffer>()                                       \
       .Ret<ffi::AnyBuffer>()                                   \
       .Attr<ffi::Span<const int64_t>>("groups")                \
       .Attr<int64_t>("group_size")

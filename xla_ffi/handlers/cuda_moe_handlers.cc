@@ -18,6 +18,7 @@
 
 #include "collectives/kinds.h"
 #include "common/dtype.h"
+#include "handlers/order_operand.h"
 #include "handlers/buffer_shape.h"
 #include "handlers/cuda_handlers.h"
 #include "handlers/cuda_moe_peer.h"
@@ -214,9 +215,9 @@ ffi::Error describe(int32_t ordinal, CollectiveKind kind, ffi::Span<const int64_
   return ffi::Error::Success();
 }
 
-ffi::Error Exchange(cudaStream_t stream, int32_t ordinal, ffi::Token, ffi::AnyBuffer src,
+ffi::Error Exchange(cudaStream_t stream, int32_t ordinal, OrderIn, ffi::AnyBuffer src,
                     Ints send_rows, Ints send_offsets, Ints recv_rows, Ints recv_offsets,
-                    Ints topk_idx, ffi::Result<ffi::Token>, ffi::Result<ffi::AnyBuffer> dst,
+                    Ints topk_idx, OrderOut, ffi::Result<ffi::AnyBuffer> dst,
                     ffi::Span<const int64_t> groups, int64_t group_size, int64_t num_experts) {
   const Ints* lists[4] = {&send_rows, &send_offsets, &recv_rows, &recv_offsets};
   JacclHostMoeCall call;
@@ -231,9 +232,9 @@ ffi::Error Exchange(cudaStream_t stream, int32_t ordinal, ffi::Token, ffi::AnyBu
   return run(ordinal, stream, call, groups, dst->size_bytes());
 }
 
-ffi::Error Combine(cudaStream_t stream, int32_t ordinal, ffi::Token, ffi::AnyBuffer y,
+ffi::Error Combine(cudaStream_t stream, int32_t ordinal, OrderIn, ffi::AnyBuffer y,
                    Ints send_rows, Ints send_offsets, Ints recv_pairs, Ints recv_offsets,
-                   ffi::AnyBuffer weights_or_dout, ffi::Result<ffi::Token>,
+                   ffi::AnyBuffer weights_or_dout, OrderOut,
                    ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
                    int64_t group_size, int64_t topk, int64_t pair_dot) {
   const Ints* lists[4] = {&send_rows, &send_offsets, &recv_pairs, &recv_offsets};
@@ -263,14 +264,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_moe_exchange, jaccl::cuda::Exchange,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                   .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::Token>()
+                                  .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::Buffer<ffi::DataType::S32>>()
                                   .Arg<ffi::Buffer<ffi::DataType::S32>>()
                                   .Arg<ffi::Buffer<ffi::DataType::S32>>()
                                   .Arg<ffi::Buffer<ffi::DataType::S32>>()
                                   .Arg<ffi::Buffer<ffi::DataType::S32>>()
-                                  .Ret<ffi::Token>()
+                                  .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
@@ -280,14 +281,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_moe_combine, jaccl::cuda::Combine,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                   .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::Token>()
+                                  .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::Buffer<ffi::DataType::S32>>()
                                   .Arg<ffi::Buffer<ffi::DataType::S32>>()
                                   .Arg<ffi::Buffer<ffi::DataType::S32>>()
                                   .Arg<ffi::Buffer<ffi::DataType::S32>>()
                                   .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::Token>()
+                                  .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")

@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "handlers/order_operand.h"
 #include "handlers/buffer_shape.h"
 #include "handlers/call_setup.h"
 #include "handlers/cpu_handlers.h"
@@ -112,9 +113,9 @@ JacclHostMoeCall moe_call(CollectiveKind kind, int64_t device, ffi::Span<const i
   return c;
 }
 
-ffi::Error ExchangeImpl(int32_t device, ffi::Token, ffi::AnyBuffer src, Ints send_rows,
+ffi::Error ExchangeImpl(int32_t device, OrderIn, ffi::AnyBuffer src, Ints send_rows,
                         Ints send_offsets, Ints recv_rows, Ints recv_offsets, Ints topk_idx,
-                        ffi::Result<ffi::Token>, ffi::Result<ffi::AnyBuffer> dst,
+                        OrderOut, ffi::Result<ffi::AnyBuffer> dst,
                         ffi::Span<const int64_t> groups, int64_t group_size, int64_t num_experts) {
   JacclHostMoeCall c;
   try {
@@ -129,9 +130,9 @@ ffi::Error ExchangeImpl(int32_t device, ffi::Token, ffi::AnyBuffer src, Ints sen
   return run_moe(c);
 }
 
-ffi::Error CombineImpl(int32_t device, ffi::Token, ffi::AnyBuffer y, Ints send_rows,
+ffi::Error CombineImpl(int32_t device, OrderIn, ffi::AnyBuffer y, Ints send_rows,
                        Ints send_offsets, Ints recv_pairs, Ints recv_offsets,
-                       ffi::AnyBuffer weights_or_dout, ffi::Result<ffi::Token>,
+                       ffi::AnyBuffer weights_or_dout, OrderOut,
                        ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
                        int64_t group_size, int64_t topk, int64_t pair_dot) {
   JacclHostMoeCall c;
@@ -162,14 +163,14 @@ extern "C" int jaccl_run_host_moe(const JacclHostMoeCall* c, char* error, size_t
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_moe_exchange, jaccl::ExchangeImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::Token>()
+                                  .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()                  // rows to send
                                   .Arg<ffi::Buffer<ffi::DataType::S32>>()  // send rows
                                   .Arg<ffi::Buffer<ffi::DataType::S32>>()  // send offsets [R+1]
                                   .Arg<ffi::Buffer<ffi::DataType::S32>>()  // receive rows
                                   .Arg<ffi::Buffer<ffi::DataType::S32>>()  // receive offsets
                                   .Arg<ffi::Buffer<ffi::DataType::S32>>()  // topk_idx (checked)
-                                  .Ret<ffi::Token>()
+                                  .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()                  // received rows
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
@@ -178,14 +179,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_moe_exchange, jaccl::ExchangeImpl,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_moe_combine, jaccl::CombineImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::Token>()
+                                  .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()                  // expert outputs y
                                   .Arg<ffi::Buffer<ffi::DataType::S32>>()  // y rows per source
                                   .Arg<ffi::Buffer<ffi::DataType::S32>>()  // their offsets
                                   .Arg<ffi::Buffer<ffi::DataType::S32>>()  // pairs per expert rank
                                   .Arg<ffi::Buffer<ffi::DataType::S32>>()  // their offsets
                                   .Arg<ffi::AnyBuffer>()                  // weights [T,K] or dout [T,H]
-                                  .Ret<ffi::Token>()
+                                  .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()                  // out [T,H] or dots [T,K]
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
