@@ -126,7 +126,17 @@ def _at_exit() -> None:
             # soon as it is gone: let the survivors report their own error first.
             time.sleep(_COORDINATOR_GRACE_S)
         os._exit(1)
+    _wait_for_device_programs()
     shutdown()
+
+
+def _wait_for_device_programs() -> None:
+    """Lets the device programs still in flight finish before the engine goes: a program whose
+    result was read from one device only (out_specs=P()) may still run on the others."""
+    try:
+        jax.block_until_ready(jax.live_arrays())
+    except Exception:  # noqa: BLE001 - a failed program has reported its error already
+        pass
 
 
 def is_initialized() -> bool:

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -31,9 +33,18 @@ class OfiTransport {};  // never made without libfabric; complete, so World can 
 namespace jaccl {
 namespace {
 
-std::unique_ptr<World>& world_slot() {
-  static std::unique_ptr<World> world;
-  return world;
+// The process's world and the calls using it. Never destroyed: device threads may still run
+// when static destructors do.
+struct WorldSlot {
+  std::mutex mutex;
+  std::condition_variable unused;
+  World* world = nullptr;
+  int uses = 0;
+};
+
+WorldSlot& world_slot() {
+  static WorldSlot* slot = new WorldSlot;
+  return *slot;
 }
 
 uint64_t hash_table(const int64_t* table, size_t size, int group_size) {
@@ -52,13 +63,32 @@ uint64_t hash_table(const int64_t* table, size_t size, int group_size) {
 }  // namespace
 
 World& World::create(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> network) {
-  auto& slot = world_slot();
-  if (slot) throw_error(ErrorKind::kInvalidArgument, "the jaccl world is already initialised");
-  slot.reset(new World(config, std::move(network)));
-  return *slot;
+  WorldSlot& slot = world_slot();
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  if (slot.world) throw_error(ErrorKind::kInvalidArgument, "the jaccl world is already initialised");
+  slot.world = new World(config, std::move(network));
+  return *slot.world;
 }
 
-World* World::get() { return world_slot().get(); }
+World* World::get() {
+  WorldSlot& slot = world_slot();
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  return slot.world;
+}
+
+World::Use::Use() {
+  WorldSlot& slot = world_slot();
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  world_ = slot.world;
+  if (world_ != nullptr) ++slot.uses;
+}
+
+World::Use::~Use() {
+  if (world_ == nullptr) return;
+  WorldSlot& slot = world_slot();
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  if (--slot.uses == 0) slot.unused.notify_all();
+}
 
 World& World::require() {
   World* world = get();
@@ -69,7 +99,22 @@ World& World::require() {
   return *world;
 }
 
-void World::destroy() { world_slot().reset(); }
+void World::destroy() {
+  WorldSlot& slot = world_slot();
+  std::unique_lock<std::mutex> lock(slot.mutex);
+  World* world = slot.world;
+  if (world == nullptr) return;
+  const auto patience = std::chrono::duration<double>(world->config().timeout_s + 1.0);
+  if (!slot.unused.wait_for(lock, patience, [&] { return slot.uses == 0; })) {
+    // A call outlived its own deadline: better to keep the world than to free it under it.
+    log(LogLevel::kWarn, "shutdown: ", slot.uses, " calls still use the engine; leaving it");
+    slot.world = nullptr;
+    return;
+  }
+  slot.world = nullptr;
+  lock.unlock();
+  delete world;
+}
 
 World::World(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> network)
     : config_(config), network_(std::move(network)) {

@@ -17,6 +17,9 @@
 //   ofi_local_info() and adds every other's with ofi_add_peer().
 // - raise_abort() records the first failure of this process; check_health()
 //   throws if this process or any listed peer has aborted or died.
+// - A device's call holds a World::Use while it runs; destroy() waits until no call uses the
+//   world (each ends within its deadline), so an exit that races with device programs still
+//   in flight never frees the world under them. A call that starts after destroy() finds none.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +49,19 @@ class World {
   static World* get();
   static World& require();
   static void destroy();
+
+  // Keeps the world alive while a call uses it; world() is null when there is none.
+  class Use {
+   public:
+    Use();
+    ~Use();
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+    World* world() const { return world_; }
+
+   private:
+    World* world_;
+  };
 
   ~World();
 

@@ -23,7 +23,8 @@ xla::ffi::ErrorCode error_code(ErrorKind kind);
 template <typename Body>
 xla::ffi::Error with_call(CollectiveKind kind, int64_t device, xla::ffi::Span<const int64_t> groups,
                           int64_t group_size, Dtype dtype, uint64_t op_count, Body&& body) {
-  World* world = World::get();
+  World::Use use;  // the world outlives this call, also when the process is exiting
+  World* world = use.world();
   try {
     if (world == nullptr) World::require();
     if (world->aborted()) world->check_health({});

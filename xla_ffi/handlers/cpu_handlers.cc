@@ -121,7 +121,8 @@ extern "C" int jaccl_run_host_call(const JacclHostCall* c, char* error, size_t e
 }
 
 extern "C" void jaccl_raise_abort(const char* why) {
-  if (jaccl::World* world = jaccl::World::get()) world->raise_abort(why);
+  jaccl::World::Use use;
+  if (use.world() != nullptr) use.world()->raise_abort(why);
 }
 
 namespace jaccl {
