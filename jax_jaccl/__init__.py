@@ -5,14 +5,19 @@ Use inside jax.shard_map, like the jax.lax collectives they replace:
     import jax_jaccl as jaccl
     g = jaccl.reduce_scatter(grads, "data", tiled=True)
     p = jaccl.all_gather(params, "data", tiled=True)
+
+or, with jax.lax's names and semantics: `from jax_jaccl import lax`.
 """
 
 from . import _ext  # noqa: F401  (registers the FFI handlers)
+from . import lax
 from .bootstrap import WorldInfo, init, is_initialized, shutdown
 from .ops.all_gather import all_gather
 from .ops.all_reduce import all_reduce
 from .ops.all_to_all import all_to_all
 from .ops.moe import MoeHandle, moe_combine, moe_dispatch
+from .ops.ppermute import ppermute
+from .ops.ragged_all_to_all import ragged_all_to_all
 from .ops.reduce_scatter import reduce_scatter
 
 __version__ = "0.1.0"
@@ -25,8 +30,11 @@ __all__ = [
     "all_to_all",
     "init",
     "is_initialized",
+    "lax",
     "moe_combine",
     "moe_dispatch",
+    "ppermute",
+    "ragged_all_to_all",
     "reduce_scatter",
     "shutdown",
 ]

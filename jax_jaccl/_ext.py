@@ -10,6 +10,9 @@ from . import _jaccl
 
 engine = _jaccl
 
+# platform -> the FFI targets registered for it
+TARGETS = {"cpu": set(_jaccl.registrations())}
+
 for _name, _capsule in _jaccl.registrations().items():
     jax.ffi.register_ffi_target(_name, _capsule, platform="cpu")
 
@@ -20,7 +23,14 @@ except ImportError:  # built without CUDA
 
 if cuda_engine is not None:
     cuda_engine.set_engine(_jaccl.engine_api(), _jaccl.engine_moe_api(), _jaccl.engine_abort_api())
+    TARGETS["cuda"] = set(cuda_engine.registrations())
     for _name, _capsule in cuda_engine.registrations().items():
         jax.ffi.register_ffi_target(_name, _capsule, platform="CUDA")
 
 PLATFORMS = ("cpu", "cuda") if cuda_engine is not None else ("cpu",)
+
+
+def platforms_for(target: str) -> tuple:
+    """The platforms whose extension has a handler for `target` (elsewhere jax reports that
+    the op has no lowering for the platform)."""
+    return tuple(p for p in PLATFORMS if target in TARGETS[p])

@@ -24,7 +24,7 @@ from .. import _ordering
 
 SUPPORTED_DTYPES = tuple(np.dtype(d) for d in (
     "float16", jax.numpy.bfloat16, "float32", "float64", "int8", "int16", "int32", "int64",
-    "uint8", "uint16", "uint32", "uint64", "bool"))
+    "uint8", "uint16", "uint32", "uint64", "bool", "complex64", "complex128"))
 
 
 def normalize_axes(axis_name) -> tuple:
@@ -34,6 +34,28 @@ def normalize_axes(axis_name) -> tuple:
     if len(set(axes)) != len(axes):
         raise ValueError(f"jaccl: axis_name {axis_name!r} repeats an axis")
     return axes
+
+
+def vmap_axes(axes: tuple) -> tuple:
+    """Those of `axes` that jax.vmap (axis_name=...) bound where we are tracing, not
+    shard_map: a collective over them is a computation on the batch, done by jax.lax."""
+    sizes = _compat.axis_env_sizes()
+    manual = _compat.manual_mesh_axes()
+    return tuple(a for a in axes if a in sizes and a not in manual)
+
+
+def over_vmap_axes(axes: tuple, axis_index_groups, api: str, lax_collective):
+    """A collective whose axes include jax.vmap axes: jax.lax's computation on the batch when
+    they all are (lax_collective(axis_name)), refused like jax.lax refuses it otherwise."""
+    if axis_index_groups is not None:
+        raise NotImplementedError(f"jaccl.{api}: axis_index_groups over a jax.vmap axis is not "
+                                  "supported (nor by jax.lax)")
+    batch = vmap_axes(axes)
+    if len(batch) != len(axes):
+        raise NotImplementedError(
+            f"jaccl.{api}: axis_name {axes!r} mixes jax.vmap axes {batch!r} with mesh axes; "
+            "call it over each kind separately (jax.lax does not batch this either)")
+    return lax_collective(batch[0] if len(batch) == 1 else batch)
 
 
 def check_axes(axes: tuple, api: str) -> int:
@@ -62,6 +84,21 @@ def check_dtype(dtype, api: str, op: str | None = None) -> None:
     if dtype == np.bool_ and op in ("sum", "prod"):
         raise TypeError(f"jaccl.{api}: op={op!r} on bool is not defined; use op='max' (any) or "
                         "op='min' (all), or cast to int32 first")
+    if np.issubdtype(dtype, np.complexfloating) and op not in (None, "sum"):
+        raise TypeError(f"jaccl.{api}: op={op!r} on {dtype} is not defined (complex numbers are "
+                        "not ordered, and only sums of them are taken part by part); use op='sum'")
+
+
+def as_real_pairs(x):
+    """A complex array as real [..., 2] (real, imaginary): the engine moves and sums parts;
+    from_real_pairs undoes it. Other arrays pass through (is_pairs says which)."""
+    if not jax.numpy.iscomplexobj(x):
+        return x, False
+    return jax.numpy.stack([jax.numpy.real(x), jax.numpy.imag(x)], axis=-1), True
+
+
+def from_real_pairs(y, was_pairs: bool):
+    return jax.lax.complex(y[..., 0], y[..., 1]) if was_pairs else y
 
 
 def check_choice(value, allowed, what: str, api: str) -> None:
@@ -76,7 +113,27 @@ def canonical_axis(axis: int, ndim: int, what: str, api: str) -> int:
     return axis % ndim
 
 
-def group_table(ctx, axes: tuple) -> tuple[np.ndarray, int]:
+def index_groups(axis_index_groups, size: int, api: str):
+    """jax.lax's axis_index_groups, checked against an axis (or axes) of `size`: a tuple of
+    equally sized tuples of axis indices covering each index once, or None."""
+    if axis_index_groups is None:
+        return None
+    groups = tuple(tuple(int(i) for i in g) for g in axis_index_groups)
+    flat = sorted(i for g in groups for i in g)
+    if flat != list(range(len(flat))):
+        raise ValueError("axis_index_groups must cover all indices exactly once")
+    if len(flat) != size:
+        raise ValueError(f"jaccl.{api}: axis_index_groups cover {len(flat)} indices, but the "
+                         f"axes they index have {size}")
+    if len({len(g) for g in groups}) != 1:
+        raise ValueError(f"jaccl.{api}: axis_index_groups must all be the same size, got sizes "
+                         f"{[len(g) for g in groups]}")
+    return groups
+
+
+def group_table(ctx, axes: tuple, groups=None) -> tuple[np.ndarray, int]:
+    """The groups' device ids, one group per row in rank order; `groups` (axis_index_groups)
+    cuts every row into the subgroups of those axis indices."""
     axis_context = ctx.module_context.axis_context
     mesh = getattr(axis_context, "mesh", None)
     mesh = _compat.concrete_mesh(mesh) if mesh is not None else None
@@ -92,15 +149,23 @@ def group_table(ctx, axes: tuple) -> tuple[np.ndarray, int]:
     others = [i for i in range(ids.ndim) if i not in collective]
     group_size = math.prod(ids.shape[i] for i in collective)
     table = np.transpose(ids, others + collective).reshape(-1, group_size)
+    if groups is not None:
+        table = np.stack([row[list(g)] for row in table for g in groups])
+        group_size = len(groups[0])
     return table, group_size
 
 
-def lower_collective(ctx, *operands, target: str, axes: tuple, aliases=None, **attributes):
-    """Emits `target`(token, *operands) -> (token, *results); `aliases` maps operand to result
-    indices (not counting the token) that may share a buffer."""
+def lower_collective(ctx, *operands, target: str, axes: tuple, groups=None, aliases=None,
+                     arrays=None, **attributes):
+    """Emits `target`(token, *operands) -> (token, *results) over the groups of `axes` (cut by
+    axis_index_groups `groups`); `aliases` maps operand to result indices (not counting the
+    token) that may share a buffer; `arrays` are int64 array attributes, `attributes` int64
+    scalars."""
     bootstrap.init()
-    table, group_size = group_table(ctx, axes)
+    table, group_size = group_table(ctx, axes, groups)
     config = {k: mlir.ir_attribute(np.int64(v)) for k, v in attributes.items()}
+    for name, values in (arrays or {}).items():
+        config[name] = ir.DenseI64ArrayAttr.get([int(v) for v in values])
     config["groups"] = ir.DenseI64ArrayAttr.get([int(v) for v in table.ravel()])
     config["group_size"] = mlir.ir_attribute(np.int64(group_size))
     token = _ordering.token_in(ctx)

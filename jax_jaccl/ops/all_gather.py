@@ -16,13 +16,14 @@ from .._enums import ALGORITHMS, ALL_GATHER_ALGORITHMS
 from . import _common
 
 
-def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, algorithm: str = "auto"):
+def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, algorithm: str = "auto",
+               axis_index_groups=None):
     """Gathers `x` from every member of the group (jax.lax.all_gather semantics): untiled, a new
     dimension of the group size is inserted at `axis`; tiled, the members' arrays are
     concatenated along `axis`. Member i's data is block i.
 
     algorithm: 'auto' (= 'mesh': every member sends to all others at once), 'mesh', 'ring' or
-    'ring_oneway'.
+    'ring_oneway'. axis_index_groups: as jax.lax's (each group gathers among itself).
     """
     axes = _common.normalize_axes(axis_name)
     _common.check_choice(algorithm, ALL_GATHER_ALGORITHMS, "algorithm", "all_gather")
@@ -30,19 +31,26 @@ def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, algorithm: s
     def bind(leaf):
         leaf = leaf if isinstance(leaf, _compat.Tracer) else jax.numpy.asarray(leaf)
         _common.check_dtype(leaf.dtype, "all_gather")
+        if _common.vmap_axes(axes):
+            return _common.over_vmap_axes(axes, axis_index_groups, "all_gather", lambda a: (
+                jax.lax.all_gather(leaf, a, axis=axis, tiled=tiled)))
         size = _common.check_axes(axes, "all_gather")
+        groups = _common.index_groups(axis_index_groups, size, "all_gather")
+        size = len(groups[0]) if groups else size
         if tiled and leaf.ndim == 0:
             raise ValueError("jaccl.all_gather: tiled=True needs x with at least one dimension")
         dim = _common.canonical_axis(axis, leaf.ndim if tiled else leaf.ndim + 1, "axis",
                                      "all_gather")
+        leaf, pairs = _common.as_real_pairs(leaf)
         leaf = _compat.make_varying(leaf, axes)
-        return all_gather_p.bind(leaf, axes=axes, axis=dim, tiled=tiled, algorithm=algorithm,
-                                 axis_size=size)
+        out = all_gather_p.bind(leaf, axes=axes, axis=dim, tiled=tiled, algorithm=algorithm,
+                                axis_size=size, groups=groups)
+        return _common.from_real_pairs(out, pairs)
 
     return jax.tree_util.tree_map(bind, x)
 
 
-def _abstract_eval(x, *, axes, axis, tiled, algorithm, axis_size):
+def _abstract_eval(x, *, axes, axis, tiled, algorithm, axis_size, groups):
     shape = list(x.shape)
     if tiled:
         shape[axis] *= axis_size
@@ -52,20 +60,20 @@ def _abstract_eval(x, *, axes, axis, tiled, algorithm, axis_size):
             _common.collective_effects(axes))
 
 
-def _lowering(ctx, x, *, axes, axis, tiled, algorithm, axis_size):
+def _lowering(ctx, x, *, axes, axis, tiled, algorithm, axis_size, groups):
     (aval,) = ctx.avals_in
-    return _common.lower_collective(ctx, x, target="jaccl_all_gather", axes=axes,
+    return _common.lower_collective(ctx, x, target="jaccl_all_gather", axes=axes, groups=groups,
                                     algorithm=ALGORITHMS[algorithm],
                                     outer=math.prod(aval.shape[:axis]))
 
 
-def _transpose(ct, x, *, axes, axis, tiled, algorithm, axis_size):
+def _transpose(ct, x, *, axes, axis, tiled, algorithm, axis_size, groups):
     if type(ct) is ad.Zero:
         return [ad.Zero(x.aval)]
     from .reduce_scatter import reduce_scatter_p
 
     return [reduce_scatter_p.bind(ct, axes=axes, scatter_dimension=axis, tiled=tiled, op="sum",
-                                  algorithm="auto", axis_size=axis_size)]
+                                  algorithm="auto", axis_size=axis_size, groups=groups)]
 
 
 def _batcher(axis_data, vals_in, dims_in, *, axes, axis, tiled, **params):

@@ -15,15 +15,21 @@ from .._enums import ALGORITHMS, ALL_REDUCE_ALGORITHMS, REDUCE_OPS
 from . import _common
 
 
-def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto"):
+def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto", axis_index_groups=None):
     """Reduces `x` over the mesh axis (or tuple of axes) `axis_name`; every member of a group
     gets the same result, bitwise. Semantics of jax.lax.psum (op='sum'), pmax ('max'), pmin
-    ('min'); op='prod' multiplies. float16/bfloat16 accumulate in float32.
+    ('min'); op='prod' multiplies. float16/bfloat16 accumulate in float32; complex numbers are
+    summed part by part. Over an axis that jax.vmap bound (axis_name=...), the reduction over
+    the batch is jax.lax's, and the rest of `axis_name` is reduced by jaccl.
 
     algorithm: 'auto' (in one process: direct; naive up to 32 KiB; hierarchical when the group
     spans hosts with several ranks on each; mesh scatter-gather otherwise), 'naive', 'mesh',
-    'ring' (bidirectional), 'ring_oneway' or 'hierarchical'. The result is written over the input buffer when XLA
-    can donate it (input_output_aliases), so large reductions do not page-fault a new buffer.
+    'ring' (bidirectional), 'ring_oneway' or 'hierarchical'. The result is written over the
+    input buffer when XLA can donate it (input_output_aliases), so large reductions do not
+    page-fault a new buffer.
+
+    axis_index_groups: as jax.lax's, groups of indices along `axis_name` that reduce among
+    themselves (equally sized, covering every index once).
     """
     axes = _common.normalize_axes(axis_name)
     _common.check_choice(op, REDUCE_OPS, "op", "all_reduce")
@@ -32,13 +38,38 @@ def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto"):
     def bind(leaf):
         _common.check_dtype(leaf.dtype if hasattr(leaf, "dtype") else jax.numpy.asarray(leaf).dtype,
                             "all_reduce", op)
-        size = _common.check_axes(axes, "all_reduce")
+        batch = _common.vmap_axes(axes)
+        mesh_axes = tuple(a for a in axes if a not in batch)
+        if batch:
+            if axis_index_groups is not None:
+                raise NotImplementedError("jaccl.all_reduce: axis_index_groups over a jax.vmap "
+                                          "axis is not supported (nor by jax.lax)")
+            leaf = _reduce_batch(leaf, batch, op)
+            if not mesh_axes:
+                return leaf
+        size = _common.check_axes(mesh_axes, "all_reduce")
+        groups = _common.index_groups(axis_index_groups, size, "all_reduce")
         if not isinstance(leaf, _compat.Tracer):
-            return _constant(jax.numpy.asarray(leaf), op, size)
-        leaf = _compat.make_varying(leaf, axes)
-        return all_reduce_p.bind(leaf, axes=axes, op=op, algorithm=algorithm)
+            return _constant(jax.numpy.asarray(leaf), op, len(groups[0]) if groups else size)
+        leaf, pairs = _common.as_real_pairs(leaf)
+        leaf = _compat.make_varying(leaf, mesh_axes)
+        out = all_reduce_p.bind(leaf, axes=mesh_axes, op=op, algorithm=algorithm, groups=groups)
+        return _common.from_real_pairs(out, pairs)
 
     return jax.tree_util.tree_map(bind, x)
+
+
+def _reduce_batch(x, batch: tuple, op: str):
+    """The reduction over jax.vmap axes: a computation on the batch, as jax.lax does it."""
+    if op == "sum":
+        return jax.lax.psum(x, batch)
+    if op == "max":
+        return jax.lax.pmax(x, batch)
+    if op == "min":
+        return jax.lax.pmin(x, batch)
+    for axis in batch:  # jax.lax has no product: gather the batch and multiply
+        x = jax.numpy.prod(jax.lax.all_gather(x, axis), axis=0).astype(x.dtype)
+    return x
 
 
 def _constant(x, op, size):
@@ -49,45 +80,47 @@ def _constant(x, op, size):
     return x
 
 
-def _abstract_eval(x, *, axes, op, algorithm):
+def _abstract_eval(x, *, axes, op, algorithm, groups):
     varying = _compat.varying_axes(x)
-    if _compat.check_vma_enabled():
+    if _compat.check_vma_enabled() and groups is None:  # subgroups' results still differ
         varying = varying - set(axes)
     return _compat.with_varying(x, varying), _common.collective_effects(axes)
 
 
-def _lowering(ctx, x, *, axes, op, algorithm):
-    return _common.lower_collective(ctx, x, target="jaccl_all_reduce", axes=axes, aliases={0: 0},
-                                    op=REDUCE_OPS[op], algorithm=ALGORITHMS[algorithm])
+def _lowering(ctx, x, *, axes, op, algorithm, groups):
+    return _common.lower_collective(ctx, x, target="jaccl_all_reduce", axes=axes, groups=groups,
+                                    aliases={0: 0}, op=REDUCE_OPS[op],
+                                    algorithm=ALGORITHMS[algorithm])
 
 
-def _jvp(primals, tangents, *, axes, op, algorithm):
-    if op != "sum":
+def _jvp(primals, tangents, **params):
+    if params["op"] != "sum":
         raise NotImplementedError(
-            f"jaccl.all_reduce: differentiation is defined for op='sum' only, not {op!r} "
-            "(as for jax.lax.pmax/pmin)")
+            f"jaccl.all_reduce: differentiation is defined for op='sum' only, not "
+            f"{params['op']!r} (as for jax.lax.pmax/pmin)")
     (x,), (t,) = primals, tangents
-    y = all_reduce_p.bind(x, axes=axes, op=op, algorithm=algorithm)
+    y = all_reduce_p.bind(x, **params)
     if type(t) is ad.Zero:
         return y, ad.Zero(jax.typeof(y).to_tangent_aval())
-    return y, all_reduce_p.bind(t, axes=axes, op=op, algorithm=algorithm)
+    return y, all_reduce_p.bind(t, **params)
 
 
-def _transpose(ct, x, *, axes, op, algorithm):
+def _transpose(ct, x, **params):
     # The sum over a group is linear. Under check_vma its output is invariant over `axes`, so
     # the cotangent only needs to become varying again (pvary, as for jax.lax.psum); without
-    # check_vma every member holds a partial cotangent and the transpose is the sum itself.
+    # check_vma (or over subgroups, whose results vary) every member holds a partial cotangent
+    # and the transpose is the sum itself.
     if type(ct) is ad.Zero:
         return [ad.Zero(x.aval)]
-    if _compat.check_vma_enabled():
-        return [_compat.pvary(ct, axes)]
-    return [all_reduce_p.bind(ct, axes=axes, op=op, algorithm=algorithm)]
+    if _compat.check_vma_enabled() and params["groups"] is None:
+        return [_compat.pvary(ct, params["axes"])]
+    return [all_reduce_p.bind(ct, **params)]
 
 
-def _batcher(axis_data, vals_in, dims_in, *, axes, op, algorithm):
-    _common.refuse_vmap_axis(axis_data, axes, "all_reduce")
+def _batcher(axis_data, vals_in, dims_in, **params):
+    _common.refuse_vmap_axis(axis_data, params["axes"], "all_reduce")
     (x,), (d,) = vals_in, dims_in
-    return all_reduce_p.bind(x, axes=axes, op=op, algorithm=algorithm), d
+    return all_reduce_p.bind(x, **params), d
 
 
 def _impl(x, **params):

@@ -17,18 +17,25 @@ from .._ext import PLATFORMS
 from . import _common
 
 
-def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool = False):
+def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool = False,
+               axis_index_groups=None):
     """Splits `x` along `split_axis` into one block per group member, sends block i to member
     i, and concatenates what arrives along `concat_axis` in member order (jax.lax.all_to_all
     semantics, including tiled=False, where split_axis must equal the group size, is removed,
-    and a new axis of that size appears at concat_axis).
+    and a new axis of that size appears at concat_axis). axis_index_groups: as jax.lax's
+    (each group exchanges among itself).
     """
     axes = _common.normalize_axes(axis_name)
 
     def bind(leaf, split_axis=split_axis, concat_axis=concat_axis):
         leaf = leaf if isinstance(leaf, _compat.Tracer) else jax.numpy.asarray(leaf)
         _common.check_dtype(leaf.dtype, "all_to_all")
+        if _common.vmap_axes(axes):
+            return _common.over_vmap_axes(axes, axis_index_groups, "all_to_all", lambda a: (
+                jax.lax.all_to_all(leaf, a, split_axis, concat_axis, tiled=tiled)))
         size = _common.check_axes(axes, "all_to_all")
+        groups = _common.index_groups(axis_index_groups, size, "all_to_all")
+        size = len(groups[0]) if groups else size
         if leaf.ndim == 0:
             raise ValueError("jaccl.all_to_all: x must have at least one dimension")
         split_axis = _common.canonical_axis(split_axis, leaf.ndim, "split_axis", "all_to_all")
@@ -49,9 +56,11 @@ def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool =
             elif concat_axis < split_axis:
                 leaf = lax.expand_dims(leaf, (concat_axis,))
                 split_axis += 1
+        leaf, pairs = _common.as_real_pairs(leaf)
         leaf = _compat.make_varying(leaf, axes)
         out = all_to_all_p.bind(leaf, axes=axes, split_axis=split_axis, concat_axis=concat_axis,
-                                axis_size=size)
+                                axis_size=size, groups=groups)
+        out = _common.from_real_pairs(out, pairs)
         if not tiled and split_axis != concat_axis:
             out = lax.squeeze(out, (split_axis,))
         return out
@@ -59,7 +68,7 @@ def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool =
     return jax.tree_util.tree_map(bind, x)
 
 
-def _abstract_eval(x, *, axes, split_axis, concat_axis, axis_size):
+def _abstract_eval(x, *, axes, split_axis, concat_axis, axis_size, groups=None):
     shape = list(x.shape)
     shape[split_axis] //= axis_size
     shape[concat_axis] *= axis_size
@@ -67,28 +76,29 @@ def _abstract_eval(x, *, axes, split_axis, concat_axis, axis_size):
             _common.collective_effects(axes))
 
 
-def _lowering(ctx, x, *, axes, split_axis, concat_axis, axis_size):
+def _lowering(ctx, x, *, axes, split_axis, concat_axis, axis_size, groups=None):
     (aval_in,), (aval_out,) = ctx.avals_in, ctx.avals_out
-    return _common.lower_collective(ctx, x, target="jaccl_all_to_all", axes=axes,
+    return _common.lower_collective(ctx, x, target="jaccl_all_to_all", axes=axes, groups=groups,
                                     outer_in=math.prod(aval_in.shape[:split_axis]),
                                     outer_out=math.prod(aval_out.shape[:concat_axis]))
 
 
-def _transpose(ct, x, *, axes, split_axis, concat_axis, axis_size):
+def _transpose(ct, x, *, axes, split_axis, concat_axis, axis_size, groups=None):
     if type(ct) is ad.Zero:
         return [ad.Zero(x.aval)]
     return [all_to_all_p.bind(ct, axes=axes, split_axis=concat_axis, concat_axis=split_axis,
-                              axis_size=axis_size)]
+                              axis_size=axis_size, groups=groups)]
 
 
-def _batcher(axis_data, vals_in, dims_in, *, axes, split_axis, concat_axis, axis_size):
+def _batcher(axis_data, vals_in, dims_in, *, axes, split_axis, concat_axis, axis_size,
+             groups=None):
     _common.refuse_vmap_axis(axis_data, axes, "all_to_all")
     (x,), (d,) = vals_in, dims_in
     if d is not None:
         split_axis += d <= split_axis
         concat_axis += d <= concat_axis
     return all_to_all_p.bind(x, axes=axes, split_axis=split_axis, concat_axis=concat_axis,
-                             axis_size=axis_size), d
+                             axis_size=axis_size, groups=groups), d
 
 
 def _impl(x, **params):

@@ -17,14 +17,15 @@ from . import _common
 
 
 def reduce_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = False,
-                   op: str = "sum", algorithm: str = "auto"):
+                   op: str = "sum", algorithm: str = "auto", axis_index_groups=None):
     """Reduces `x` over `axis_name` and leaves member i of each group with block i of the result
     along `scatter_dimension` (jax.lax.psum_scatter semantics). Untiled, that dimension must
     equal the group size and is removed; tiled, it must be divisible by it and shrinks.
 
     algorithm: 'auto' (mesh: every member sends each block straight to its owner; hierarchical
     when the group spans hosts with several ranks on each), 'mesh', 'ring' (bidirectional),
-    'ring_oneway' or 'hierarchical'.
+    'ring_oneway' or 'hierarchical'. axis_index_groups: as jax.lax's (each group reduces
+    and scatters among itself).
     """
     axes = _common.normalize_axes(axis_name)
     _common.check_choice(op, REDUCE_OPS, "op", "reduce_scatter")
@@ -33,7 +34,15 @@ def reduce_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fa
     def bind(leaf):
         leaf = leaf if isinstance(leaf, _compat.Tracer) else jax.numpy.asarray(leaf)
         _common.check_dtype(leaf.dtype, "reduce_scatter", op)
+        if _common.vmap_axes(axes):
+            if op != "sum":
+                raise NotImplementedError(f"jaccl.reduce_scatter: op={op!r} over a jax.vmap axis "
+                                          "(jax.lax.psum_scatter sums only)")
+            return _common.over_vmap_axes(axes, axis_index_groups, "reduce_scatter", lambda a: (
+                jax.lax.psum_scatter(leaf, a, scatter_dimension=scatter_dimension, tiled=tiled)))
         size = _common.check_axes(axes, "reduce_scatter")
+        groups = _common.index_groups(axis_index_groups, size, "reduce_scatter")
+        size = len(groups[0]) if groups else size
         if leaf.ndim == 0:
             raise ValueError("jaccl.reduce_scatter: x must have at least one dimension")
         dim = _common.canonical_axis(scatter_dimension, leaf.ndim, "scatter_dimension",
@@ -47,14 +56,16 @@ def reduce_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fa
             raise ValueError(
                 f"jaccl.reduce_scatter: with tiled=False dimension {dim} of x must equal the group "
                 f"size {size} of axis {axis_name!r}, got {n}; use tiled=True to split it")
+        leaf, pairs = _common.as_real_pairs(leaf)
         leaf = _compat.make_varying(leaf, axes)
-        return reduce_scatter_p.bind(leaf, axes=axes, scatter_dimension=dim, tiled=tiled,
-                                     op=op, algorithm=algorithm, axis_size=size)
+        out = reduce_scatter_p.bind(leaf, axes=axes, scatter_dimension=dim, tiled=tiled,
+                                    op=op, algorithm=algorithm, axis_size=size, groups=groups)
+        return _common.from_real_pairs(out, pairs)
 
     return jax.tree_util.tree_map(bind, x)
 
 
-def _abstract_eval(x, *, axes, scatter_dimension, tiled, op, algorithm, axis_size):
+def _abstract_eval(x, *, axes, scatter_dimension, tiled, op, algorithm, axis_size, groups):
     shape = list(x.shape)
     if tiled:
         shape[scatter_dimension] //= axis_size
@@ -64,14 +75,14 @@ def _abstract_eval(x, *, axes, scatter_dimension, tiled, op, algorithm, axis_siz
             _common.collective_effects(axes))
 
 
-def _lowering(ctx, x, *, axes, scatter_dimension, tiled, op, algorithm, axis_size):
+def _lowering(ctx, x, *, axes, scatter_dimension, tiled, op, algorithm, axis_size, groups):
     (aval,) = ctx.avals_in
     return _common.lower_collective(
-        ctx, x, target="jaccl_reduce_scatter", axes=axes, op=REDUCE_OPS[op],
+        ctx, x, target="jaccl_reduce_scatter", axes=axes, groups=groups, op=REDUCE_OPS[op],
         algorithm=ALGORITHMS[algorithm], outer=math.prod(aval.shape[:scatter_dimension]))
 
 
-def _transpose(ct, x, *, axes, scatter_dimension, tiled, op, algorithm, axis_size):
+def _transpose(ct, x, *, axes, scatter_dimension, tiled, op, algorithm, axis_size, groups):
     if op != "sum":
         raise NotImplementedError("jaccl.reduce_scatter: differentiation needs op='sum'")
     if type(ct) is ad.Zero:
@@ -79,7 +90,7 @@ def _transpose(ct, x, *, axes, scatter_dimension, tiled, op, algorithm, axis_siz
     from .all_gather import all_gather_p
 
     return [all_gather_p.bind(ct, axes=axes, axis=scatter_dimension, tiled=tiled,
-                              algorithm="auto", axis_size=axis_size)]
+                              algorithm="auto", axis_size=axis_size, groups=groups)]
 
 
 def _jvp(primals, tangents, **params):

@@ -10,10 +10,35 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "collectives/engine.h"
 
 namespace jaccl {
+
+// ppermute: the rank this rank sends its input to and the one whose input it receives
+// (-1: none; a rank that receives nothing gets zeros).
+struct Permutation {
+  int send_to = -1;
+  int receive_from = -1;
+};
+
+// ragged_all_to_all (jax.lax semantics), in rows of `row_elems` elements. Each array has
+// slices_per_rank entries per rank of the group (entry i concerns rank i / slices_per_rank):
+// rows [input_offsets[i], + send_sizes[i]) of `in` go to that rank, which writes them at its
+// row output_offsets[i]; recv_sizes[i] rows arrive from that rank as its slice i %
+// slices_per_rank for this rank. Rows of `out` that nothing arrives at keep their value
+// (out starts as the op's `output` operand).
+struct RaggedRows {
+  const int64_t* input_offsets = nullptr;
+  const int64_t* send_sizes = nullptr;
+  const int64_t* output_offsets = nullptr;
+  const int64_t* recv_sizes = nullptr;
+  int slices_per_rank = 1;
+  size_t row_elems = 1;
+  size_t in_rows = 0, out_rows = 0;  // leading dimensions of the operand and the output
+};
 
 struct Buffers {
   const void* in = nullptr;
@@ -22,6 +47,8 @@ struct Buffers {
   size_t out_count = 0;
   size_t outer_in = 1;
   size_t outer_out = 1;
+  Permutation permutation;  // ppermute only
+  RaggedRows ragged;        // ragged_all_to_all only
 };
 
 // What the automatic choice needs to know about the group.
@@ -39,5 +66,20 @@ void all_reduce(Call& call, const Buffers& buffers);
 void reduce_scatter(Call& call, const Buffers& buffers);
 void all_gather(Call& call, const Buffers& buffers);
 void all_to_all(Call& call, const Buffers& buffers);
+void permute(Call& call, const Buffers& buffers);
+void ragged_all_to_all(Call& call, const Buffers& buffers);
+
+// ragged_all_to_all's checks (both throw naming the entry and the ranks):
+// check_ragged_rows: this rank's own arguments against its operand;
+// check_ragged_placements: what every rank announced it sends here (from[i]: rows and offset
+// in this rank's output of the slice recv_sizes[i] describes) against this rank's recv_sizes,
+// its output's bounds, and each other.
+struct RaggedPlacement {
+  int64_t offset = 0;
+  int64_t rows = 0;
+};
+void check_ragged_rows(const Call& call, const Buffers& buffers);
+void check_ragged_placements(const Call& call, const RaggedRows& mine,
+                             const std::vector<RaggedPlacement>& from);
 
 }  // namespace jaccl

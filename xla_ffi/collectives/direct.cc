@@ -1,6 +1,8 @@
 #include "collectives/direct.h"
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
 #include "collectives/streams.h"
 #include "collectives/waiter.h"
@@ -57,6 +59,19 @@ class DirectCall {
                Region::block(entry(q).in, esize, b_.in_count, b_.outer_in, n_, me_));
         }
         break;
+      case CollectiveKind::kPermute: {
+        const int source = b_.permutation.receive_from;
+        Region out = Region::contiguous(b_.out, esize, b_.out_count);
+        if (source < 0) {
+          std::memset(b_.out, 0, b_.out_count * esize);
+        } else {
+          copy(out, Region::contiguous(entry(source).in, esize, b_.out_count));
+        }
+        break;
+      }
+      case CollectiveKind::kRaggedAllToAll:
+        ragged();
+        break;
       default:
         throw_error(ErrorKind::kInvalidArgument, "no direct schedule for ", kind_name(call_.kind));
     }
@@ -66,6 +81,39 @@ class DirectCall {
  private:
   const DirectGroup::Entry& entry(int rank) const { return group_.entries[rank]; }
 
+  // What member q sends this member, checked as the engine's placement phase checks it
+  // (ragged_all_to_all.cc), then copied where q placed it. Every member copies what it reads
+  // of the others' arguments before any member checks (a member that fails leaves at once,
+  // and its arguments with it), and no rows move until every member passed its checks (the
+  // others notice a failure at the barrier, through the abort board).
+  void ragged() {
+    const RaggedRows& mine = b_.ragged;
+    const int k = mine.slices_per_rank;
+    const size_t esize = dtype_size(call_.dtype), h = mine.row_elems;
+    std::vector<RaggedPlacement> placed(static_cast<size_t>(n_) * k);
+    for (int q = 0; q < n_; ++q) {
+      const RaggedRows& theirs = entry(q).buffers->ragged;
+      for (int j = 0; j < k; ++j) {
+        const int at = me_ * k + j;  // q's entry for this member's slice j
+        placed[q * k + j] = RaggedPlacement{theirs.output_offsets[at], theirs.send_sizes[at]};
+      }
+    }
+    barrier();
+    check_ragged_placements(call_, mine, placed);
+    barrier();
+    if (h == 0) return;
+    for (int q = 0; q < n_; ++q) {
+      const Buffers& from = *entry(q).buffers;
+      for (int j = 0; j < k; ++j) {
+        const RaggedPlacement& p = placed[q * k + j];
+        if (p.rows == 0) continue;
+        const size_t first = static_cast<size_t>(from.ragged.input_offsets[me_ * k + j]) * h;
+        copy(Region::contiguous(b_.out, esize, p.rows * h, p.offset * h),
+             Region::contiguous(from.in, esize, p.rows * h, first));
+      }
+    }
+  }
+
   void publish() {
     DirectGroup::Entry& e = group_.entries[me_];
     e.in = b_.in;
@@ -74,6 +122,7 @@ class DirectCall {
     e.out_count = b_.out_count;
     e.outer_in = b_.outer_in;
     e.outer_out = b_.outer_out;
+    e.buffers = &b_;
     e.kind = static_cast<uint8_t>(call_.kind);
     e.dtype = static_cast<uint8_t>(call_.dtype);
     e.redop = static_cast<uint8_t>(call_.op);
@@ -165,6 +214,7 @@ class DirectCall {
 
 void direct_collective(Call& call, const Buffers& buffers) {
   JACCL_CHECK(call.member->direct != nullptr, "direct collective on a group that spans processes");
+  if (call.kind == CollectiveKind::kRaggedAllToAll) check_ragged_rows(call, buffers);
   DirectCall(call, buffers).run();
 }
 

@@ -11,6 +11,9 @@
 // - reduce_scatter: member r reduces block r of every input into its output.
 // - all_gather: member r copies every member's input into that member's block.
 // - all_to_all: member r copies block r of member q's input into block q of its output.
+// - ppermute: member r copies its source's input into its output (zeros without a source).
+// - ragged_all_to_all: member r checks what each member q sends it against its own
+//   recv_sizes and output, then copies q's rows into its output where q placed them.
 // A last barrier keeps every member inside the call until nobody reads its buffers anymore.
 #pragma once
 
@@ -30,6 +33,7 @@ struct DirectGroup {
     const void* in = nullptr;
     void* out = nullptr;
     uint64_t in_count = 0, out_count = 0, outer_in = 1, outer_out = 1;
+    const Buffers* buffers = nullptr;  // the whole call (ppermute, ragged_all_to_all)
     uint8_t kind = 0, dtype = 0, redop = 0;
   };
   std::vector<Entry> entries;             // by rank

@@ -10,6 +10,8 @@ const char* kind_name(CollectiveKind kind) {
     case CollectiveKind::kAllToAll: return "all_to_all";
     case CollectiveKind::kMoeDispatch: return "moe_dispatch";
     case CollectiveKind::kMoeCombine: return "moe_combine";
+    case CollectiveKind::kPermute: return "ppermute";
+    case CollectiveKind::kRaggedAllToAll: return "ragged_all_to_all";
   }
   return "unknown";
 }

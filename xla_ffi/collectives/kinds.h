@@ -15,6 +15,8 @@ enum class CollectiveKind : uint8_t {
   kAllToAll = 4,
   kMoeDispatch = 5,
   kMoeCombine = 6,
+  kPermute = 7,         // collective permute (jax.lax.ppermute)
+  kRaggedAllToAll = 8,  // jax.lax.ragged_all_to_all
 };
 
 enum class Algorithm : uint8_t {

@@ -1,5 +1,7 @@
 #include "handlers/call_setup.h"
 
+#include <string>
+
 #include "handlers/xla_dtype.h"
 
 namespace ffi = xla::ffi;
@@ -12,6 +14,12 @@ Dtype dtype_from_xla(ffi::DataType type) {
     throw_error(ErrorKind::kInvalidArgument, "unsupported element type ", static_cast<int>(type));
   }
   return dtype;
+}
+
+ffi::Error unsupported_type(CollectiveKind kind, ffi::DataType type) {
+  return ffi::Error(ffi::ErrorCode::kInvalidArgument,
+                    std::string("jaccl: ") + kind_name(kind) + " does not move element type " +
+                        std::to_string(static_cast<int>(type)));
 }
 
 ffi::ErrorCode error_code(ErrorKind kind) {

@@ -17,7 +17,9 @@
 
 namespace jaccl {
 
-Dtype dtype_from_xla(xla::ffi::DataType type);
+Dtype dtype_from_xla(xla::ffi::DataType type);  // throws for an element type it cannot move
+// The error a handler returns for an element type the engine does not move.
+xla::ffi::Error unsupported_type(CollectiveKind kind, xla::ffi::DataType type);
 xla::ffi::ErrorCode error_code(ErrorKind kind);
 
 template <typename Body>

@@ -18,9 +18,11 @@
 #include "common/memory.h"
 #include "common/text.h"
 #include "handlers/order_operand.h"
+#include "handlers/buffer_shape.h"
 #include "handlers/call_setup.h"
 #include "handlers/engine_api.h"
 #include "handlers/cpu_handlers.h"
+#include "handlers/xla_dtype.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -56,7 +58,9 @@ void run_host_collective(Call& call, CollectiveKind kind, const Buffers& buffers
     call.op = static_cast<ReduceOp>(op);
     Communicator::Member& member = *call.member;
     const size_t esize = dtype_size(call.dtype);
-    if (member.size == 1) {
+    const bool moves_blocks = kind != CollectiveKind::kPermute &&
+                              kind != CollectiveKind::kRaggedAllToAll;
+    if (member.size == 1 && moves_blocks) {
       if (buffers.out != buffers.in) std::memcpy(buffers.out, buffers.in, buffers.in_count * esize);
       return;
     }
@@ -74,6 +78,8 @@ void run_host_collective(Call& call, CollectiveKind kind, const Buffers& buffers
         case CollectiveKind::kReduceScatter: reduce_scatter(call, buffers); break;
         case CollectiveKind::kAllGather: all_gather(call, buffers); break;
         case CollectiveKind::kAllToAll: all_to_all(call, buffers); break;
+        case CollectiveKind::kPermute: permute(call, buffers); break;
+        case CollectiveKind::kRaggedAllToAll: ragged_all_to_all(call, buffers); break;
         default: throw_error(ErrorKind::kInvalidArgument, "not a collective handler");
       }
     }
@@ -85,8 +91,9 @@ ffi::Error run_collective(CollectiveKind kind, int64_t device, ffi::AnyBuffer in
                           ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
                           int64_t group_size, int64_t op, int64_t algorithm, int64_t outer_in,
                           int64_t outer_out) {
-  return with_call(kind, device, groups, group_size, dtype_from_xla(in.element_type()),
-                   in.element_count(), [&](Call& call) {
+  Dtype dtype;
+  if (!dtype_of_xla(in.element_type(), &dtype)) return unsupported_type(kind, in.element_type());
+  return with_call(kind, device, groups, group_size, dtype, in.element_count(), [&](Call& call) {
     Buffers buffers;
     buffers.in = in.untyped_data();
     buffers.out = out->untyped_data();
@@ -160,8 +167,130 @@ ffi::Error AllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                         static_cast<int64_t>(ReduceOp::kSum), 0, outer_in, outer_out);
 }
 
+// The send and receive partners of this rank in `perm` (pairs of group ranks, source first).
+Permutation partners(const Call& call, ffi::Span<const int64_t> perm) {
+  const int n = call.member->size, r = call.member->rank;
+  if (perm.size() % 2 != 0) throw_error(ErrorKind::kInvalidArgument, "ppermute: odd pair list");
+  Permutation p;
+  for (size_t i = 0; i < perm.size(); i += 2) {
+    const int64_t source = perm[i], dest = perm[i + 1];
+    if (source < 0 || source >= n || dest < 0 || dest >= n) {
+      throw_error(ErrorKind::kInvalidArgument, "ppermute: pair (", source, ", ", dest,
+                  ") is outside a group of ", n);
+    }
+    if (source == r) p.send_to = static_cast<int>(dest);
+    if (dest == r) p.receive_from = static_cast<int>(source);
+  }
+  return p;
+}
+
+ffi::Error PermuteImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
+                       ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
+                       int64_t group_size, ffi::Span<const int64_t> perm) {
+  Dtype dtype;
+  if (!dtype_of_xla(x.element_type(), &dtype)) {
+    return unsupported_type(CollectiveKind::kPermute, x.element_type());
+  }
+  return with_call(CollectiveKind::kPermute, device, groups, group_size, dtype, x.element_count(),
+                   [&](Call& call) {
+    Buffers buffers;
+    buffers.in = x.untyped_data();
+    buffers.out = out->untyped_data();
+    buffers.in_count = x.element_count();
+    buffers.out_count = out->element_count();
+    buffers.permutation = partners(call, perm);
+    run_host_collective(call, CollectiveKind::kPermute, buffers,
+                        static_cast<int64_t>(ReduceOp::kSum), 0);
+  });
+}
+
+// One of ragged_all_to_all's offset or size arrays (int32 or int64, a multiple of the group
+// size entries, as many as the others).
+std::vector<int64_t> ragged_entries(const ffi::AnyBuffer& b, const char* name, int n,
+                                    size_t entries) {
+  if (b.element_count() != entries || entries == 0 || entries % n != 0) {
+    throw_error(ErrorKind::kInvalidArgument, "ragged_all_to_all: ", name, " has ",
+                b.element_count(), " entries, input_offsets ", entries,
+                ": they need the same number, a multiple of the group size ", n);
+  }
+  std::vector<int64_t> v(entries);
+  if (b.element_type() == ffi::DataType::S64) {
+    std::memcpy(v.data(), b.untyped_data(), entries * sizeof(int64_t));
+  } else if (b.element_type() == ffi::DataType::S32) {
+    const int32_t* p = static_cast<const int32_t*>(b.untyped_data());
+    for (size_t i = 0; i < entries; ++i) v[i] = p[i];
+  } else {
+    throw_error(ErrorKind::kInvalidArgument, "ragged_all_to_all: ", name, " must be int32 or int64");
+  }
+  return v;
+}
+
+ffi::Error RaggedAllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer operand,
+                              ffi::AnyBuffer output, ffi::AnyBuffer input_offsets,
+                              ffi::AnyBuffer send_sizes, ffi::AnyBuffer output_offsets,
+                              ffi::AnyBuffer recv_sizes, OrderOut, ffi::Result<ffi::AnyBuffer> out,
+                              ffi::Span<const int64_t> groups, int64_t group_size) {
+  Dtype dtype;
+  if (!dtype_of_xla(operand.element_type(), &dtype) ||
+      output.element_type() != operand.element_type()) {
+    return unsupported_type(CollectiveKind::kRaggedAllToAll, operand.element_type());
+  }
+  return with_call(CollectiveKind::kRaggedAllToAll, device, groups, group_size, dtype,
+                   operand.element_count(), [&](Call& call) {
+    const int n = call.member->size;
+    const size_t entries = input_offsets.element_count();
+    const std::vector<int64_t> in_off = ragged_entries(input_offsets, "input_offsets", n, entries),
+                               sends = ragged_entries(send_sizes, "send_sizes", n, entries),
+                               out_off = ragged_entries(output_offsets, "output_offsets", n, entries),
+                               recvs = ragged_entries(recv_sizes, "recv_sizes", n, entries);
+    if (trailing(operand) != trailing(output) || output.element_count() != out->element_count()) {
+      throw_error(ErrorKind::kInvalidArgument, "ragged_all_to_all: the operand's and the "
+                  "output's rows differ in length");
+    }
+    if (out->untyped_data() != output.untyped_data()) {  // XLA did not alias them: start from output
+      std::memcpy(out->untyped_data(), output.untyped_data(), output.size_bytes());
+    }
+    Buffers buffers;
+    buffers.in = operand.untyped_data();
+    buffers.out = out->untyped_data();
+    buffers.in_count = operand.element_count();
+    buffers.out_count = out->element_count();
+    buffers.ragged = RaggedRows{in_off.data(), sends.data(), out_off.data(), recvs.data(),
+                                static_cast<int>(entries / n), trailing(operand),
+                                leading(operand), leading(output)};
+    run_host_collective(call, CollectiveKind::kRaggedAllToAll, buffers,
+                        static_cast<int64_t>(ReduceOp::kSum), 0);
+  });
+}
+
 }  // namespace
 }  // namespace jaccl
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_ppermute, jaccl::PermuteImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()  // orders the collectives of a device
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()  // the source's x, or zeros
+                                  .Attr<ffi::Span<const int64_t>>("groups")
+                                  .Attr<int64_t>("group_size")
+                                  .Attr<ffi::Span<const int64_t>>("perm"));  // (source, dest) ranks
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_ragged_all_to_all, jaccl::RaggedAllToAllImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()  // orders the collectives of a device
+                                  .Arg<ffi::AnyBuffer>()  // operand
+                                  .Arg<ffi::AnyBuffer>()  // output (aliased to the result)
+                                  .Arg<ffi::AnyBuffer>()  // input_offsets
+                                  .Arg<ffi::AnyBuffer>()  // send_sizes
+                                  .Arg<ffi::AnyBuffer>()  // output_offsets
+                                  .Arg<ffi::AnyBuffer>()  // recv_sizes
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()  // output with the received rows
+                                  .Attr<ffi::Span<const int64_t>>("groups")
+                                  .Attr<int64_t>("group_size"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_reduce, jaccl::AllReduceImpl,
                               ffi::Ffi::Bind()

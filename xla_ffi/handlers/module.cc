@@ -39,6 +39,8 @@ nb::dict registrations() {
   d["jaccl_all_to_all"] = capsule(jaccl_all_to_all);
   d["jaccl_moe_exchange"] = capsule(jaccl_moe_exchange);
   d["jaccl_moe_combine"] = capsule(jaccl_moe_combine);
+  d["jaccl_ppermute"] = capsule(jaccl_ppermute);
+  d["jaccl_ragged_all_to_all"] = capsule(jaccl_ragged_all_to_all);
   return d;
 }
 

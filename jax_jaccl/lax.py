@@ -1,0 +1,146 @@
+"""jax.lax's collectives, with jax.lax's names, signatures and semantics, carried by jaccl.
+
+    from jax_jaccl import lax       # instead of `from jax import lax`, inside shard_map
+
+moves a shard_map program's collectives onto jaccl's engine. Each function takes exactly the
+arguments jax.lax's takes (in jax 0.10), accepts what jax.lax accepts inside jax.shard_map
+and refuses what it refuses there (jax.lax.psum and pmean refuse axis_index_groups inside
+shard_map, so these do too), and computes what jax.lax computes: psum of bool sums int32
+values, pmean of integers is a float mean, complex numbers are summed, gathered and moved.
+Over axes that jax.vmap bound (axis_name=...) the result is jax.lax's computation on the
+batch. Functions that move no data (axis_index, axis_size, pvary, pcast) are jax.lax's own.
+
+Contract: every function here is a thin adapter over jax_jaccl.ops; none keeps state.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax import lax as _lax
+
+from .ops.all_gather import all_gather as _all_gather
+from .ops.all_reduce import all_reduce as _all_reduce
+from .ops.all_to_all import all_to_all as _all_to_all
+from .ops.ppermute import ppermute as _ppermute
+from .ops.ragged_all_to_all import ragged_all_to_all as _ragged_all_to_all
+from .ops.reduce_scatter import reduce_scatter as _reduce_scatter
+
+axis_index = _lax.axis_index
+axis_size = _lax.axis_size
+pvary = getattr(_lax, "pvary", None)
+pcast = getattr(_lax, "pcast", None)
+
+__all__ = ["all_gather", "all_to_all", "axis_index", "axis_size", "pbroadcast", "pcast", "pmax",
+           "pmean", "pmin", "ppermute", "pshuffle", "psum", "psum_scatter", "pswapaxes",
+           "pvary", "ragged_all_to_all"]
+
+
+def _axes(axis_name) -> tuple:
+    return tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+
+
+def _refuse_groups_of_sums(axis_index_groups, name):
+    # jax.lax.psum (and pmean through it) raises NotImplementedError for axis_index_groups
+    # inside shard_map (jax 0.10); jaccl.all_reduce could, but the contract is lax's.
+    if axis_index_groups is not None:
+        raise NotImplementedError(f"jax_jaccl.lax.{name}: axis_index_groups is not supported "
+                                  f"inside shard_map (as jax.lax.{name}); use "
+                                  "jax_jaccl.all_reduce(..., axis_index_groups=...)")
+
+
+def psum(x, axis_name, *, axis_index_groups=None):
+    """jax.lax.psum: the sum over `axis_name` (bool inputs are summed as int32)."""
+    axes = _axes(axis_name)
+    if not axes:
+        return x
+    _refuse_groups_of_sums(axis_index_groups, "psum")
+
+    def one(leaf):
+        if np.dtype(getattr(leaf, "dtype", None) or np.asarray(leaf).dtype) == np.bool_:
+            leaf = _lax.convert_element_type(leaf, np.int32)
+        if not isinstance(leaf, jax.core.Tracer):
+            return leaf * _lax.psum(1, axes)  # a constant stays one, as in jax.lax
+        return _all_reduce(leaf, axes, op="sum")
+
+    return jax.tree_util.tree_map(one, x)
+
+
+def pmean(x, axis_name, *, axis_index_groups=None):
+    """jax.lax.pmean: psum divided by the axis size (integers give a float mean)."""
+    axes = _axes(axis_name)
+    if not axes:
+        return x
+    _refuse_groups_of_sums(axis_index_groups, "pmean")
+    n = _lax.psum(1, axes)
+    return jax.tree_util.tree_map(lambda v: v / n, psum(x, axes))
+
+
+def pmax(x, axis_name, *, axis_index_groups=None):
+    """jax.lax.pmax."""
+    axes = _axes(axis_name)
+    return x if not axes else _all_reduce(x, axes, op="max", axis_index_groups=axis_index_groups)
+
+
+def pmin(x, axis_name, *, axis_index_groups=None):
+    """jax.lax.pmin."""
+    axes = _axes(axis_name)
+    return x if not axes else _all_reduce(x, axes, op="min", axis_index_groups=axis_index_groups)
+
+
+def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, tiled=False):
+    """jax.lax.psum_scatter."""
+    return _reduce_scatter(x, _axes(axis_name), scatter_dimension=scatter_dimension, tiled=tiled,
+                           axis_index_groups=axis_index_groups)
+
+
+def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False, to="varying"):
+    """jax.lax.all_gather; `to` other than 'varying' (an invariant or reduced result type) is
+    jax.lax's own all_gather."""
+    if to != "varying":
+        return _lax.all_gather(x, axis_name, axis_index_groups=axis_index_groups, axis=axis,
+                               tiled=tiled, to=to)
+    return _all_gather(x, _axes(axis_name), axis=axis, tiled=tiled,
+                       axis_index_groups=axis_index_groups)
+
+
+def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None, tiled=False):
+    """jax.lax.all_to_all."""
+    return _all_to_all(x, _axes(axis_name), split_axis, concat_axis, tiled=tiled,
+                       axis_index_groups=axis_index_groups)
+
+
+def ppermute(x, axis_name, perm):
+    """jax.lax.ppermute: (source, destination) index pairs; members that receive nothing get
+    zeros."""
+    return _ppermute(x, _axes(axis_name), perm)
+
+
+def pshuffle(x, axis_name, perm):
+    """jax.lax.pshuffle: perm[i] is the index member i takes its value from."""
+    if set(perm) != set(range(len(perm))):
+        raise ValueError(f"`perm` does not represent a permutation: {perm}")
+    return ppermute(x, axis_name, list(zip(perm, range(len(perm)))))
+
+
+def pswapaxes(x, axis_name, axis, *, axis_index_groups=None):
+    """jax.lax.pswapaxes: swaps the positional axis `axis` with the mesh axis."""
+    return all_to_all(x, axis_name, axis, axis, axis_index_groups=axis_index_groups)
+
+
+def pbroadcast(x, axis_name, source):
+    """jax.lax.pbroadcast: every member gets member `source`'s x."""
+    axes = _axes(axis_name)
+    size = _lax.psum(1, axes)
+    if not 0 <= int(source) < size:
+        raise ValueError(f"pbroadcast source {source} is out of range for an axis of size {size}")
+    return jax.tree_util.tree_map(
+        lambda v: jax.numpy.take(_all_gather(v, axes), int(source), axis=0), x)
+
+
+def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets, recv_sizes, *,
+                      axis_name, axis_index_groups=None):
+    """jax.lax.ragged_all_to_all (see jax_jaccl.ragged_all_to_all)."""
+    return _ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets,
+                              recv_sizes, axis_name=_axes(axis_name),
+                              axis_index_groups=axis_index_groups)

@@ -1,0 +1,187 @@
+"""jax_jaccl.lax against jax.lax, one process x 4 devices: the same program written once with
+`L` standing for either module, run with each, results equal bit for bit. Every collective
+name, across dtypes (bool, integers, 16-bit floats, complex), shapes, one axis and a tuple of
+axes, axis_index_groups where jax.lax takes it (and refused where it refuses), collectives
+over jax.vmap axes, constants, autodiff and vmap of ppermute."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from jax_jaccl import lax as jlax
+
+from util import N, assert_equal, dtype_id, exact_data, mesh1d, mesh2d, put
+
+DTYPES = [np.float32, jnp.bfloat16, np.float16, np.int32, np.uint8, np.bool_, np.complex64]
+
+
+def run(program, x, mesh=None, spec=P("x"), check_vma=True):
+    """program(L, local_x) under shard_map with L = jax.lax and L = jax_jaccl.lax."""
+    mesh = mesh or mesh1d()
+    x = jax.device_put(x, NamedSharding(mesh, spec))
+    results = []
+    for module in (jax.lax, jlax):
+        f = jax.shard_map(lambda v, m=module: program(m, v), mesh=mesh, in_specs=spec,
+                          out_specs=spec, check_vma=check_vma)
+        results.append(jax.jit(f)(x))
+    return results
+
+
+def data(dtype, shape, seed=0):
+    x = exact_data(shape, dtype, seed=seed)
+    if np.dtype(dtype) == np.complex64:
+        x = x + 1j * exact_data(shape, np.float32, seed=seed + 1)
+    return x.astype(dtype)
+
+
+def reductions(dtype):
+    if np.dtype(dtype) == np.complex64:
+        return ["psum", "pmean"]
+    return ["psum", "pmean", "pmax", "pmin"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_reductions(dtype):
+    for name in reductions(dtype):
+        want, got = run(lambda L, v: getattr(L, name)(v, "x"), data(dtype, (N * 6, 3)))
+        assert_equal(got, want, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_moving_collectives(dtype):
+    programs = {
+        "all_gather": lambda L, v: L.all_gather(v, "x")[0],
+        "all_gather tiled axis 1": lambda L, v: L.all_gather(v, "x", axis=1, tiled=True),
+        "all_to_all": lambda L, v: L.all_to_all(v, "x", 0, 0, tiled=True),
+        "all_to_all 1->0 untiled": lambda L, v: L.all_to_all(v.reshape(2, N, 3), "x", 1, 0)
+        .reshape(8, 3),
+        "pswapaxes": lambda L, v: L.pswapaxes(v.reshape(N, 2, 3), "x", 0).reshape(8, 3),
+        "ppermute shift": lambda L, v: L.ppermute(v, "x", [(i, (i + 1) % N) for i in range(N)]),
+        "ppermute partial": lambda L, v: L.ppermute(v, "x", [(0, 2), (3, 1)]),
+        "ppermute identity": lambda L, v: L.ppermute(v, "x", [(i, i) for i in range(N)]),
+        "ppermute none": lambda L, v: L.ppermute(v, "x", []),
+        "pshuffle": lambda L, v: L.pshuffle(v, "x", [2, 0, 3, 1]),
+    }
+    if np.dtype(dtype) != np.bool_:
+        programs["psum_scatter tiled"] = lambda L, v: L.psum_scatter(v, "x", tiled=True)
+        programs["psum_scatter dim 1"] = lambda L, v: jnp.tile(
+            L.psum_scatter(jnp.tile(v, (1, N)), "x", scatter_dimension=1, tiled=True), 1)
+    for name, program in programs.items():
+        want, got = run(program, data(dtype, (N * 8, 3), seed=2))
+        assert_equal(got, want, err_msg=name)
+
+
+def test_a_tuple_of_axes_and_one_axis_of_two():
+    x = data(np.float32, (N * 4, 2), seed=4)
+    spec = P(("a", "b"))
+    programs = {
+        "psum over both": lambda L, v: L.psum(v, ("a", "b")),
+        "pmax over b": lambda L, v: L.pmax(v, "b"),
+        "all_gather over both": lambda L, v: L.all_gather(v, ("a", "b"), tiled=True)[:4],
+        "psum_scatter over a": lambda L, v: jnp.tile(L.psum_scatter(v, "a", tiled=True), (2, 1)),
+        "all_to_all over both": lambda L, v: L.all_to_all(v, ("a", "b"), 0, 0, tiled=True),
+        "ppermute over both": lambda L, v: L.ppermute(v, ("a", "b"), [(0, 3), (3, 1), (1, 0)]),
+        "ppermute over b": lambda L, v: L.ppermute(v, "b", [(0, 1), (1, 0)]),
+    }
+    for name, program in programs.items():
+        want, got = run(program, x, mesh2d(), spec)
+        assert_equal(got, want, err_msg=name)
+
+
+def test_axis_index_groups_where_jax_lax_takes_them():
+    groups = [[0, 2], [3, 1]]
+    x = data(np.float32, (N * 4, 2), seed=5)
+    programs = {
+        "pmax": lambda L, v: L.pmax(v, "x", axis_index_groups=groups),
+        "pmin": lambda L, v: L.pmin(v, "x", axis_index_groups=groups),
+        "all_gather": lambda L, v: L.all_gather(v, "x", axis_index_groups=groups, tiled=True)[:4],
+        "psum_scatter": lambda L, v: jnp.tile(
+            L.psum_scatter(v, "x", axis_index_groups=groups, tiled=True), (2, 1)),
+        "all_to_all": lambda L, v: L.all_to_all(v, "x", 0, 0, axis_index_groups=groups,
+                                               tiled=True),
+    }
+    for name, program in programs.items():
+        want, got = run(program, x)
+        assert_equal(got, want, err_msg=name)
+
+
+@pytest.mark.parametrize("name", ["psum", "pmean"])
+def test_axis_index_groups_where_jax_lax_refuses_them(name):
+    for module in (jax.lax, jlax):
+        f = jax.shard_map(lambda v: getattr(module, name)(v, "x", axis_index_groups=[[0, 1], [2, 3]]),
+                          mesh=mesh1d(), in_specs=P("x"), out_specs=P("x"))
+        with pytest.raises(NotImplementedError):
+            jax.jit(f).lower(put(np.zeros(N, np.float32), mesh1d()))
+
+
+def test_collectives_over_a_vmap_axis_inside_shard_map():
+    """jax.vmap(axis_name="i") inside the shard_map body: over "i" alone the result is
+    jax.lax's computation on the batch; psum over ("i", "x") reduces both. check_vma=False:
+    with it, jax.lax's own collectives over a vmap axis fail inside shard_map (an
+    AssertionError in jax 0.10.2), and jaccl's do too, since they are jax.lax's there."""
+    x = data(np.float32, (N * 4, 6), seed=6)
+
+    def batched(collective):
+        return lambda L, v: jax.vmap(lambda row: collective(L, row), axis_name="i")(v)
+
+    programs = {
+        "psum i": batched(lambda L, r: L.psum(r, "i")),
+        "pmean i": batched(lambda L, r: L.pmean(r, "i")),
+        "pmax i": batched(lambda L, r: L.pmax(r, "i")),
+        "all_gather i": batched(lambda L, r: L.all_gather(r, "i")[0]),
+        "ppermute i": batched(lambda L, r: L.ppermute(r, "i", [(0, 1), (1, 2), (2, 3), (3, 0)])),
+        "psum i and x": batched(lambda L, r: L.psum(r, ("i", "x"))),
+        "pmax x inside vmap": batched(lambda L, r: L.pmax(r, "x")),
+    }
+    for name, program in programs.items():
+        want, got = run(program, x, check_vma=False)
+        assert_equal(got, want, err_msg=name)
+
+
+def test_collectives_over_a_vmap_axis_outside_shard_map():
+    x = data(np.float32, (N, 5), seed=8)
+    for name in ("psum", "pmean", "pmax", "pmin"):
+        want, got = (jax.vmap(lambda r, m=m: getattr(m, name)(r, "i"), axis_name="i")(x)
+                     for m in (jax.lax, jlax))
+        assert_equal(got, want, err_msg=name)
+    want, got = (jax.vmap(lambda r, m=m: m.all_gather(r, "i", tiled=True), axis_name="i")(x)
+                 for m in (jax.lax, jlax))
+    assert_equal(got, want)
+
+
+def test_constants_are_reduced_as_jax_lax_reduces_them():
+    def program(L, v):
+        n = L.psum(1, "x")
+        assert isinstance(n, int) and n == N
+        return v * n + L.pmean(2.0, "x") + L.psum(jnp.float32(1.5), "x")
+    want, got = run(program, data(np.float32, (N,)))
+    assert_equal(got, want)
+
+
+def test_bool_and_integer_types_follow_jax_lax():
+    want, got = run(lambda L, v: L.psum(v, "x").astype(jnp.float32)
+                    + L.pmean(v.astype(jnp.int32), "x"), data(np.bool_, (N * 5,)))
+    assert_equal(got, want)
+    assert got.dtype == jnp.float32
+
+
+def test_ppermute_gradient_and_vmap():
+    perm = [(0, 1), (1, 2), (2, 0)]  # member 3 receives nothing
+    x = data(np.float32, (N * 3, 2), seed=7)
+    want, got = run(lambda L, v: jax.grad(lambda u: jnp.sum(L.ppermute(u * u, "x", perm)
+                                                            * jnp.arange(2.0)))(v), x)
+    assert_equal(got, want)
+    want, got = run(lambda L, v: jax.vmap(lambda r: L.ppermute(r, "x", perm))(v), x)
+    assert_equal(got, want)
+
+
+def test_ppermute_refuses_what_jax_lax_refuses():
+    for module in (jax.lax, jlax):
+        f = jax.shard_map(lambda v: module.ppermute(v, "x", [(0, 1), (0, 2)]), mesh=mesh1d(),
+                          in_specs=P("x"), out_specs=P("x"))
+        with pytest.raises(ValueError, match="sources and destinations must be unique"):
+            jax.jit(f).lower(put(np.zeros(N, np.float32), mesh1d()))
