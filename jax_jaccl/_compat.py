@@ -36,6 +36,17 @@ def varying_axes(aval) -> frozenset:
     return frozenset(getattr(aval, "vma", frozenset()))
 
 
+def reduced_or_unreduced(x, axes) -> bool:
+    """True when `x`'s type says it is unreduced (partial sums) or reduced over some of `axes`
+    (jax's sharding types): jax.lax's collectives then mean other operations, which jaccl
+    leaves to jax.lax."""
+    mat = getattr(getattr(x, "aval", None), "mat", None)
+    if mat is None:
+        return False
+    marked = frozenset(getattr(mat, "unreduced", ())) | frozenset(getattr(mat, "reduced", ()))
+    return bool(marked & frozenset(axes))
+
+
 def with_varying(aval, varying: frozenset, **updates):
     """`aval` updated with `updates` (shape, dtype) and the given varying axes."""
     mat = getattr(aval, "mat", None)
@@ -195,6 +206,35 @@ def concrete_mesh(mesh):
         if not candidate.empty and tuple(candidate.shape.items()) == shape:
             return candidate
     return None
+
+
+def is_positive_zeros(value) -> bool:
+    """True when the MLIR `value` is a constant of +0 everywhere (what jnp.zeros lowers to: a
+    splat constant, or a broadcast of a scalar one), so a consumer may make the zeros itself."""
+    import math
+
+    from jax.interpreters.mlir import ir
+
+    op = getattr(value, "owner", None)
+    name = getattr(op, "name", None)
+    if name == "stablehlo.broadcast_in_dim":
+        return is_positive_zeros(op.operands[0])
+    if name != "stablehlo.constant":
+        return False
+    try:
+        attr = ir.DenseElementsAttr(op.attributes["value"])
+        if not attr.is_splat:
+            return False
+        splat = attr.get_splat_value()
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return False
+    for kind in (ir.FloatAttr, ir.IntegerAttr):
+        try:
+            v = kind(splat).value
+        except (TypeError, ValueError):
+            continue
+        return v == 0 and math.copysign(1.0, v) > 0
+    return False
 
 
 def sharding_attr(ctx, sharding):

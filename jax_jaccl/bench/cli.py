@@ -1,7 +1,8 @@
 """jaccl-bench: measure jax_jaccl against its peers, nccl-tests style.
 
     jaccl-bench collectives [--nprocs 2] [--devices-per-process 1] [--sizes 4K,64K,1M,16M,64M]
-                            [--ops all_reduce,reduce_scatter,all_gather] [--vs lax,mpi4jax,mpi]
+                            [--ops all_reduce,reduce_scatter,all_gather,ppermute,ragged_all_to_all]
+                            [--vs lax,mpi4jax,mpi,shm]
                             [--runs 3] [--algorithm auto] [--plot FILE.png] [--json FILE]
     jaccl-bench collectives --emulate-hosts 4 --link-rate 200mbit --topology mesh
                             [--transports tcp,ofi] [--sizes ...] [--runs 1] [--plot FILE.png]
@@ -12,7 +13,9 @@
 
 Each run starts one jaccl-run job (jax_jaccl, and jax's own collectives for --vs lax) and,
 for --vs mpi4jax/mpi, one mpirun job (Open MPI from apt; mpi4py and mpi4jax from the bench
-extra), alternating so that both see the same machine. The table shows medians over runs.
+extra), alternating so that both see the same machine; --vs shm adds, for ppermute between
+2 processes, a plain shared-memory copy of the same bytes (shm_copy.py). The table shows
+medians over runs.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import sys
 import tempfile
 
 from . import report
-from .sizes import DEFAULT_SIZES, OPS
+from .sizes import DEFAULT_SIZES, EVERY_OP, OPS
 
 
 def _run(cmd, timeout):
@@ -36,22 +39,52 @@ def _run(cmd, timeout):
         raise SystemExit(f"jaccl-bench: {' '.join(cmd[:6])} ... failed ({done.returncode})")
 
 
+def mpi_impls_of(peers):
+    return [p for p in peers if p in ("mpi4jax", "mpi")]
+
+
+def shm_records(sizes):
+    """ppermute's bar: the same bytes copied from one process to another through shared memory."""
+    import statistics
+
+    from . import shm_copy
+    from .sizes import iterations, parse_sizes
+
+    records = []
+    for nbytes in parse_sizes(sizes):
+        times = shm_copy.measure(nbytes, iterations(nbytes))
+        records.append({"impl": "shm", "op": "ppermute", "bytes": nbytes, "ranks": 2,
+                        "median_s": statistics.median(times), "min_s": min(times),
+                        "iters": len(times)})
+    return records
+
+
 def collectives(args) -> None:
     if args.emulate_hosts:
         from . import emulate
 
         return emulate.run(args)
     peers = [p for p in args.vs.split(",") if p] if args.vs else []
-    unknown = set(peers) - {"lax", "mpi4jax", "mpi"}
+    unknown = set(peers) - {"lax", "mpi4jax", "mpi", "shm"}
     if unknown:
-        raise SystemExit(f"jaccl-bench: unknown --vs {sorted(unknown)} (use lax, mpi4jax, mpi)")
-    mpi_impls = [p for p in peers if p in ("mpi4jax", "mpi")]
+        raise SystemExit(f"jaccl-bench: unknown --vs {sorted(unknown)} (use lax, mpi4jax, mpi, "
+                         "shm)")
+    ops = [op for op in args.ops.split(",") if op]
+    unknown = set(ops) - set(EVERY_OP)
+    if unknown:
+        raise SystemExit(f"jaccl-bench: unknown --ops {sorted(unknown)} (use {', '.join(EVERY_OP)})")
+    if mpi_impls_of(peers) and set(ops) - set(OPS):
+        raise SystemExit("jaccl-bench: the MPI peers run all_reduce, reduce_scatter, all_gather")
+    mpi_impls = mpi_impls_of(peers)
     if mpi_impls and not shutil.which("mpirun"):
         raise SystemExit("jaccl-bench: --vs mpi4jax/mpi needs Open MPI (apt-get install "
                          "openmpi-bin libopenmpi-dev) and pip install '.[bench]'")
     if mpi_impls and args.devices_per_process != 1:
         raise SystemExit("jaccl-bench: the MPI peers run one device per process")
     jax_impls = ["jaccl"] + (["lax"] if "lax" in peers else []) + ["local"]
+    if "ragged_all_to_all" in ops:
+        jax_impls.insert(1, "jaccl_padded")
+    shm = "shm" in peers and "ppermute" in ops and args.nprocs == 2 and args.devices_per_process == 1
     records = []
     with tempfile.TemporaryDirectory() as tmp:
         for run in range(args.runs):
@@ -74,8 +107,11 @@ def collectives(args) -> None:
                      args.timeout)
                 with open(out) as f:
                     records += json.load(f)
+            if shm:
+                records += shm_records(args.sizes)
             print(f"run {run + 1}/{args.runs} done", file=sys.stderr, flush=True)
-    impls = ["jaccl"] + [p for p in peers if p in jax_impls + mpi_impls]
+    impls = ["jaccl"] + [p for p in peers if p in jax_impls + mpi_impls] + \
+        (["jaccl_padded"] if "jaccl_padded" in jax_impls else []) + (["shm"] if shm else [])
     ranks = args.nprocs * args.devices_per_process
     print(f"# jaccl-bench collectives: {args.nprocs} processes x {args.devices_per_process} "
           f"devices ({ranks} ranks), float32, median of {args.runs} runs; time per call, "
@@ -92,12 +128,13 @@ def collectives(args) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="jaccl-bench", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("collectives", help="all_reduce, reduce_scatter, all_gather")
+    c = sub.add_parser("collectives", help="all_reduce, reduce_scatter, all_gather, ppermute, "
+                                           "ragged_all_to_all")
     c.add_argument("--nprocs", type=int, default=2)
     c.add_argument("--devices-per-process", type=int, default=1)
     c.add_argument("--sizes", default=DEFAULT_SIZES)
     c.add_argument("--ops", default=",".join(OPS))
-    c.add_argument("--vs", default="", help="comma list of lax, mpi4jax, mpi")
+    c.add_argument("--vs", default="", help="comma list of lax, mpi4jax, mpi, shm")
     c.add_argument("--runs", type=int, default=3)
     c.add_argument("--algorithm", default="auto")
     c.add_argument("--plot", default=None)

@@ -2,7 +2,12 @@
 one mesh axis over every device, and has rank 0 write one JSON record per measurement.
 
 Each call is timed from dispatch to block_until_ready on rank 0, after warm-up; all_reduce
-donates its input (the result reuses the buffer, as in a training step), for jax's psum too.
+and ppermute donate their input (the result reuses the buffer, as in a training step or a
+pipeline stage), for jax's own too. ppermute is a shift by one (every rank sends S bytes to
+the next). ragged_all_to_all: each rank
+holds S bytes of rows, one slot of S/n per peer, filled to RAGGED_FILL; jaccl sends only the
+filled rows, jax (whose XLA:CPU has no ragged all-to-all) the equivalent padded all_to_all of
+whole slots, and "jaccl_padded" is jaccl's own padded all_to_all.
 """
 
 from __future__ import annotations
@@ -12,6 +17,10 @@ import json
 import time
 
 import jax_jaccl.distributed
+
+
+ROW = 256            # float32 elements per ragged row (1 KiB)
+RAGGED_FILL = 0.25   # share of each slot's rows that exist
 
 
 def main() -> None:
@@ -27,6 +36,7 @@ def main() -> None:
     index, count = jax_jaccl.distributed.initialize()
 
     import jax
+    import jax.numpy as jnp
     import numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
 
@@ -37,11 +47,18 @@ def main() -> None:
     mesh = jax.make_mesh((n,), ("x",))
     sharding = NamedSharding(mesh, P("x"))
 
+    shift = [(i, (i + 1) % n) for i in range(n)]
+
     def ops_for(impl):
         if impl == "local":  # no communication: a jit-compiled x + 1 on the same input
-            return dict.fromkeys(("all_reduce", "reduce_scatter", "all_gather"), lambda v: v + 1)
+            return dict.fromkeys(("all_reduce", "reduce_scatter", "all_gather", "ppermute",
+                                  "ragged_all_to_all"), lambda v: v + 1)
+        if impl == "jaccl_padded":
+            return {"ragged_all_to_all": padded_all_to_all(jaccl.all_to_all)}
         if impl == "jaccl":
             return {
+                "ppermute": lambda v: jaccl.ppermute(v, "x", shift),
+                "ragged_all_to_all": ragged,
                 "all_reduce": lambda v: jaccl.all_reduce(v, "x", algorithm=args.algorithm),
                 "reduce_scatter": lambda v: jaccl.reduce_scatter(
                     v, "x", tiled=True,
@@ -54,17 +71,40 @@ def main() -> None:
             "all_reduce": lambda v: jax.lax.psum(v, "x"),
             "reduce_scatter": lambda v: jax.lax.psum_scatter(v, "x", tiled=True),
             "all_gather": lambda v: jax.lax.all_gather(v, "x", tiled=True),
+            "ppermute": lambda v: jax.lax.ppermute(v, "x", shift),
+            "ragged_all_to_all": padded_all_to_all(jax.lax.all_to_all),
         }
+
+    def slots(v):
+        """[n, slot rows, ROW] view of a rank's buffer: one slot per peer."""
+        return v.reshape(n, -1, ROW)
+
+    def padded_all_to_all(all_to_all):
+        return lambda v: all_to_all(slots(v), "x", 0, 0, tiled=True).reshape(v.shape)
+
+    def ragged(v):
+        # slot q of this rank goes to rank q, into slot `me` of its output, RAGGED_FILL full
+        rows = v.shape[0] // ROW // n
+        filled = max(1, int(rows * RAGGED_FILL))
+        me = jax.lax.axis_index("x").astype(jnp.int32)
+        q = jnp.arange(n, dtype=jnp.int32)
+        sizes = jnp.full((n,), filled, jnp.int32)
+        out = jaccl.ragged_all_to_all(v.reshape(-1, ROW), jnp.zeros((n * rows, ROW), v.dtype),
+                                      q * rows, sizes, jnp.full((n,), me * rows, jnp.int32),
+                                      sizes, axis_name="x")
+        return out.reshape(v.shape)
 
     records = []
     for op in args.ops.split(","):
         for nbytes in parse_sizes(args.sizes):
             # Elements per device: S for all_reduce and reduce_scatter, S/n for all_gather.
             per_device = nbytes // 4 // (n if op == "all_gather" else 1)
-            per_device -= per_device % n
+            per_device -= per_device % (n * ROW if op == "ragged_all_to_all" else n)
             for impl in args.impls.split(","):
-                fn = ops_for(impl)[op]
-                donate = (0,) if op == "all_reduce" or impl == "local" else ()
+                fn = ops_for(impl).get(op)
+                if fn is None:
+                    continue
+                donate = (0,) if op in ("all_reduce", "ppermute") or impl == "local" else ()
                 f = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
                                           check_vma=False), donate_argnums=donate)
                 x = jax.make_array_from_callback(

@@ -9,10 +9,17 @@ from __future__ import annotations
 import collections
 import statistics
 
-from .sizes import bus_factor, human
+from .sizes import EVERY_OP, bus_factor, human
 
 NAMES = {"jaccl": "jaccl", "lax": "jax gloo", "mpi4jax": "mpi4jax", "mpi": "mpi4py (numpy)",
-         "local": "jit x+1"}
+         "local": "jit x+1", "shm": "shm copy (numpy)", "jaccl_padded": "jaccl padded"}
+
+# What each implementation runs where the op's name alone does not say it.
+NOTES = {"ragged_all_to_all": "jaccl: ragged_all_to_all of the filled rows; jaccl padded and "
+                              "jax gloo: all_to_all of whole slots (XLA:CPU has no "
+                              "ragged_all_to_all); busbw of the padded exchange",
+         "ppermute": "a shift by one, in place; shm copy: two numpy processes swapping S bytes "
+                     "through shared-memory rings (only where 2 processes run)"}
 
 
 def summarize(records):
@@ -31,23 +38,24 @@ def _time(seconds: float) -> str:
 
 def table(records, impls, reference=None) -> str:
     """`reference`: an implementation shown by its time only (a local op without
-    communication, e.g. jit-compiled x + 1 on the same buffer)."""
+    communication, e.g. jit-compiled x + 1 on the same buffer). An op's table has the
+    implementations that measured it."""
     summary = summarize(records)
-    ops = [op for op in ("all_reduce", "reduce_scatter", "all_gather")
-           if any(k[0] == op for k in summary)]
-    peers = [i for i in impls if i != "jaccl"]
+    ops = [op for op in EVERY_OP if any(k[0] == op for k in summary)]
     lines = []
     for op in ops:
         sizes = sorted({k[1] for k in summary if k[0] == op})
-        header = ["size"] + [f"{NAMES[i]} {what}" for i in impls for what in ("time", "busbw")] + \
+        shown = [i for i in impls if any(k[0] == op and k[2] == i for k in summary)]
+        peers = [i for i in shown if i != "jaccl"]
+        header = ["size"] + [f"{NAMES[i]} {what}" for i in shown for what in ("time", "busbw")] + \
                  [f"jaccl busbw / {NAMES[p]}" for p in peers] + \
                  ([f"{NAMES[reference]} time"] if reference else [])
-        lines += [f"\n**{op}**\n", "| " + " | ".join(header) + " |",
-                  "|" + "---|" * len(header)]
+        lines += [f"\n**{op}**" + (f" ({NOTES[op]})" if op in NOTES else "") + "\n",
+                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for nbytes in sizes:
             row = [human(nbytes)]
             bus = {}
-            for impl in impls:
+            for impl in shown:
                 entry = summary.get((op, nbytes, impl))
                 if entry is None:
                     row += ["—", "—"]
@@ -72,8 +80,7 @@ def plot(records, impls, path: str) -> None:
     import matplotlib.pyplot as plt
 
     summary = summarize(records)
-    ops = [op for op in ("all_reduce", "reduce_scatter", "all_gather")
-           if any(k[0] == op for k in summary)]
+    ops = [op for op in EVERY_OP if any(k[0] == op for k in summary)]
     fig, axes = plt.subplots(1, len(ops), figsize=(5 * len(ops), 4), squeeze=False)
     for ax, op in zip(axes[0], ops):
         for impl in impls:

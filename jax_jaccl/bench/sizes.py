@@ -4,13 +4,16 @@ Contract: every rank of a job derives the same iteration count from the size alo
 from its own timings), so the ranks always run the same number of collectives.
 nccl-tests conventions: S is the per-rank buffer of all_reduce, the input of
 reduce_scatter and the output of all_gather; algbw = S / t; busbw = algbw * 2(n-1)/n for
-all_reduce and algbw * (n-1)/n for reduce_scatter and all_gather.
+all_reduce and algbw * (n-1)/n for reduce_scatter and all_gather. ppermute: S sent by every
+rank, busbw = algbw. ragged_all_to_all: S is the padded buffer (what a padded all_to_all
+moves), busbw = algbw * (n-1)/n of that padded exchange, whatever share of it is filled.
 """
 
 from __future__ import annotations
 
 DEFAULT_SIZES = "4K,64K,1M,16M,64M"
 OPS = ("all_reduce", "reduce_scatter", "all_gather")
+EVERY_OP = OPS + ("ppermute", "ragged_all_to_all")
 
 
 def parse_size(text: str) -> int:
@@ -36,4 +39,6 @@ def iterations(nbytes: int, budget_bytes: int = 1 << 30) -> int:
 
 
 def bus_factor(op: str, n: int) -> float:
+    if op == "ppermute":
+        return 1.0
     return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n

@@ -58,6 +58,15 @@ def over_vmap_axes(axes: tuple, axis_index_groups, api: str, lax_collective):
     return lax_collective(batch[0] if len(batch) == 1 else batch)
 
 
+class UnboundAxisError(NameError, ValueError):
+    """An axis name no enclosing jax.shard_map (or jax.vmap) binds: jax.lax raises NameError
+    there; jaccl always raised ValueError. Both catch it."""
+
+
+# What jax.lax calls each op, for messages that read as jax.lax's.
+LAX_NAMES = {"all_reduce": "psum", "reduce_scatter": "psum_scatter"}
+
+
 def check_axes(axes: tuple, api: str) -> int:
     """Checks that `axes` are mesh axes of the enclosing shard_map; returns the group size."""
     sizes = _compat.axis_env_sizes()
@@ -70,9 +79,11 @@ def check_axes(axes: tuple, api: str) -> int:
     missing = [a for a in axes if a not in sizes]
     if missing:
         bound = ", ".join(repr(a) for a in sizes) or "none"
-        raise ValueError(
-            f"jaccl.{api}: axis {missing[0]!r} is not a mesh axis of the enclosing jax.shard_map "
-            f"(bound axes: {bound}); call it inside shard_map over a mesh with that axis")
+        raise UnboundAxisError(
+            f"Found an unbound axis name: {missing[0]}. To fix this, please call "
+            f"{LAX_NAMES.get(api, api)} under `jax.shard_map`. (jaccl.{api}: axis "
+            f"{missing[0]!r} is not a mesh axis of the enclosing jax.shard_map; bound axes: "
+            f"{bound}; call it inside shard_map over a mesh with that axis)")
     return math.prod(sizes[a] for a in axes)
 
 
@@ -156,11 +167,11 @@ def group_table(ctx, axes: tuple, groups=None) -> tuple[np.ndarray, int]:
 
 
 def lower_collective(ctx, *operands, target: str, axes: tuple, groups=None, aliases=None,
-                     arrays=None, **attributes):
+                     arrays=None, avals_in=None, **attributes):
     """Emits `target`(token, *operands) -> (token, *results) over the groups of `axes` (cut by
     axis_index_groups `groups`); `aliases` maps operand to result indices (not counting the
     token) that may share a buffer; `arrays` are int64 array attributes, `attributes` int64
-    scalars."""
+    scalars; `avals_in` the operands' abstract values where they are not the primitive's."""
     bootstrap.init()
     table, group_size = group_table(ctx, axes, groups)
     config = {k: mlir.ir_attribute(np.int64(v)) for k, v in attributes.items()}
@@ -182,7 +193,7 @@ def lower_collective(ctx, *operands, target: str, axes: tuple, groups=None, alia
 
     if _compat.partly_manual(ctx):
         results = _manual_region.in_fully_manual_region(
-            ctx, [token, *operands], [_ordering.order_aval(ctx), *ctx.avals_in],
+            ctx, [token, *operands], [_ordering.order_aval(ctx), *(avals_in or ctx.avals_in)],
             [_ordering.order_aval(ctx), *ctx.avals_out], emit)
     else:
         results = emit([token, *operands])

@@ -31,6 +31,9 @@ def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, algorithm: s
     def bind(leaf):
         leaf = leaf if isinstance(leaf, _compat.Tracer) else jax.numpy.asarray(leaf)
         _common.check_dtype(leaf.dtype, "all_gather")
+        if _compat.reduced_or_unreduced(leaf, axes):  # jax.lax's own op there
+            return jax.lax.all_gather(leaf, axes, axis=axis, tiled=tiled,
+                                      axis_index_groups=axis_index_groups)
         if _common.vmap_axes(axes):
             return _common.over_vmap_axes(axes, axis_index_groups, "all_gather", lambda a: (
                 jax.lax.all_gather(leaf, a, axis=axis, tiled=tiled)))

@@ -38,6 +38,8 @@ def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto", axis_i
     def bind(leaf):
         _common.check_dtype(leaf.dtype if hasattr(leaf, "dtype") else jax.numpy.asarray(leaf).dtype,
                             "all_reduce", op)
+        if _compat.reduced_or_unreduced(leaf, axes):
+            return _LAX_REDUCTIONS[op](leaf, axes, axis_index_groups=axis_index_groups)
         batch = _common.vmap_axes(axes)
         mesh_axes = tuple(a for a in axes if a not in batch)
         if batch:
@@ -57,6 +59,16 @@ def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto", axis_i
         return _common.from_real_pairs(out, pairs)
 
     return jax.tree_util.tree_map(bind, x)
+
+
+def _lax_product(x, axes, axis_index_groups=None):
+    if axis_index_groups is not None:
+        raise NotImplementedError("jaccl.all_reduce: op='prod' of an unreduced value")
+    return jax.numpy.prod(jax.lax.all_gather(x, axes), axis=0).astype(x.dtype)
+
+
+_LAX_REDUCTIONS = {"sum": jax.lax.psum, "max": jax.lax.pmax, "min": jax.lax.pmin,
+                   "prod": _lax_product}
 
 
 def _reduce_batch(x, batch: tuple, op: str):

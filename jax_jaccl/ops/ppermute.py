@@ -19,7 +19,8 @@ def ppermute(x, axis_name, perm):
     """Sends `x` from member `source` to member `dest` of every group for each pair
     (source, dest) of `perm` (jax.lax.ppermute semantics): indices along `axis_name` (over a
     tuple of axes, the flattened index, as jax.lax.axis_index gives it); no two pairs share a
-    source or a destination; a member that no pair sends to gets zeros.
+    source or a destination; a member that no pair sends to gets zeros. The result takes the
+    input's buffer when XLA can donate it (input_output_aliases).
     """
     axes = _common.normalize_axes(axis_name)
     perm = tuple((int(source), int(dest)) for source, dest in perm)
@@ -70,7 +71,7 @@ def _abstract_eval(x, *, axes, perm):
 
 
 def _lowering(ctx, x, *, axes, perm):
-    return _common.lower_collective(ctx, x, target="jaccl_ppermute", axes=axes,
+    return _common.lower_collective(ctx, x, target="jaccl_ppermute", axes=axes, aliases={0: 0},
                                     arrays={"perm": [i for pair in perm for i in pair]})
 
 

@@ -31,13 +31,24 @@ def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets
     axis_index_groups: as jax.lax's (each group exchanges among itself; `size` is then a
     group's).
     """
+    # jax.lax's checks first, in its order (its abstract evaluation's: index types, ranks)
+    indices = [v if isinstance(v, _compat.Tracer) else jnp.asarray(v)
+               for v in (input_offsets, send_sizes, output_offsets, recv_sizes)]
+    for v, name in zip(indices, _INDEX_NAMES):
+        if not jnp.issubdtype(v.dtype, jnp.integer):
+            raise ValueError(f"ragged_all_to_all {name} must be integer type.")
+    for v, name in zip(indices, _INDEX_NAMES):
+        if v.ndim != 1 or v.shape[0] < 1:
+            raise ValueError(f"ragged_all_to_all {name} must be rank 1 with positive dimension "
+                             f"size, but got shape {v.shape}")
+    indices = [v if v.dtype in (np.dtype("int32"), np.dtype("int64")) else v.astype(jnp.int32)
+               for v in indices]
     axes = _common.normalize_axes(axis_name)
     operand = operand if isinstance(operand, _compat.Tracer) else jnp.asarray(operand)
     output = output if isinstance(output, _compat.Tracer) else jnp.asarray(output)
     _common.check_dtype(operand.dtype, "ragged_all_to_all")
     if _common.vmap_axes(axes):
-        raise NotImplementedError("jaccl.ragged_all_to_all over a jax.vmap axis is not "
-                                  "supported (nor by jax.lax)")
+        raise NotImplementedError("Please open a feature request!")  # jax.lax's words
     size = _common.check_axes(axes, "ragged_all_to_all")
     groups = _common.index_groups(axis_index_groups, size, "ragged_all_to_all")
     size = len(groups[0]) if groups else size
@@ -49,8 +60,6 @@ def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets
             "jaccl.ragged_all_to_all: operand and output must have the same dtype and the same "
             f"shape but for the leading dimension, got {operand.dtype}{list(operand.shape)} and "
             f"{output.dtype}{list(output.shape)}")
-    indices = [_index_array(v, name) for v, name in
-               zip((input_offsets, send_sizes, output_offsets, recv_sizes), _INDEX_NAMES)]
     lengths = {v.shape[0] for v in indices}
     if len(lengths) != 1 or lengths.pop() % size:
         raise ValueError(
@@ -65,18 +74,6 @@ def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets
     return _common.from_real_pairs(out, pairs)
 
 
-def _index_array(value, name):
-    value = value if isinstance(value, _compat.Tracer) else jnp.asarray(value)
-    if not jnp.issubdtype(value.dtype, jnp.integer):
-        raise ValueError(f"ragged_all_to_all {name} must be integer type.")
-    if value.ndim != 1 or value.shape[0] < 1:
-        raise ValueError(f"ragged_all_to_all {name} must be rank 1 with positive dimension "
-                         f"size, but got shape {value.shape}")
-    if value.dtype not in (np.dtype("int32"), np.dtype("int64")):
-        value = value.astype(jnp.int32)
-    return value
-
-
 def _abstract_eval(operand, output, *indices, axes, axis_size, groups):
     varying = _compat.varying_axes(operand) | _compat.varying_axes(output)
     return (_compat.with_varying(output, varying, weak_type=False),
@@ -84,6 +81,13 @@ def _abstract_eval(operand, output, *indices, axes, axis_size, groups):
 
 
 def _lowering(ctx, operand, output, *indices, axes, axis_size, groups):
+    # `output` as jnp.zeros makes it (the program's own code: zeros, then rows written in):
+    # the zeros variant leaves it out, and the engine zeroes only the rows nothing arrives at
+    # in a fresh buffer, instead of XLA filling (and page-faulting) a buffer with zeros first.
+    if _compat.is_positive_zeros(output) and "cpu" in ctx.module_context.platforms:
+        return _common.lower_collective(ctx, operand, *indices, axes=axes, groups=groups,
+                                        target="jaccl_ragged_all_to_all_into_zeros",
+                                        avals_in=[ctx.avals_in[0], *ctx.avals_in[2:]])
     return _common.lower_collective(ctx, operand, output, *indices,
                                     target="jaccl_ragged_all_to_all", axes=axes, groups=groups,
                                     aliases={1: 0})
@@ -132,11 +136,13 @@ def _transpose(ct, operand, output, input_offsets, send_sizes, output_offsets, r
 def _batcher(axis_data, vals_in, dims_in, *, axes, axis_size, groups):
     # A vmap axis that is not one of `axes`: the batch's members are rows of one larger
     # exchange (their offsets shifted by the batch index times the row counts), as jax.lax
-    # batches its own ragged_all_to_all.
+    # batches its own ragged_all_to_all (and, as it, not with axis_index_groups).
     _common.refuse_vmap_axis(axis_data, axes, "ragged_all_to_all")
     if all(d is None for d in dims_in):
         return ragged_all_to_all_p.bind(*vals_in, axes=axes, axis_size=axis_size,
                                         groups=groups), None
+    if groups is not None:
+        raise NotImplementedError("Please open a feature request!")  # jax.lax's words
     b = axis_data.size
     operand, output = (batching.bdim_at_front(v, d, b) for v, d in zip(vals_in[:2], dims_in[:2]))
     n_rows, m_rows = operand.shape[1], output.shape[1]

@@ -34,6 +34,9 @@ def reduce_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fa
     def bind(leaf):
         leaf = leaf if isinstance(leaf, _compat.Tracer) else jax.numpy.asarray(leaf)
         _common.check_dtype(leaf.dtype, "reduce_scatter", op)
+        if _compat.reduced_or_unreduced(leaf, axes) and op == "sum":  # jax.lax's own op there
+            return jax.lax.psum_scatter(leaf, axes, scatter_dimension=scatter_dimension,
+                                        tiled=tiled, axis_index_groups=axis_index_groups)
         if _common.vmap_axes(axes):
             if op != "sum":
                 raise NotImplementedError(f"jaccl.reduce_scatter: op={op!r} over a jax.vmap axis "

@@ -89,9 +89,46 @@ def check_all(verbose=True, devices=None, reference=None, lax_on_devices=None):
                         checked += 1
     checked += check_forced_algorithms(devices)
     checked += check_two_axes(devices, reference)
+    checked += check_ragged(devices)
     if verbose:
         print(f"OK {checked} checks on {n} {devices[0].platform} device(s), process "
               f"{jax.process_index()} of {jax.process_count()}", flush=True)
+    return checked
+
+
+def check_ragged(devices):
+    """ragged_all_to_all (staged through host memory: it has no peer path, so not with
+    JACCL_CUDA_PATH=peer) against the numpy model of jax.lax's semantics, int32 and bfloat16
+    rows, two slices per pair."""
+    if os.environ.get("JACCL_CUDA_PATH") == "peer":
+        return 0
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    import jax_jaccl as jaccl
+    import ragged_model
+    from util import blocks
+
+    n = len(devices)
+    mesh = Mesh(np.array(devices), ("x",))
+    put = lambda parts: jax.make_array_from_callback(  # noqa: E731
+        (sum(p.shape[0] for p in parts),) + parts[0].shape[1:], NamedSharding(mesh, P("x")),
+        lambda i, whole=np.concatenate(parts): whole[i])
+    checked = 0
+    for dtype in (np.int32, jnp.bfloat16):
+        args = ragged_model.random_arguments(np.random.default_rng(9), n, 2, in_rows=30,
+                                             out_rows=50, row_shape=(5,), dtype=dtype)
+        want = ragged_model.ragged_all_to_all(*args)
+        f = jax.jit(jax.shard_map(lambda *a: jaccl.ragged_all_to_all(*a, axis_name="x"),
+                                  mesh=mesh, in_specs=(P("x"),) * 6, out_specs=P("x")))
+        got = f(put(args[0]), put(args[1]), *(put(list(np.asarray(v, np.int32))) for v in args[2:]))
+        rows = want[0].shape[0]
+        for start, block in blocks(got).items():
+            np.testing.assert_array_equal(np.asarray(block, np.float32),
+                                          np.asarray(want[start // rows], np.float32),
+                                          err_msg=f"ragged_all_to_all {np.dtype(dtype).name}")
+            checked += 1
     return checked
 
 

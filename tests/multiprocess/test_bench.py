@@ -20,6 +20,21 @@ def test_bench_collectives_table(tmp_path):
     assert plot.stat().st_size > 10_000
 
 
+def test_bench_ppermute_and_ragged_tables():
+    """The two ops issue 17 measures, with their bars: the shared-memory swap for ppermute,
+    the padded all_to_all (jaccl's and jax's) for ragged_all_to_all."""
+    done = subprocess.run(
+        [sys.executable, "-m", "jax_jaccl.bench.cli", "collectives", "--sizes", "64K,2M",
+         "--ops", "ppermute,ragged_all_to_all", "--runs", "1", "--vs", "lax,shm"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    tables = done.stdout.split("**ragged_all_to_all**")
+    assert len(tables) == 2 and "**ppermute**" in tables[0], done.stdout
+    assert "shm copy (numpy) time" in tables[0] and "jaccl padded time" in tables[1]
+    rows = [l for l in done.stdout.splitlines() if l.startswith(("| 64 KiB", "| 2 MiB"))]
+    assert len(rows) == 4 and not any("—" in r for r in rows), done.stdout
+
+
 def test_bench_rejects_unknown_peer():
     done = subprocess.run([sys.executable, "-m", "jax_jaccl.bench.cli", "collectives", "--vs",
                            "nccl"], capture_output=True, text=True, timeout=60)

@@ -55,6 +55,25 @@ def test_ranks_that_disagree_all_get_an_error_naming_both(mode, detail, hosts):
     assert job.leftovers() == []
 
 
+@pytest.mark.parametrize("mode, reason", [
+    ("ragged-bounds", r"input_offsets\[0\] = \d+ with send_sizes\[0\] = 1 reads past the "
+                      r"operand's \d+ rows"),
+    ("ragged-sizes", r"ranks disagree: .*expects recv_sizes\[0\] = 2 rows from .*which sends "
+                     r"send_sizes\[\d+\] = 1"),
+])
+def test_bad_ragged_arguments_are_an_error_on_every_rank(mode, reason):
+    """One process's ragged_all_to_all arguments are wrong: it names the entry, and every
+    other rank raises within the deadline, saying which process failed and why."""
+    job = run_job("faults.py", 2, args=[mode], env=env(None), timeout=120)
+    for rank in (0, 1):
+        seconds, message = raised(job, rank)
+        assert seconds < TIMEOUT + 2, message
+        assert re.search(reason, message), message
+    assert "failed: " in raised(job, 0)[1]  # rank 0 learns it from the process that failed
+    assert job.returncode != 0
+    assert job.leftovers() == []
+
+
 @HOSTS
 def test_killed_peer_every_survivor_raises_naming_it(hosts):
     job = run_job("faults.py", 3, args=["kill"], env=env(hosts, 3), timeout=120,

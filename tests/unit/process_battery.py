@@ -65,7 +65,7 @@ def run_battery(compare, hierarchical: bool) -> None:
                         digest=key.startswith(("all_reduce", "all_gather")))
 
     with jax.enable_x64(True):
-        for dtype in (np.float64, np.int64):
+        for dtype in (np.float64, np.int64, np.complex64):
             rows = [exact_data((33,), dtype, seed=d) for d in range(n)]
             x = global_array(rows, mesh)
             got = per_device(lambda v: every_collective(Jaccl, v, dtype, n), mesh)(x)
@@ -111,3 +111,49 @@ def run_battery(compare, hierarchical: bool) -> None:
                 run = lambda fn: jax.jit(jax.shard_map(fn, mesh=mesh2, in_specs=P("a", "b"),  # noqa: E731
                                                        out_specs=P("a", "b")))(x2)
                 compare(f"mesh2d/{axes}/{name}", run(ours), run(theirs))
+
+    run_permutes_ragged_and_partly_manual(compare, n, mesh)
+
+
+def run_permutes_ragged_and_partly_manual(compare, n, mesh) -> None:
+    """ragged_all_to_all against the numpy model (two slices per pair, random sizes and gaps),
+    the permutations jax.lax.ppermute accepts, and collectives in a shard_map manual over one
+    axis of a 2-D mesh (the other left to XLA) against jax.lax there."""
+    import ragged_model
+
+    args = ragged_model.random_arguments(np.random.default_rng(21), n, 2, in_rows=40,
+                                         out_rows=64, row_shape=(3,))
+    want = ragged_model.ragged_all_to_all(*args)
+    operands, outputs = (global_array(list(a), mesh) for a in args[:2])
+    indices = [global_array(list(np.asarray(v, np.int32)), mesh) for v in args[2:]]
+    got = jax.jit(jax.shard_map(lambda *a: jaccl.ragged_all_to_all(*a, axis_name="x"),
+                                mesh=mesh, in_specs=(P("x"),) * 6, out_specs=P("x")))(
+        operands, outputs, *indices)
+    compare("ragged_all_to_all/2-slices", got, global_array(want, mesh))
+
+    x = global_array([exact_data((5, 3), np.float32, seed=d) for d in range(n)], mesh)
+    for name, perm in [("reverse", [(i, n - 1 - i) for i in range(n)]),
+                       ("one pair", [(n - 1, 0)]), ("cycle", [(i, (i + 2) % n) for i in range(n)])]:
+        ours = per_device(lambda v: jaccl.ppermute(v, "x", perm), mesh)(x)
+        theirs = per_device(lambda v: jax.lax.ppermute(v, "x", perm), mesh)(x)
+        compare(f"ppermute/{name}", ours, theirs)
+
+    if n % 2 or n < 4:
+        return
+    auto = (jax.sharding.AxisType.Auto,) * 2
+    mesh2 = jax.make_mesh((n // 2, 2), ("a", "b"), axis_types=auto)
+    data = np.random.default_rng(3).integers(-9, 9, size=(n, 8)).astype(np.float32)
+    x2 = jax.make_array_from_callback(data.shape, NamedSharding(mesh2, P("a", "b")),
+                                      lambda i: data[i])
+    for name, ours, theirs in [
+        ("all_reduce", lambda v: jaccl.all_reduce(v, "b"), lambda v: jax.lax.psum(v, "b")),
+        ("all_gather", lambda v: jaccl.all_gather(v, "b", axis=1, tiled=True)[:, ::2],
+         lambda v: jax.lax.all_gather(v, "b", axis=1, tiled=True)[:, ::2]),
+        ("ppermute", lambda v: jaccl.ppermute(v, "b", [(0, 1)]),
+         lambda v: jax.lax.ppermute(v, "b", [(0, 1)])),
+    ]:
+        # XLA shards the results over "a" as it likes: compare them laid out alike
+        run = lambda fn: jax.jit(jax.shard_map(fn, mesh=mesh2, in_specs=P(None, "b"),  # noqa: E731
+                                               out_specs=P(None, "b"), axis_names={"b"}),
+                                 out_shardings=NamedSharding(mesh2, P("a", "b")))(x2)
+        compare(f"partly-manual/{name}", run(ours), run(theirs))

@@ -17,6 +17,7 @@ class Jaccl:
 
     all_gather = staticmethod(jaccl.all_gather)
     all_to_all = staticmethod(jaccl.all_to_all)
+    ppermute = staticmethod(jaccl.ppermute)
 
     @staticmethod
     def reduce(v, op, axis):
@@ -30,6 +31,7 @@ class Jaccl:
 class Lax:
     all_gather = staticmethod(jax.lax.all_gather)
     all_to_all = staticmethod(jax.lax.all_to_all)
+    ppermute = staticmethod(jax.lax.ppermute)
 
     @staticmethod
     def psum_scatter(v, axis_name, *, scatter_dimension=0, tiled=False):
@@ -65,6 +67,8 @@ def psum_then_block(v, axis_name, *, scatter_dimension=0, tiled=False):
 def reductions(dtype, size):
     if np.dtype(dtype) == np.bool_:
         return ("max", "min")
+    if np.issubdtype(np.dtype(dtype), np.complexfloating):
+        return ("sum",)
     return ("sum", "max", "min") + (("prod",) if size <= 64 else ())  # products stay exact
 
 
@@ -94,4 +98,7 @@ def every_collective(impl, v, dtype, n=N_DEFAULT, axis="x"):
     out["all_to_all/untiled"] = impl.all_to_all(blocks, axis, 0, 0)
     if v.shape[0] % n == 0:
         out["all_to_all/tiled"] = impl.all_to_all(v, axis, 0, 0, tiled=True)
+    out["ppermute/shift"] = impl.ppermute(v, axis, [(i, (i + 1) % n) for i in range(n)])
+    out["ppermute/partial"] = impl.ppermute(v, axis, [(0, n - 1)] + [(i, i - 1) for i in
+                                                                     range(2, n)])
     return out

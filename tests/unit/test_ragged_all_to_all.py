@@ -219,3 +219,36 @@ def test_bad_offsets_and_sizes_are_a_clear_error(case, match, name):
                           text=True, timeout=120, env=env)
     assert ("RAISED" in done.stdout) == (case != "valid"), done.stdout + done.stderr[-3000:]
     assert re.search(match, done.stdout), done.stdout
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_an_output_of_zeros_made_in_the_program(name, monkeypatch):
+    """output = jnp.zeros(...) inside the program: the lowering leaves it out and the engine
+    zeroes only the rows nothing arrives at, releasing whole pages of them to the kernel
+    (they read as zeros) when the gap is large. Three calls, so that the fresh outputs reuse
+    memory that held earlier results: every row must still be a received row or zero."""
+    rng = np.random.default_rng(13)
+    rows, width = 8192, 64  # 2 MiB of float32 rows per device: gaps of whole pages
+    with schedule(name, monkeypatch):
+        for call in range(3):
+            operands, _, in_off, sizes, out_off, recv = ragged_model.random_arguments(
+                rng, N, 1, in_rows=64, out_rows=rows, row_shape=(width,), fill=1.0)
+            operands = [o + 7 * (call + 1) for o in operands]  # no row of zeros sent
+            zeros = [np.zeros((rows, width), np.float32)] * N
+            want = ragged_model.ragged_all_to_all(operands, zeros, in_off, sizes, out_off, recv)
+
+            def local(operand, *idx):
+                return jaccl.ragged_all_to_all(operand, jnp.zeros((rows, width), jnp.float32),
+                                               *(i.reshape(-1) for i in idx), axis_name="x")
+
+            f = jax.jit(jax.shard_map(local, mesh=mesh1d(), in_specs=(P("x"),) * 5,
+                                      out_specs=P("x")))
+            assert "into_zeros" in f.lower(
+                put(np.concatenate(operands), mesh1d()),
+                *[put(np.asarray(v, np.int32).reshape(-1), mesh1d()) for v in (in_off, sizes, out_off, recv)]
+            ).as_text()
+            got = np.split(np.asarray(f(put(np.concatenate(operands), mesh1d()),
+                                        *[put(np.asarray(v, np.int32).reshape(-1), mesh1d())
+                                          for v in (in_off, sizes, out_off, recv)])), N)
+            for d in range(N):
+                np.testing.assert_array_equal(got[d], want[d], err_msg=f"call {call} device {d}")

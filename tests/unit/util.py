@@ -15,8 +15,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 N = 4
 
 DTYPES = [np.float16, jnp.bfloat16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
-          np.uint8, np.uint32, np.bool_]
-WIDE = (np.float64, np.int64)  # need jax_enable_x64
+          np.uint8, np.uint32, np.bool_, np.complex64, np.complex128]
+WIDE = (np.float64, np.int64, np.complex128)  # need jax_enable_x64
 
 
 def dtype_id(dtype) -> str:
@@ -41,6 +41,9 @@ def exact_data(shape, dtype, seed=0, low=-3, high=4):
         return rng.integers(0, high, size=shape).astype(dtype)
     if np.issubdtype(dtype, np.integer):
         return rng.integers(low, high, size=shape).astype(dtype)
+    if np.issubdtype(dtype, np.complexfloating):
+        parts = rng.integers(low * 4, high * 4, size=(2,) + tuple(shape)) / 4
+        return (parts[0] + 1j * parts[1]).astype(dtype)
     return (rng.integers(low * 4, high * 4, size=shape) / 4).astype(dtype)
 
 

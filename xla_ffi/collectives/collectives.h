@@ -38,6 +38,7 @@ struct RaggedRows {
   int slices_per_rank = 1;
   size_t row_elems = 1;
   size_t in_rows = 0, out_rows = 0;  // leading dimensions of the operand and the output
+  bool zero_unwritten = false;       // out is fresh: zero the rows nothing arrives at
 };
 
 struct Buffers {
@@ -81,5 +82,9 @@ struct RaggedPlacement {
 void check_ragged_rows(const Call& call, const Buffers& buffers);
 void check_ragged_placements(const Call& call, const RaggedRows& mine,
                              const std::vector<RaggedPlacement>& from);
+// Zeros the rows of `out` outside the (checked, disjoint) placements: an output that starts
+// as zeros, without XLA filling (and page-faulting) a fresh buffer with them first.
+void zero_unwritten_rows(const Buffers& buffers, Dtype dtype,
+                         const std::vector<RaggedPlacement>& from);
 
 }  // namespace jaccl

@@ -101,6 +101,7 @@ class DirectCall {
     barrier();
     check_ragged_placements(call_, mine, placed);
     barrier();
+    if (mine.zero_unwritten) zero_unwritten_rows(b_, call_.dtype, placed);
     if (h == 0) return;
     for (int q = 0; q < n_; ++q) {
       const Buffers& from = *entry(q).buffers;
@@ -215,6 +216,18 @@ class DirectCall {
 void direct_collective(Call& call, const Buffers& buffers) {
   JACCL_CHECK(call.member->direct != nullptr, "direct collective on a group that spans processes");
   if (call.kind == CollectiveKind::kRaggedAllToAll) check_ragged_rows(call, buffers);
+  if (call.kind == CollectiveKind::kPermute && buffers.out == buffers.in) {
+    // In place: the peers read a copy of this member's input, since its buffer takes the
+    // source's meanwhile.
+    const size_t bytes = buffers.in_count * dtype_size(call.dtype);
+    std::vector<char>& copy = call.member->scratch;
+    if (copy.size() < bytes) copy.resize(bytes);
+    std::memcpy(copy.data(), buffers.in, bytes);
+    Buffers published = buffers;
+    published.in = copy.data();
+    DirectCall(call, published).run();
+    return;
+  }
   DirectCall(call, buffers).run();
 }
 

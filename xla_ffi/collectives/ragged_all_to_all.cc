@@ -11,14 +11,17 @@
 // 2. Rows: a stream per slice with rows, read from and written to the row ranges in place
 //    (no staging); a pair's slices share its channel, interleaved chunk by chunk, listed in
 //    slice order at both ends. The slices a rank sends itself are local copies. Rows of the
-//    output that nothing arrives at keep the value the output operand gave them.
+//    output that nothing arrives at keep the value the output operand gave them (or, when the
+//    output operand was zeros that the lowering left out, are zeroed here).
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "collectives/collectives.h"
 #include "collectives/streams.h"
 #include "collectives/waiter.h"
 #include "common/error.h"
+#include "common/memory.h"
 
 namespace jaccl {
 namespace {
@@ -105,6 +108,26 @@ void check_ragged_placements(const Call& call, const RaggedRows& mine,
   }
 }
 
+void zero_unwritten_rows(const Buffers& b, Dtype dtype, const std::vector<RaggedPlacement>& from) {
+  std::vector<RaggedPlacement> written;
+  for (const RaggedPlacement& p : from) {
+    if (p.rows > 0) written.push_back(p);
+  }
+  std::sort(written.begin(), written.end(),
+            [](const RaggedPlacement& a, const RaggedPlacement& c) { return a.offset < c.offset; });
+  const size_t row_bytes = b.ragged.row_elems * dtype_size(dtype);
+  char* out = static_cast<char*>(b.out);
+  size_t row = 0;
+  auto zero = [&](size_t end) {
+    if (end > row) zero_fill(out + row * row_bytes, (end - row) * row_bytes);
+  };
+  for (const RaggedPlacement& p : written) {
+    zero(static_cast<size_t>(p.offset));
+    row = static_cast<size_t>(p.offset + p.rows);
+  }
+  zero(b.ragged.out_rows);
+}
+
 void check_ragged_rows(const Call& call, const Buffers& b) {
   const RaggedRows& g = b.ragged;
   const int entries = call.member->size * g.slices_per_rank;
@@ -135,6 +158,7 @@ void ragged_all_to_all(Call& call, const Buffers& b) {
   const int k = g.slices_per_rank;
   const std::vector<RaggedPlacement> from = exchange_placements(call, g);
   check_ragged_placements(call, g, from);
+  if (g.zero_unwritten) zero_unwritten_rows(b, call.dtype, from);
   const Dtype elem = call.dtype;
   const size_t esize = dtype_size(elem), h = g.row_elems;
   auto in_range = [&](int64_t first, int64_t count) {

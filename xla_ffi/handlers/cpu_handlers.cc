@@ -18,6 +18,7 @@
 #include "common/memory.h"
 #include "common/text.h"
 #include "handlers/order_operand.h"
+#include "handlers/ragged_indices.h"
 #include "handlers/buffer_shape.h"
 #include "handlers/call_setup.h"
 #include "handlers/engine_api.h"
@@ -87,6 +88,39 @@ void run_host_collective(Call& call, CollectiveKind kind, const Buffers& buffers
         member.rank, ": ", algorithm_name(call.algorithm), " ", seconds_since(start) * 1e6, " us");
 }
 
+namespace {
+
+// The send and receive partners of this rank in `perm` (pairs of group ranks, source first).
+Permutation partners(const Call& call, ffi::Span<const int64_t> perm) {
+  const int n = call.member->size, r = call.member->rank;
+  if (perm.size() % 2 != 0) throw_error(ErrorKind::kInvalidArgument, "ppermute: odd pair list");
+  Permutation p;
+  for (size_t i = 0; i < perm.size(); i += 2) {
+    const int64_t source = perm[i], dest = perm[i + 1];
+    if (source < 0 || source >= n || dest < 0 || dest >= n) {
+      throw_error(ErrorKind::kInvalidArgument, "ppermute: pair (", source, ", ", dest,
+                  ") is outside a group of ", n);
+    }
+    if (source == r) p.send_to = static_cast<int>(dest);
+    if (dest == r) p.receive_from = static_cast<int>(source);
+  }
+  return p;
+}
+
+// The ragged rows of a call whose index arrays have `entries` entries each.
+RaggedRows ragged_rows(const Call& call, const int64_t* const arrays[4], size_t entries,
+                       size_t row_elems, size_t in_rows, size_t out_rows) {
+  const int n = call.member->size;
+  if (entries == 0 || entries % n != 0) {
+    throw_error(ErrorKind::kInvalidArgument, "ragged_all_to_all: ", entries, " entries per "
+                "index array for a group of ", n, " (they need a multiple of it)");
+  }
+  return RaggedRows{arrays[0], arrays[1], arrays[2], arrays[3], static_cast<int>(entries / n),
+                    row_elems, in_rows, out_rows};
+}
+
+}  // namespace
+
 ffi::Error run_collective(CollectiveKind kind, int64_t device, ffi::AnyBuffer in,
                           ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
                           int64_t group_size, int64_t op, int64_t algorithm, int64_t outer_in,
@@ -120,7 +154,14 @@ extern "C" int jaccl_run_host_call(const JacclHostCall* c, char* error, size_t e
         buffers.out_count = c->out_count;
         buffers.outer_in = c->outer_in;
         buffers.outer_out = c->outer_out;
-        run_host_collective(call, static_cast<CollectiveKind>(c->kind), buffers, c->op, c->algorithm);
+        const auto kind = static_cast<CollectiveKind>(c->kind);
+        if (kind == CollectiveKind::kPermute) {
+          buffers.permutation = partners(call, ffi::Span<const int64_t>(c->perm, c->perm_len));
+        } else if (kind == CollectiveKind::kRaggedAllToAll) {
+          buffers.ragged = ragged_rows(call, c->ragged, c->ragged_len, c->row_elems, c->in_rows,
+                                       c->out_rows);
+        }
+        run_host_collective(call, kind, buffers, c->op, c->algorithm);
       });
   if (result.success()) return 0;
   std::snprintf(error, error_len, "%s", result.message().c_str());
@@ -167,23 +208,6 @@ ffi::Error AllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                         static_cast<int64_t>(ReduceOp::kSum), 0, outer_in, outer_out);
 }
 
-// The send and receive partners of this rank in `perm` (pairs of group ranks, source first).
-Permutation partners(const Call& call, ffi::Span<const int64_t> perm) {
-  const int n = call.member->size, r = call.member->rank;
-  if (perm.size() % 2 != 0) throw_error(ErrorKind::kInvalidArgument, "ppermute: odd pair list");
-  Permutation p;
-  for (size_t i = 0; i < perm.size(); i += 2) {
-    const int64_t source = perm[i], dest = perm[i + 1];
-    if (source < 0 || source >= n || dest < 0 || dest >= n) {
-      throw_error(ErrorKind::kInvalidArgument, "ppermute: pair (", source, ", ", dest,
-                  ") is outside a group of ", n);
-    }
-    if (source == r) p.send_to = static_cast<int>(dest);
-    if (dest == r) p.receive_from = static_cast<int>(source);
-  }
-  return p;
-}
-
 ffi::Error PermuteImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                        ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
                        int64_t group_size, ffi::Span<const int64_t> perm) {
@@ -213,16 +237,51 @@ std::vector<int64_t> ragged_entries(const ffi::AnyBuffer& b, const char* name, i
                 b.element_count(), " entries, input_offsets ", entries,
                 ": they need the same number, a multiple of the group size ", n);
   }
-  std::vector<int64_t> v(entries);
-  if (b.element_type() == ffi::DataType::S64) {
-    std::memcpy(v.data(), b.untyped_data(), entries * sizeof(int64_t));
-  } else if (b.element_type() == ffi::DataType::S32) {
-    const int32_t* p = static_cast<const int32_t*>(b.untyped_data());
-    for (size_t i = 0; i < entries; ++i) v[i] = p[i];
-  } else {
+  std::vector<int64_t> v;
+  if (!widen_indices(b.untyped_data(), b.element_type(), entries, &v)) {
     throw_error(ErrorKind::kInvalidArgument, "ragged_all_to_all: ", name, " must be int32 or int64");
   }
   return v;
+}
+
+// ragged_all_to_all into `out`, which holds the output operand's rows already (aliased) or,
+// with zero_unwritten, nothing yet.
+ffi::Error run_ragged(int32_t device, const ffi::AnyBuffer& operand, size_t out_rows,
+                      const ffi::AnyBuffer* const indices[4], ffi::Result<ffi::AnyBuffer>& out,
+                      ffi::Span<const int64_t> groups, int64_t group_size, bool zero_unwritten) {
+  Dtype dtype;
+  if (!dtype_of_xla(operand.element_type(), &dtype) ||
+      out->element_type() != operand.element_type()) {
+    return unsupported_type(CollectiveKind::kRaggedAllToAll, operand.element_type());
+  }
+  return with_call(CollectiveKind::kRaggedAllToAll, device, groups, group_size, dtype,
+                   operand.element_count(), [&](Call& call) {
+    const int n = call.member->size;
+    const size_t entries = indices[0]->element_count();
+    static const char* const names[4] = {"input_offsets", "send_sizes", "output_offsets",
+                                         "recv_sizes"};
+    std::vector<int64_t> widened[4];
+    const int64_t* arrays[4];
+    for (int i = 0; i < 4; ++i) {
+      widened[i] = ragged_entries(*indices[i], names[i], n, entries);
+      arrays[i] = widened[i].data();
+    }
+    if (trailing(operand) != trailing(*out)) {
+      throw_error(ErrorKind::kInvalidArgument, "ragged_all_to_all: the operand's and the "
+                  "output's rows differ in length");
+    }
+    Buffers buffers;
+    buffers.in = operand.untyped_data();
+    buffers.out = out->untyped_data();
+    buffers.in_count = operand.element_count();
+    buffers.out_count = out->element_count();
+    buffers.ragged = ragged_rows(call, arrays, entries, trailing(operand), leading(operand),
+                                 out_rows);
+    buffers.ragged.zero_unwritten = zero_unwritten;
+    if (zero_unwritten) prefer_huge_pages(buffers.out, out->size_bytes());
+    run_host_collective(call, CollectiveKind::kRaggedAllToAll, buffers,
+                        static_cast<int64_t>(ReduceOp::kSum), 0);
+  });
 }
 
 ffi::Error RaggedAllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer operand,
@@ -230,37 +289,26 @@ ffi::Error RaggedAllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer operand,
                               ffi::AnyBuffer send_sizes, ffi::AnyBuffer output_offsets,
                               ffi::AnyBuffer recv_sizes, OrderOut, ffi::Result<ffi::AnyBuffer> out,
                               ffi::Span<const int64_t> groups, int64_t group_size) {
-  Dtype dtype;
-  if (!dtype_of_xla(operand.element_type(), &dtype) ||
-      output.element_type() != operand.element_type()) {
-    return unsupported_type(CollectiveKind::kRaggedAllToAll, operand.element_type());
+  if (output.element_count() != out->element_count() ||
+      output.element_type() != out->element_type()) {
+    return ffi::Error::InvalidArgument("jaccl: ragged_all_to_all's output and result differ");
   }
-  return with_call(CollectiveKind::kRaggedAllToAll, device, groups, group_size, dtype,
-                   operand.element_count(), [&](Call& call) {
-    const int n = call.member->size;
-    const size_t entries = input_offsets.element_count();
-    const std::vector<int64_t> in_off = ragged_entries(input_offsets, "input_offsets", n, entries),
-                               sends = ragged_entries(send_sizes, "send_sizes", n, entries),
-                               out_off = ragged_entries(output_offsets, "output_offsets", n, entries),
-                               recvs = ragged_entries(recv_sizes, "recv_sizes", n, entries);
-    if (trailing(operand) != trailing(output) || output.element_count() != out->element_count()) {
-      throw_error(ErrorKind::kInvalidArgument, "ragged_all_to_all: the operand's and the "
-                  "output's rows differ in length");
-    }
-    if (out->untyped_data() != output.untyped_data()) {  // XLA did not alias them: start from output
-      std::memcpy(out->untyped_data(), output.untyped_data(), output.size_bytes());
-    }
-    Buffers buffers;
-    buffers.in = operand.untyped_data();
-    buffers.out = out->untyped_data();
-    buffers.in_count = operand.element_count();
-    buffers.out_count = out->element_count();
-    buffers.ragged = RaggedRows{in_off.data(), sends.data(), out_off.data(), recvs.data(),
-                                static_cast<int>(entries / n), trailing(operand),
-                                leading(operand), leading(output)};
-    run_host_collective(call, CollectiveKind::kRaggedAllToAll, buffers,
-                        static_cast<int64_t>(ReduceOp::kSum), 0);
-  });
+  if (out->untyped_data() != output.untyped_data()) {  // XLA did not alias them: start from output
+    std::memcpy(out->untyped_data(), output.untyped_data(), output.size_bytes());
+  }
+  const ffi::AnyBuffer* indices[4] = {&input_offsets, &send_sizes, &output_offsets, &recv_sizes};
+  return run_ragged(device, operand, leading(output), indices, out, groups, group_size, false);
+}
+
+// The same, when the output operand was zeros: the lowering leaves it out, so XLA neither
+// fills nor page-faults a buffer for it; the engine zeroes the rows nothing arrives at.
+ffi::Error RaggedAllToAllIntoZerosImpl(int32_t device, OrderIn, ffi::AnyBuffer operand,
+                                       ffi::AnyBuffer input_offsets, ffi::AnyBuffer send_sizes,
+                                       ffi::AnyBuffer output_offsets, ffi::AnyBuffer recv_sizes,
+                                       OrderOut, ffi::Result<ffi::AnyBuffer> out,
+                                       ffi::Span<const int64_t> groups, int64_t group_size) {
+  const ffi::AnyBuffer* indices[4] = {&input_offsets, &send_sizes, &output_offsets, &recv_sizes};
+  return run_ragged(device, operand, leading(*out), indices, out, groups, group_size, true);
 }
 
 }  // namespace
@@ -289,6 +337,21 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_ragged_all_to_all, jaccl::RaggedAllToAllImpl
                                   .Arg<ffi::AnyBuffer>()  // recv_sizes
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()  // output with the received rows
+                                  .Attr<ffi::Span<const int64_t>>("groups")
+                                  .Attr<int64_t>("group_size"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_ragged_all_to_all_into_zeros,
+                              jaccl::RaggedAllToAllIntoZerosImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()  // orders the collectives of a device
+                                  .Arg<ffi::AnyBuffer>()  // operand
+                                  .Arg<ffi::AnyBuffer>()  // input_offsets
+                                  .Arg<ffi::AnyBuffer>()  // send_sizes
+                                  .Arg<ffi::AnyBuffer>()  // output_offsets
+                                  .Arg<ffi::AnyBuffer>()  // recv_sizes
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()  // zeros with the received rows
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size"));
 

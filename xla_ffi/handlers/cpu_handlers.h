@@ -12,4 +12,5 @@ XLA_FFI_Error* jaccl_moe_exchange(XLA_FFI_CallFrame* frame);
 XLA_FFI_Error* jaccl_moe_combine(XLA_FFI_CallFrame* frame);
 XLA_FFI_Error* jaccl_ppermute(XLA_FFI_CallFrame* frame);
 XLA_FFI_Error* jaccl_ragged_all_to_all(XLA_FFI_CallFrame* frame);
+XLA_FFI_Error* jaccl_ragged_all_to_all_into_zeros(XLA_FFI_CallFrame* frame);
 }

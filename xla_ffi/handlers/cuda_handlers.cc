@@ -34,6 +34,8 @@
 #include "handlers/cuda_peer_path.h"
 #include "handlers/cuda_staging.h"
 #include "handlers/engine_api.h"
+#include "handlers/buffer_shape.h"
+#include "handlers/ragged_indices.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -53,6 +55,7 @@ bool shapes_agree(CollectiveKind kind, size_t in, size_t out, size_t n, size_t o
     case CollectiveKind::kAllGather: return out == in * n && out % (outer_out * n) == 0;
     case CollectiveKind::kAllToAll:
       return in == out && in % (outer_in * n) == 0 && out % (outer_out * n) == 0;
+    case CollectiveKind::kPermute: return in == out;
     default: return false;
   }
 }
@@ -71,7 +74,8 @@ void log_path(CollectiveKind kind, size_t bytes, int64_t device, size_t n, const
 // Device buffers -> pinned host memory -> the CPU engine (on the device's worker thread) ->
 // back, all ordered on the stream.
 ffi::Error staged(const JacclHostCall& call, std::vector<int64_t> groups, int32_t ordinal,
-                  cudaStream_t stream, ffi::AnyBuffer in, ffi::Result<ffi::AnyBuffer> out) {
+                  cudaStream_t stream, ffi::AnyBuffer in, ffi::Result<ffi::AnyBuffer> out,
+                  std::vector<int64_t> perm = {}) {
   if (engine == nullptr) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                       "jaccl: the CUDA handlers have no engine (import jax_jaccl first)");
@@ -90,9 +94,12 @@ ffi::Error staged(const JacclHostCall& call, std::vector<int64_t> groups, int32_
       JacclHostCall host = call;
       host.in = host_in;
       host.out = host_out;
-      result = staging.enqueue([host, groups = std::move(groups)](char* error, size_t len) mutable {
+      result = staging.enqueue([host, groups = std::move(groups), perm = std::move(perm)](
+                                   char* error, size_t len) mutable {
         host.groups = groups.data();
         host.groups_len = groups.size();
+        host.perm = perm.data();
+        host.perm_len = perm.size();
         return engine(&host, error, len);
       });
     }
@@ -105,10 +112,25 @@ ffi::Error staged(const JacclHostCall& call, std::vector<int64_t> groups, int32_
   return result;
 }
 
+// The rank whose input `rank` receives in the permutation `perm` ((source, dest) pairs), -1
+// for none; false if a pair names a rank outside a group of n.
+bool permutation_source(const std::vector<int64_t>& perm, int rank, size_t n, int* source) {
+  *source = -1;
+  if (perm.size() % 2) return false;
+  for (size_t i = 0; i < perm.size(); i += 2) {
+    if (perm[i] < 0 || perm[i + 1] < 0 || perm[i] >= static_cast<int64_t>(n) ||
+        perm[i + 1] >= static_cast<int64_t>(n)) {
+      return false;
+    }
+    if (perm[i + 1] == rank) *source = static_cast<int>(perm[i]);
+  }
+  return true;
+}
+
 ffi::Error collective(CollectiveKind kind, cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer in,
                       ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
                       int64_t group_size, int64_t op, int64_t algorithm, int64_t outer_in,
-                      int64_t outer_out) {
+                      int64_t outer_out, std::vector<int64_t> perm = {}) {
   bool ok;
   const Dtype dtype = dtype_of(in.element_type(), &ok);
   if (!ok) return ffi::Error::InvalidArgument("jaccl: unsupported element type on CUDA");
@@ -138,7 +160,16 @@ ffi::Error collective(CollectiveKind kind, cudaStream_t stream, int32_t ordinal,
                                        " elements does not split over a group of " +
                                        std::to_string(members.size()));
   }
+  int source = rank;  // ppermute: whose input this rank gets
+  if (kind == CollectiveKind::kPermute && !permutation_source(perm, rank, members.size(), &source)) {
+    return ffi::Error::InvalidArgument("jaccl: ppermute pairs outside a group of " +
+                                       std::to_string(members.size()));
+  }
   if (members.size() == 1) {
+    if (source < 0) {
+      cudaError_t err = cudaMemsetAsync(out->untyped_data(), 0, out->size_bytes(), stream);
+      return err == cudaSuccess ? ffi::Error::Success() : cuda_error(err, "zeroing a ppermute result");
+    }
     if (out->untyped_data() == in.untyped_data() || in.size_bytes() == 0) return ffi::Error::Success();
     cudaError_t err = cudaMemcpyAsync(out->untyped_data(), in.untyped_data(), in.size_bytes(),
                                       cudaMemcpyDeviceToDevice, stream);
@@ -157,6 +188,7 @@ ffi::Error collective(CollectiveKind kind, cudaStream_t stream, int32_t ordinal,
     call.out_count = out->element_count();
     call.outer_in = static_cast<size_t>(outer_in);
     call.outer_out = static_cast<size_t>(outer_out);
+    call.receive_from = source;
     const bool one_shot = kind == CollectiveKind::kAllReduce &&
         peer_all_reduce_algorithm(call.algorithm, bytes) == Algorithm::kNaive;
     log_path(kind, bytes, device, members.size(),
@@ -179,7 +211,8 @@ ffi::Error collective(CollectiveKind kind, cudaStream_t stream, int32_t ordinal,
                      static_cast<int32_t>(algorithm), nullptr, nullptr, in.element_count(),
                      out->element_count(), static_cast<uint64_t>(outer_in),
                      static_cast<uint64_t>(outer_out)};
-  return staged(call, std::vector<int64_t>(groups.begin(), groups.end()), ordinal, stream, in, out);
+  return staged(call, std::vector<int64_t>(groups.begin(), groups.end()), ordinal, stream, in, out,
+                std::move(perm));
 }
 
 ffi::Error AllReduce(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
@@ -210,6 +243,109 @@ ffi::Error AllToAll(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderO
                 static_cast<int64_t>(ReduceOp::kSum), 0, outer_in, outer_out);
 }
 
+ffi::Error Permute(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
+                   ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
+                   int64_t group_size, ffi::Span<const int64_t> perm) {
+  return collective(CollectiveKind::kPermute, s, d, x, out, groups, group_size,
+                    static_cast<int64_t>(ReduceOp::kSum), 0, 1, 1,
+                    std::vector<int64_t>(perm.begin(), perm.end()));
+}
+
+// ragged_all_to_all, staged: operand, output and the four index arrays go to pinned host
+// memory on the stream; the host job widens the indices and runs the engine on the copies;
+// the result goes back into the output (which XLA aliases to it). No peer path yet.
+ffi::Error RaggedAllToAll(cudaStream_t stream, int32_t ordinal, OrderIn, ffi::AnyBuffer operand,
+                          ffi::AnyBuffer output, ffi::AnyBuffer input_offsets,
+                          ffi::AnyBuffer send_sizes, ffi::AnyBuffer output_offsets,
+                          ffi::AnyBuffer recv_sizes, OrderOut, ffi::Result<ffi::AnyBuffer> out,
+                          ffi::Span<const int64_t> groups, int64_t group_size) {
+  if (engine == nullptr) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      "jaccl: the CUDA handlers have no engine (import jax_jaccl first)");
+  }
+  bool ok;
+  const Dtype dtype = dtype_of(operand.element_type(), &ok);
+  if (!ok || output.element_type() != operand.element_type()) {
+    return ffi::Error::InvalidArgument("jaccl: unsupported ragged_all_to_all element type on CUDA");
+  }
+  const ffi::AnyBuffer* indices[4] = {&input_offsets, &send_sizes, &output_offsets, &recv_sizes};
+  const size_t entries = input_offsets.element_count();
+  for (const ffi::AnyBuffer* b : indices) {
+    if (b->element_count() != entries || (b->element_type() != ffi::DataType::S32 &&
+                                          b->element_type() != ffi::DataType::S64)) {
+      return ffi::Error::InvalidArgument("jaccl: ragged_all_to_all index arrays must be int32 or "
+                                         "int64 with the same number of entries");
+    }
+  }
+  int64_t device;
+  if (ffi::Error e = global_device(ordinal, &device); e.failure()) return e;
+  if (std::string why = pending_error(ordinal); !why.empty()) {
+    return ffi::Error(ffi::ErrorCode::kUnavailable,
+                      "jaccl: an earlier collective on this GPU failed: " + why);
+  }
+  if (path_mode() == PathMode::kPeer) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      "jaccl: JACCL_CUDA_PATH=peer, but ragged_all_to_all has no peer path "
+                      "(it is staged through host memory)");
+  }
+  log_path(CollectiveKind::kRaggedAllToAll, operand.size_bytes(), device,
+           static_cast<size_t>(group_size), "staged through host memory");
+  count_call(/*peer=*/false);
+  auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  size_t at = 0;
+  const size_t operand_at = at;
+  at += aligned(operand.size_bytes());
+  const size_t output_at = at;
+  at += aligned(output.size_bytes());
+  size_t index_at[4];
+  for (int i = 0; i < 4; ++i) {
+    index_at[i] = at;
+    at += aligned(indices[i]->size_bytes());
+  }
+  StagedCall staging;
+  ffi::Error result = StagedCall::begin(ordinal, stream, at, &staging);
+  auto to_host = [&](size_t offset, const ffi::AnyBuffer& b, const char* what) {
+    if (result.failure() || b.size_bytes() == 0) return;
+    cudaError_t err = cudaMemcpyAsync(staging.host() + offset, b.untyped_data(), b.size_bytes(),
+                                      cudaMemcpyDeviceToHost, stream);
+    if (err != cudaSuccess) result = cuda_error(err, what);
+  };
+  to_host(operand_at, operand, "staging ragged_all_to_all's operand");
+  to_host(output_at, output, "staging ragged_all_to_all's output");
+  for (int i = 0; i < 4; ++i) to_host(index_at[i], *indices[i], "staging ragged_all_to_all's indices");
+  char* host = result.success() ? staging.host() : nullptr;
+  if (result.success()) {
+    JacclHostCall call{static_cast<int32_t>(CollectiveKind::kRaggedAllToAll), device, nullptr, 0,
+                       group_size, static_cast<int32_t>(dtype), 0, 0, host + operand_at,
+                       host + output_at, operand.element_count(), output.element_count(), 1, 1};
+    call.in_rows = leading(operand);
+    call.out_rows = leading(output);
+    call.row_elems = trailing(operand);
+    const ffi::DataType types[4] = {input_offsets.element_type(), send_sizes.element_type(),
+                                    output_offsets.element_type(), recv_sizes.element_type()};
+    result = staging.enqueue([call, host, index_at, types, entries,
+                              groups = std::vector<int64_t>(groups.begin(), groups.end())](
+                                 char* error, size_t len) mutable {
+      std::vector<int64_t> widened[4];
+      for (int i = 0; i < 4; ++i) {
+        widen_indices(host + index_at[i], types[i], entries, &widened[i]);
+        call.ragged[i] = widened[i].data();
+      }
+      call.ragged_len = entries;
+      call.groups = groups.data();
+      call.groups_len = groups.size();
+      return engine(&call, error, len);
+    });
+  }
+  if (result.success() && out->size_bytes() > 0) {
+    cudaError_t err = cudaMemcpyAsync(out->untyped_data(), host + output_at, out->size_bytes(),
+                                      cudaMemcpyHostToDevice, stream);
+    if (err != cudaSuccess) result = cuda_error(err, "copying ragged_all_to_all's result back");
+  }
+  if (result.failure()) raise_abort(result.message());
+  return result;
+}
+
 }  // namespace
 
 void set_engine(JacclRunHostCall run) { engine = run; }
@@ -237,3 +373,20 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_all_gather, jaccl::cuda::AllGather,
                               JACCL_CUDA_BINDING.Attr<int64_t>("algorithm").Attr<int64_t>("outer"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_all_to_all, jaccl::cuda::AllToAll,
                               JACCL_CUDA_BINDING.Attr<int64_t>("outer_in").Attr<int64_t>("outer_out"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_ppermute, jaccl::cuda::Permute,
+                              JACCL_CUDA_BINDING.Attr<ffi::Span<const int64_t>>("perm"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_ragged_all_to_all, jaccl::cuda::RaggedAllToAll,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()  // order
+                                  .Arg<ffi::AnyBuffer>()  // operand
+                                  .Arg<ffi::AnyBuffer>()  // output (aliased to the result)
+                                  .Arg<ffi::AnyBuffer>()  // input_offsets
+                                  .Arg<ffi::AnyBuffer>()  // send_sizes
+                                  .Arg<ffi::AnyBuffer>()  // output_offsets
+                                  .Arg<ffi::AnyBuffer>()  // recv_sizes
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<ffi::Span<const int64_t>>("groups")
+                                  .Attr<int64_t>("group_size"));

@@ -15,6 +15,8 @@ XLA_FFI_Error* jaccl_cuda_all_gather(XLA_FFI_CallFrame* frame);
 XLA_FFI_Error* jaccl_cuda_all_to_all(XLA_FFI_CallFrame* frame);
 XLA_FFI_Error* jaccl_cuda_moe_exchange(XLA_FFI_CallFrame* frame);
 XLA_FFI_Error* jaccl_cuda_moe_combine(XLA_FFI_CallFrame* frame);
+XLA_FFI_Error* jaccl_cuda_ppermute(XLA_FFI_CallFrame* frame);
+XLA_FFI_Error* jaccl_cuda_ragged_all_to_all(XLA_FFI_CallFrame* frame);
 }
 
 namespace jaccl::cuda {

@@ -34,6 +34,8 @@ nb::dict registrations() {
   d["jaccl_all_to_all"] = nb::capsule(reinterpret_cast<void*>(jaccl_cuda_all_to_all));
   d["jaccl_moe_exchange"] = nb::capsule(reinterpret_cast<void*>(jaccl_cuda_moe_exchange));
   d["jaccl_moe_combine"] = nb::capsule(reinterpret_cast<void*>(jaccl_cuda_moe_combine));
+  d["jaccl_ppermute"] = nb::capsule(reinterpret_cast<void*>(jaccl_cuda_ppermute));
+  d["jaccl_ragged_all_to_all"] = nb::capsule(reinterpret_cast<void*>(jaccl_cuda_ragged_all_to_all));
   return d;
 }
 

@@ -9,6 +9,10 @@
 //   4. end       : barrier, after which nobody reads this rank's staging area any more, so
 //                  the next chunk (or call, of any group) may overwrite it.
 //
+// ppermute: every rank stages its input; a rank with a source copies that peer's staging
+// area into its output (zeros without one). All ranks of the group meet at the barriers, so
+// the ranks outside the permutation's pairs keep the schedule too.
+//
 // all_reduce is one-shot for small messages (every rank reduces the whole chunk from all n
 // staging areas: one barrier pair, n-fold reads) and two-shot for large ones (rank q reduces
 // slice q in place in its own staging area, a middle barrier, then everyone copies slice q
@@ -69,6 +73,7 @@ class PeerSchedule {
       case CollectiveKind::kReduceScatter: return split_input(/*reduce=*/true);
       case CollectiveKind::kAllToAll: return split_input(/*reduce=*/false);
       case CollectiveKind::kAllGather: return all_gather();
+      case CollectiveKind::kPermute: return permute();
       default: return cudaErrorInvalidValue;
     }
   }
@@ -153,6 +158,25 @@ class PeerSchedule {
         err = launch_strided_copy(
             block_view(call_.out, esize_, call_.out_count, call_.outer_out, n_, q, a),
             contiguous(staging(q)), m, esize_, stream_);
+      }
+      if (err == cudaSuccess) err = barrier(false, a);
+      if (err != cudaSuccess) return err;
+    }
+    return cudaSuccess;
+  }
+
+  cudaError_t permute() {
+    chunk_ = capacity_;
+    for (size_t a = 0; a < call_.in_count; a += capacity_) {
+      const size_t m = std::min(capacity_, call_.in_count - a);
+      cudaError_t err = cudaMemcpyAsync(staging(rank_), at(call_.in, a), m * esize_,
+                                        cudaMemcpyDeviceToDevice, stream_);
+      if (err == cudaSuccess) err = barrier(true, a);
+      if (err == cudaSuccess) {
+        err = call_.receive_from < 0
+                  ? cudaMemsetAsync(at(call_.out, a), 0, m * esize_, stream_)
+                  : cudaMemcpyAsync(at(call_.out, a), staging(call_.receive_from), m * esize_,
+                                    cudaMemcpyDefault, stream_);
       }
       if (err == cudaSuccess) err = barrier(false, a);
       if (err != cudaSuccess) return err;

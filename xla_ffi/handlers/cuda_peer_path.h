@@ -29,6 +29,7 @@ struct PeerCollective {
   const void* in = nullptr;
   void* out = nullptr;
   size_t in_count = 0, out_count = 0, outer_in = 1, outer_out = 1;
+  int receive_from = -1;  // ppermute: the rank whose input this rank gets (-1: zeros)
 };
 
 // The all_reduce schedule the peer path uses for `bytes` (kNaive = one-shot, kMesh = two-shot).

@@ -2,8 +2,8 @@
 // handlers (_jaccl_cuda) stage device buffers through pinned host memory and hand them to
 // the engine that _jaccl owns (one World per process, whichever module calls it).
 //
-// Contract: jaccl_run_host_call runs one collective, jaccl_run_host_moe one MoE row exchange
-// or combine, for one device on host buffers, as the CPU FFI handlers do (they call the same
+// Contract: jaccl_run_host_call runs one collective (ppermute and ragged_all_to_all too),
+// jaccl_run_host_moe one MoE row exchange or combine, for one device on host buffers, as the CPU FFI handlers do (they call the same
 // code); each returns 0, or non-zero with a message in `error` (also posted on the abort
 // board, so the peers stop too). Thread-safe in the engine's usual sense: one caller per
 // device at a time.
@@ -26,6 +26,14 @@ struct JacclHostCall {
   const void* in;
   void* out;
   uint64_t in_count, out_count, outer_in, outer_out;
+  // ppermute: the (source, dest) rank pairs of the permutation
+  const int64_t* perm;
+  size_t perm_len;
+  // ragged_all_to_all: input_offsets, send_sizes, output_offsets, recv_sizes (`ragged_len`
+  // entries each), and the operand's and output's rows; `out` starts as the output operand
+  const int64_t* ragged[4];
+  size_t ragged_len;
+  uint64_t in_rows, out_rows, row_elems;
 };
 
 typedef int (*JacclRunHostCall)(const JacclHostCall* call, char* error, size_t error_len);

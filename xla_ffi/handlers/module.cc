@@ -41,6 +41,7 @@ nb::dict registrations() {
   d["jaccl_moe_combine"] = capsule(jaccl_moe_combine);
   d["jaccl_ppermute"] = capsule(jaccl_ppermute);
   d["jaccl_ragged_all_to_all"] = capsule(jaccl_ragged_all_to_all);
+  d["jaccl_ragged_all_to_all_into_zeros"] = capsule(jaccl_ragged_all_to_all_into_zeros);
   return d;
 }
 

@@ -1,6 +1,8 @@
 """Provokes one failure and reports how every rank ended.
 
-Modes: shape, dtype, op, order (ranks disagree), kill (the last process SIGKILLs itself while
+Modes: shape, dtype, op, order (ranks disagree), ragged-bounds (the last process's
+ragged_all_to_all reads past its operand), ragged-sizes (its recv_sizes disagree with what the
+others send), kill (the last process SIGKILLs itself while
 collectives run), stall (the last process never joins), exception (a Python error after a
 collective), stranger (a process outside the job connects to the last process's TCP port and
 sends garbage, then a handshake with a wrong secret, while the job runs collectives), loop
@@ -20,7 +22,7 @@ from common import start
 
 args, index, count = start(__doc__, {"mode": dict(choices=[
     "shape", "dtype", "op", "order", "kill", "stall", "exception", "normal", "stranger",
-    "loop"])})
+    "loop", "ragged-bounds", "ragged-sizes"])})
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -82,9 +84,33 @@ if args.mode == "stranger" and index == 0:
                           capture_output=True, text=True, timeout=60)
     print("STRANGER", done.returncode, done.stdout.strip(), done.stderr.strip()[-200:], flush=True)
 
+def ragged_program():
+    """Every device sends one row to every device (row s of its output from device s), with
+    the last process's arguments spoiled as the mode says."""
+    n = len(jax.devices())
+    spoil = [k for k, d in enumerate(jax.devices()) if d.process_index == last][-1]
+    in_off = np.tile(np.arange(n, dtype=np.int32), (n, 1))
+    sizes = np.ones((n, n), np.int32)
+    out_off = np.tile(np.arange(n, dtype=np.int32)[:, None], (1, n))
+    recv = np.ones((n, n), np.int32)
+    if args.mode == "ragged-bounds":
+        in_off[spoil, 0] = n + 5
+    else:
+        recv[spoil, 0] = 2
+    put = lambda a: jax.make_array_from_callback(  # noqa: E731
+        a.shape, NamedSharding(mesh, P("x")), lambda i: a[i])
+    f = jax.jit(jax.shard_map(lambda *a: jaccl.ragged_all_to_all(*a, axis_name="x"), mesh=mesh,
+                              in_specs=(P("x"),) * 6, out_specs=P("x")))
+    return lambda: f(put(np.ones((n * n, 2), np.float32)), put(np.zeros((n * (n + 1), 2), np.float32)),
+                     *(put(v.reshape(-1)) for v in (in_off, sizes, out_off, recv)))
+
+
+ragged = ragged_program() if args.mode.startswith("ragged") else None
 start_time = time.monotonic()
 try:
-    if args.mode == "order" and index == last:
+    if ragged is not None:
+        ragged().block_until_ready()
+    elif args.mode == "order" and index == last:
         gather(y).block_until_ready()
         reduce(x).block_until_ready()
     elif args.mode in ("kill", "loop"):
