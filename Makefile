@@ -1,13 +1,13 @@
 # setup: a virtual environment with jax_jaccl built and installed (editable)
 # demo:  the main job: 2 processes x 2 CPU devices train a model with jaccl collectives
-# test:  the test suite
+# test:  the test suite (test-fast: what runs in the pytest process alone, no jobs, no builds)
 # bench: jaccl-bench collectives, 2 processes x 1 device, against jax's own collectives
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 SOURCES := pyproject.toml CMakeLists.txt $(shell find xla_ffi -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name CMakeLists.txt)
 
-.PHONY: setup demo test bench bench-setup clean
+.PHONY: setup demo test test-fast bench bench-setup clean
 
 setup: $(VENV)/.installed
 
@@ -28,6 +28,9 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q tests
+
+test-fast: setup
+	$(PY) -m pytest -q tests/in_process
 
 bench: setup
 	$(VENV)/bin/jaccl-bench collectives --nprocs 2 --runs 3 --vs lax --plot collectives.png

@@ -11,14 +11,14 @@ or, with jax.lax's names and semantics: `from jax_jaccl import lax`.
 
 from . import _ext  # noqa: F401  (registers the FFI handlers)
 from . import lax
-from .bootstrap import WorldInfo, init, is_initialized, shutdown
-from .ops.all_gather import all_gather
-from .ops.all_reduce import all_reduce
-from .ops.all_to_all import all_to_all
-from .ops.moe import MoeHandle, moe_combine, moe_dispatch
-from .ops.ppermute import ppermute
-from .ops.ragged_all_to_all import ragged_all_to_all
-from .ops.reduce_scatter import reduce_scatter
+from ._bootstrap import WorldInfo, init, is_initialized, shutdown
+from ._ops.all_gather import all_gather
+from ._ops.all_reduce import all_reduce
+from ._ops.all_to_all import all_to_all
+from ._ops.moe import MoeHandle, moe_combine, moe_dispatch
+from ._ops.ppermute import ppermute
+from ._ops.ragged_all_to_all import ragged_all_to_all
+from ._ops.reduce_scatter import reduce_scatter
 
 __version__ = "0.1.0"
 

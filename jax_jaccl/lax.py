@@ -10,7 +10,7 @@ values, pmean of integers is a float mean, complex numbers are summed, gathered 
 Over axes that jax.vmap bound (axis_name=...) the result is jax.lax's computation on the
 batch. Functions that move no data (axis_index, axis_size, pvary, pcast) are jax.lax's own.
 
-Contract: every function here is a thin adapter over jax_jaccl.ops; none keeps state.
+Contract: every function here is a thin adapter over jax_jaccl._ops; none keeps state.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import jax
 import numpy as np
 from jax import lax as _lax
 
-from .ops.all_gather import all_gather as _all_gather
-from .ops.all_reduce import all_reduce as _all_reduce
-from .ops.all_to_all import all_to_all as _all_to_all
-from .ops.ppermute import ppermute as _ppermute
-from .ops.ragged_all_to_all import ragged_all_to_all as _ragged_all_to_all
-from .ops.reduce_scatter import reduce_scatter as _reduce_scatter
+from ._ops.all_gather import all_gather as _all_gather
+from ._ops.all_reduce import all_reduce as _all_reduce
+from ._ops.all_to_all import all_to_all as _all_to_all
+from ._ops.ppermute import ppermute as _ppermute
+from ._ops.ragged_all_to_all import ragged_all_to_all as _ragged_all_to_all
+from ._ops.reduce_scatter import reduce_scatter as _reduce_scatter
 
 axis_index = _lax.axis_index
 axis_size = _lax.axis_size

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-from .emulated_hosts import EmulatedHosts, can_emulate
+from .._emulated_hosts import EmulatedHosts, can_emulate
 from .sizes import human
 from .transport import transport_env
 

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-from .emulated_hosts import EmulatedHosts, can_emulate
+from .._emulated_hosts import EmulatedHosts, can_emulate
 
 
 def _worker(launch, args, impls, out, env=None):

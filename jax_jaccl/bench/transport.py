@@ -49,7 +49,7 @@ def run(args) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         hosts = None
         if args.emulate_hosts:
-            from .emulated_hosts import EmulatedHosts, can_emulate
+            from .._emulated_hosts import EmulatedHosts, can_emulate
 
             reason = can_emulate()
             if reason:

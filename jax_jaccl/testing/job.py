@@ -9,8 +9,9 @@ compilation cache (compile_cache.py) and the marker's env (rank.py runs there), 
 stderr in <job>/rank<k>.log; waits for all of them, or for the first failure plus a grace, or
 for the timeout; then, for every rank still running, asks faulthandler for its stacks
 (SIGUSR1), waits a moment and kills its process group. It always removes what the job made:
-processes, /dev/shm/jaccl-<job>-* segments, namespaces, the port reservation, and the job
-folder when the test passed. The test passes when every rank passed; is skipped when every rank
+processes, /dev/shm/jaccl-<job>-* segments, namespaces, the port reservation and the job
+folder, whether the test passed, failed, was skipped or killed (what a failure report shows
+is read from the folder first). The test passes when every rank passed; is skipped when every rank
 skipped; else fails with one JobFailed naming the first failing rank, which repr_failure
 renders rank by rank (its traceback, or how it ended and its last output, and the stacks of the
 ranks that hung).
@@ -162,7 +163,6 @@ class JobItem(pytest.Item):
         job_id = secrets.token_hex(6)
         job = Path(tempfile.mkdtemp(prefix=f"jaccl-pytest-{job_id}-"))
         placement, procs, logs = None, [], []
-        passed = False
         try:
             try:
                 placement = Placement(self.processes, self.hosts, self.link_rate, job_id, self.network,
@@ -178,8 +178,8 @@ class JobItem(pytest.Item):
                     env=self._rank_env(rank, job, job_id, placement), cwd=self.config.invocation_params.dir,
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
             stopped = self._wait(procs, job)
-            ranks = self._results(procs, stopped, job, placement, slot_wait)
-            passed = self._judge(ranks, placement)
+            ranks = self._results(procs, stopped, job, job_id, placement, slot_wait)
+            self._judge(ranks, placement)
         finally:
             _stop(procs, [p for p in procs if p.poll() is None])
             for log in logs:
@@ -188,8 +188,7 @@ class JobItem(pytest.Item):
                 os.unlink(path)
             if placement is not None:
                 placement.close()
-            if passed or not procs:
-                shutil.rmtree(job, ignore_errors=True)
+            shutil.rmtree(job, ignore_errors=True)
 
     def _wait(self, procs, job: Path) -> set:
         """Waits for the ranks; returns the indices of those the job had to stop."""
@@ -208,7 +207,8 @@ class JobItem(pytest.Item):
             time.sleep(0.05)
         return set()
 
-    def _results(self, procs, stopped: set, job: Path, placement: Placement, slot_wait: str) -> list:
+    def _results(self, procs, stopped: set, job: Path, job_id: str, placement: Placement,
+                 slot_wait: str) -> list:
         ranks = []
         for k, p in enumerate(procs):
             r = RankResult(rank=k, host=placement.host_of(k), pid=p.pid, stopped_by_job=k in stopped,
@@ -220,13 +220,14 @@ class JobItem(pytest.Item):
             self.add_report_section("call", f"stdout [rank {k}]", r.log)
         self.add_report_section("call", "jax_processes job", f"{self.processes} processes x "
                                 f"{self.devices_per_process} devices, {placement.description}; "
-                                f"job folder {job}{slot_wait}")
+                                f"job {job_id}{slot_wait}")
         return ranks
 
-    def _judge(self, ranks: list, placement: Placement) -> bool:
+    def _judge(self, ranks: list, placement: Placement) -> None:
+        """Returns when every rank passed; otherwise skips or fails the test."""
         statuses = {r.status for r in ranks}
         if statuses == {"passed"}:
-            return True
+            return
         if statuses == {"skipped"}:
             reason = next(p["skip_reason"] for p in ranks[0].phases if p["outcome"] == "skipped")
             pytest.skip(reason or "skipped in every process")

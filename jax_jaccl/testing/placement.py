@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import socket
 
-from ..bench.emulated_hosts import EmulatedHosts, can_emulate
+from .._emulated_hosts import EmulatedHosts, can_emulate
 
 
 def reserve_port() -> socket.socket:

@@ -43,12 +43,12 @@ if [ "$(cut -d' ' -f1 "$OUT/build.status")" = 0 ]; then
   $PY -c "import xdist" 2>/dev/null && parallel=(-n 4)
   stamp "tests ${parallel[*]}"
   timeout 150 $PY -m pytest "${parallel[@]}" -rA -p no:cacheprovider --timeout 140 \
-    --junitxml="$OUT/junit.xml" tests/cuda tests/unit/test_symbols.py tests/unit/test_kernel_machine_code.py \
+    --junitxml="$OUT/junit.xml" tests/cuda tests/in_process/test_symbols.py tests/builds/test_kernel_machine_code.py \
     > "$OUT/tests.log" 2>&1
   stamp "tests: exit $?"
 
   # The first test whose processes died of a signal, once more, each process under cuda-gdb.
-  crashed=$($PY tests/cuda/gpu_run_summary.py --crashed "$OUT" | head -1)
+  crashed=$($PY tests/support/gpu_run_summary.py --crashed "$OUT" | head -1)
   if [ -n "$crashed" ]; then
     stamp "backtrace of $crashed"
     JACCL_TEST_WORKER_PREFIX="cuda-gdb -batch -ex run -ex bt --args" timeout 45 \
@@ -58,5 +58,5 @@ if [ "$(cut -d' ' -f1 "$OUT/build.status")" = 0 ]; then
 fi
 
 stamp "done"
-$PY tests/cuda/gpu_run_summary.py "$OUT" > "$OUT/summary.md"
+$PY tests/support/gpu_run_summary.py "$OUT" > "$OUT/summary.md"
 cat "$OUT/summary.md"

@@ -16,14 +16,12 @@ from pathlib import Path
 import pytest
 
 from gpu_collectives import check_all, gpu_reason
-from gpu_moe import check_moe
-
-HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE.parent / "multiprocess"))
-
-from gpu_faults import (DISAGREE, FAULT_TIMEOUT, NAMES_THE_DEAD, TIMED_OUT,  # noqa: E402
+from gpu_faults import (DISAGREE, FAULT_TIMEOUT, NAMES_THE_DEAD, TIMED_OUT,
                         assert_every_rank_stopped)
-from harness import clean, run_job, worker_prefix  # noqa: E402
+from gpu_moe import check_moe
+from harness import clean, run_job, worker_prefix
+
+SUPPORT = Path(__file__).parents[1] / "support"  # the batteries, also run as scripts
 
 pytestmark = pytest.mark.skipif(gpu_reason() is not None, reason=str(gpu_reason()))
 
@@ -33,9 +31,9 @@ SHARED_GPU = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.25", "JACCL_TIMEOUT": "60", "
 
 
 def two_processes(script, *args, env):
-    """jaccl-run -n 2 of a script of this folder; its whole output."""
+    """jaccl-run -n 2 of a battery script of tests/support; its whole output."""
     done = subprocess.run([sys.executable, "-m", "jax_jaccl.launch", "-n", "2", "--", *worker_prefix(),
-                           sys.executable, str(HERE / script), "--worker", *args],
+                           sys.executable, str(SUPPORT / script), "--worker", *args],
                           capture_output=True, text=True, timeout=900, env=dict(os.environ, **env))
     return done.returncode, done.stdout + done.stderr
 
@@ -70,7 +68,7 @@ def test_moe_in_two_processes(path):
 @pytest.mark.parametrize("path", ["peer", "staged"])
 def test_bad_expert_id_is_an_error_on_the_gpu(path):
     env = dict(os.environ, **SHARED_GPU, JACCL_CUDA_PATH=path)
-    done = subprocess.run([sys.executable, str(HERE / "gpu_moe.py"), "--bad-expert"],
+    done = subprocess.run([sys.executable, str(SUPPORT / "gpu_moe.py"), "--bad-expert"],
                           capture_output=True, text=True, timeout=300, env=env)
     output = done.stdout + done.stderr
     assert "RAISED" in output and "NO ERROR" not in output, output[-3000:]

@@ -1,12 +1,12 @@
 """Emulated hosts for the multi-host suites: network namespaces joined by veth links
-(jax_jaccl/bench/emulated_hosts.py). Skipped, with the reason, where they cannot be made
+(jax_jaccl/_emulated_hosts.py). Skipped, with the reason, where they cannot be made
 (not root, no iproute2). Every test leaves no namespace behind."""
 
 from __future__ import annotations
 
 import pytest
 
-from jax_jaccl.bench.emulated_hosts import EmulatedHosts, can_emulate, leftover_namespaces
+from jax_jaccl._emulated_hosts import EmulatedHosts, can_emulate, leftover_namespaces
 
 REASON = can_emulate()
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).parents[2]
-WORKERS = REPO / "tests" / "multiprocess" / "workers"
+WORKERS = REPO / "tests" / "processes" / "workers"
 
 
 @dataclasses.dataclass
@@ -45,7 +45,7 @@ def run_on_hosts(hosts, per_host, worker, args=(), env=None, timeout=300, when=N
         cmd += ["--grace", str(grace)]
     cmd += ["--", sys.executable, str(WORKERS / worker), *map(str, args)]
     full_env = dict(os.environ, JACCL_JOB_ID=job_id,
-                    PYTHONPATH=os.pathsep.join([str(REPO / "tests" / "unit"),
+                    PYTHONPATH=os.pathsep.join([str(REPO / "tests" / "support"),
                                                 os.environ.get("PYTHONPATH", "")]))
     full_env.update(env or {})
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -6,15 +6,12 @@ algorithm puts on the links, run as pytest-plugin jobs (tests/plugin/)."""
 from __future__ import annotations
 
 import re
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from jobs import run_on_hosts
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "multiprocess"))
 from transports import BOTH  # noqa: E402
 
 TIMEOUT = 8  # JACCL_TIMEOUT for the fault tests

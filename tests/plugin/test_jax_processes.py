@@ -5,7 +5,8 @@ network= and ranks= options and the ones refused, xfail(raises=), an assertion i
 exception at import in one rank, a killed rank, a hang (stacks dumped, job killed in time), -x,
 --lf, pytest-xdist (and the cap on processes across its workers), coverage of the ranks, the
 session's compilation cache, and pytest itself killed mid-job; after each run no rank process,
-shared-memory segment or network namespace of its jobs is left."""
+shared-memory segment, network namespace or job folder of its jobs is left (passed, failed,
+skipped in the ranks or killed)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import time
 
 import pytest
 
-from jax_jaccl.bench.emulated_hosts import can_emulate, leftover_namespaces
+from jax_jaccl._emulated_hosts import can_emulate, leftover_namespaces
 from jax_jaccl.testing.placement import reserve_port
 
 EXAMPLE = '''
@@ -71,6 +72,11 @@ def test_killed_rank(jax_job):
 def test_hang(jax_job):
     if jax_job.process_index == 1:
         time.sleep(600)
+
+
+@pytest.mark.jax_processes(2, timeout=60)
+def test_skipped_in_every_rank(jax_job):
+    pytest.skip("nothing to check on this machine")
 '''
 
 IMPORT_ERROR = '''
@@ -239,8 +245,12 @@ def test_compile(jax_job, job):
 
 
 def project_env(project) -> dict:
+    """The throwaway project's environment: its own temporary folder (project/tmp), so that
+    what its jobs leave there can be counted."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "JACCL_"))}
-    env.update(PLUGIN_TEST_OUT=str(project), COLUMNS="400")  # whole short-summary lines
+    (project / "tmp").mkdir(exist_ok=True)
+    env.update(PLUGIN_TEST_OUT=str(project), COLUMNS="400",  # whole short-summary lines
+               TMPDIR=str(project / "tmp"))
     return env
 
 
@@ -256,8 +266,11 @@ def run_pytest(project, files: dict, *args, timeout=300, cache=False):
 def assert_nothing_left(project, output):
     left = subprocess.run(["pgrep", "-f", str(project)], capture_output=True, text=True).stdout.split()
     assert left == [], f"rank processes left: {left}"
-    for job in re.findall(r"jaccl-pytest-([0-9a-f]{12})-", output):
+    for job in re.findall(r"; job ([0-9a-f]{12})", output):
         assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"jaccl-{job}")], job
+    folders = [p for p in os.listdir(project / "tmp") if p.startswith("jaccl-pytest-")
+               and not p.startswith(("jaccl-pytest-slots-", "jaccl-pytest-compile-cache-"))]
+    assert folders == [], f"job folders left: {folders}"
     assert not leftover_namespaces("jpt-")
 
 
@@ -275,7 +288,8 @@ def test_fresh_project_runs_the_readme_example(tmp_path):
 def test_failures_name_the_rank_and_show_its_traceback(tmp_path):
     rc, out, seconds = run_pytest(tmp_path, {"test_failures.py": FAILURES, "test_import.py": IMPORT_ERROR}, "-rA")
     assert rc == 1, out
-    assert "4 failed" in out, out
+    assert "4 failed" in out and "1 skipped" in out, out
+    assert re.search(r"SKIPPED \[1\] .*nothing to check on this machine", out), out
     # An assertion in one rank: named in the short summary, its rewritten assertion and its output shown.
     assert re.search(r"FAILED test_failures.py::test_assertion_in_one_rank - rank 1/2 failed: AssertionError: rank 1 disagrees", out), out
     assert "assert 1 == 0" in out

@@ -17,29 +17,10 @@
 // A last barrier keeps every member inside the call until nobody reads its buffers anymore.
 #pragma once
 
-#include <atomic>
-#include <cstdint>
-#include <vector>
-
 #include "collectives/collectives.h"
+#include "comm/direct_group.h"
 
 namespace jaccl {
-
-struct DirectGroup {
-  explicit DirectGroup(int size) : entries(size) {}
-
-  struct alignas(64) Entry {
-    std::atomic<uint32_t> calls{0};  // collectives published so far (seq + 1)
-    const void* in = nullptr;
-    void* out = nullptr;
-    uint64_t in_count = 0, out_count = 0, outer_in = 1, outer_out = 1;
-    const Buffers* buffers = nullptr;  // the whole call (ppermute, ragged_all_to_all)
-    uint8_t kind = 0, dtype = 0, redop = 0;
-  };
-  std::vector<Entry> entries;             // by rank
-  alignas(64) std::atomic<uint64_t> arrivals{0};
-  std::vector<Doorbell*> doorbells;       // by rank
-};
 
 void direct_collective(Call& call, const Buffers& buffers);
 

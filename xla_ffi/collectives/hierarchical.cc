@@ -67,11 +67,6 @@ void require(const Topology& t) {
 
 }  // namespace
 
-bool hierarchical_applies(const Communicator::Member& member) {
-  Topology t(member);
-  return t.hosts > 1 && t.locals > 1 && t.uniform();
-}
-
 void hierarchical_all_reduce(Call& call, const Buffers& b) {
   Communicator::Member& m = *call.member;
   const Topology t(m);

@@ -28,9 +28,7 @@
 
 namespace jaccl {
 
-// True when the group spans hosts and every host holds the same number (> 1) of ranks.
-bool hierarchical_applies(const Communicator::Member& member);
-
+// Groups it applies to have Communicator::Member::hierarchical set.
 void hierarchical_all_reduce(Call& call, const Buffers& buffers);
 void hierarchical_reduce_scatter(Call& call, const Buffers& buffers);
 

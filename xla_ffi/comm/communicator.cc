@@ -2,13 +2,25 @@
 
 #include <algorithm>
 
-#include "collectives/direct.h"
-#include "collectives/hierarchical.h"
+#include "comm/direct_group.h"
 #include "comm/world.h"
 #include "common/error.h"
 #include "common/text.h"
 
 namespace jaccl {
+namespace {
+
+// Hosts x equal local ranks, more than one of each: the layout the hierarchical algorithms
+// (collectives/hierarchical.h) take.
+bool spans_hosts_evenly(const Communicator::Member& m) {
+  if (m.num_hosts < 2) return false;
+  std::vector<int> ranks_on(m.num_hosts, 0);
+  for (int host : m.hosts) ++ranks_on[host];
+  return ranks_on[0] > 1 && std::all_of(ranks_on.begin(), ranks_on.end(),
+                                        [&](int n) { return n == ranks_on[0]; });
+}
+
+}  // namespace
 
 Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size_t size,
                            int group_size)
@@ -57,7 +69,7 @@ Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size
         if (it == host_names.end()) host_names.push_back(name);
       }
       m.num_hosts = static_cast<int>(host_names.size());
-      m.hierarchical = hierarchical_applies(m);
+      m.hierarchical = spans_hosts_evenly(m);
       m.doorbell = world.doorbell(device);
       m.direct = direct;
       members_.emplace(device, std::move(m));

@@ -1,7 +1,8 @@
 // The engine's single error type.
 //
-// Contract: everything below handlers/ reports failure by throwing jaccl::Error;
-// handlers catch it and turn it into an XLA FFI error. Nothing aborts the
+// Contract: everything below handlers/ reports failure by throwing jaccl::Error (or, where
+// it must return instead, a common/status.h Status); handlers turn either into an XLA FFI
+// error. Nothing aborts the
 // process. Messages start with "jaccl:" and name the ranks involved.
 #pragma once
 
@@ -17,6 +18,7 @@ enum class ErrorKind {
   kMismatch,         // ranks disagree about the collective they are in
   kTimeout,          // a peer did not make progress within the deadline
   kPeerFailure,      // a peer died or aborted
+  kFailedPrecondition,  // the process is not set up for the call (e.g. a device not registered)
   kInternal,         // a system call or an invariant failed
 };
 

@@ -29,4 +29,11 @@ inline bool dtype_of_xla(xla::ffi::DataType type, Dtype* dtype) {
   }
 }
 
+// The same as a value: *ok = false for element types the engine does not move.
+inline Dtype dtype_of(xla::ffi::DataType type, bool* ok) {
+  Dtype dtype = Dtype::kF32;
+  *ok = dtype_of_xla(type, &dtype);
+  return dtype;
+}
+
 }  // namespace jaccl

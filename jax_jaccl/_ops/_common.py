@@ -1,0 +1,214 @@
+"""What every jaccl collective shares: argument checks at trace time, the device groups a
+mesh axis defines, and the lowering to an effectful FFI custom call.
+
+Contract:
+- normalize_axes/check_axes/check_dtype raise ValueError or TypeError saying what to change.
+- group_table(ctx, axes) returns the global device ids of every group, in rank order, computed
+  from the concrete mesh the op is lowered for (rank = jax.lax.axis_index over `axes`).
+- lower_collective() makes sure the engine is initialised, then emits a custom call with
+  has_side_effect=True (XLA must neither drop nor merge collectives) that takes and returns
+  the ordering token of _ordering (every device must run its collectives in the same order).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+from jax.interpreters import mlir
+from jax.interpreters.mlir import ir
+
+from .. import _bootstrap, _compat, _manual_region
+from .. import _ordering
+
+SUPPORTED_DTYPES = tuple(np.dtype(d) for d in (
+    "float16", jax.numpy.bfloat16, "float32", "float64", "int8", "int16", "int32", "int64",
+    "uint8", "uint16", "uint32", "uint64", "bool", "complex64", "complex128"))
+
+
+def normalize_axes(axis_name) -> tuple:
+    axes = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+    if not axes:
+        raise ValueError("jaccl: axis_name must name at least one mesh axis")
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"jaccl: axis_name {axis_name!r} repeats an axis")
+    return axes
+
+
+def vmap_axes(axes: tuple) -> tuple:
+    """Those of `axes` that jax.vmap (axis_name=...) bound where we are tracing, not
+    shard_map: a collective over them is a computation on the batch, done by jax.lax."""
+    sizes = _compat.axis_env_sizes()
+    manual = _compat.manual_mesh_axes()
+    return tuple(a for a in axes if a in sizes and a not in manual)
+
+
+def over_vmap_axes(axes: tuple, axis_index_groups, api: str, lax_collective):
+    """A collective whose axes include jax.vmap axes: jax.lax's computation on the batch when
+    they all are (lax_collective(axis_name)), refused like jax.lax refuses it otherwise."""
+    if axis_index_groups is not None:
+        raise NotImplementedError(f"jaccl.{api}: axis_index_groups over a jax.vmap axis is not "
+                                  "supported (nor by jax.lax)")
+    batch = vmap_axes(axes)
+    if len(batch) != len(axes):
+        raise NotImplementedError(
+            f"jaccl.{api}: axis_name {axes!r} mixes jax.vmap axes {batch!r} with mesh axes; "
+            "call it over each kind separately (jax.lax does not batch this either)")
+    return lax_collective(batch[0] if len(batch) == 1 else batch)
+
+
+class UnboundAxisError(NameError, ValueError):
+    """An axis name no enclosing jax.shard_map (or jax.vmap) binds: jax.lax raises NameError
+    there; jaccl always raised ValueError. Both catch it."""
+
+
+# What jax.lax calls each op, for messages that read as jax.lax's.
+LAX_NAMES = {"all_reduce": "psum", "reduce_scatter": "psum_scatter"}
+
+
+def check_axes(axes: tuple, api: str) -> int:
+    """Checks that `axes` are mesh axes of the enclosing shard_map; returns the group size."""
+    sizes = _compat.axis_env_sizes()
+    manual = _compat.manual_mesh_axes()
+    for a in axes:
+        if a in sizes and a not in manual:
+            raise NotImplementedError(
+                f"jaccl.{api}: axis {a!r} is a jax.vmap axis; jaccl collectives run over mesh axes "
+                "of jax.shard_map (use jax.lax collectives over vmap axes)")
+    missing = [a for a in axes if a not in sizes]
+    if missing:
+        bound = ", ".join(repr(a) for a in sizes) or "none"
+        raise UnboundAxisError(
+            f"Found an unbound axis name: {missing[0]}. To fix this, please call "
+            f"{LAX_NAMES.get(api, api)} under `jax.shard_map`. (jaccl.{api}: axis "
+            f"{missing[0]!r} is not a mesh axis of the enclosing jax.shard_map; bound axes: "
+            f"{bound}; call it inside shard_map over a mesh with that axis)")
+    return math.prod(sizes[a] for a in axes)
+
+
+def check_dtype(dtype, api: str, op: str | None = None) -> None:
+    dtype = np.dtype(dtype)
+    if dtype not in SUPPORTED_DTYPES:
+        names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+        raise TypeError(f"jaccl.{api}: dtype {dtype} is not supported (supported: {names})")
+    if dtype == np.bool_ and op in ("sum", "prod"):
+        raise TypeError(f"jaccl.{api}: op={op!r} on bool is not defined; use op='max' (any) or "
+                        "op='min' (all), or cast to int32 first")
+    if np.issubdtype(dtype, np.complexfloating) and op not in (None, "sum"):
+        raise TypeError(f"jaccl.{api}: op={op!r} on {dtype} is not defined (complex numbers are "
+                        "not ordered, and only sums of them are taken part by part); use op='sum'")
+
+
+def as_real_pairs(x):
+    """A complex array as real [..., 2] (real, imaginary): the engine moves and sums parts;
+    from_real_pairs undoes it. Other arrays pass through (is_pairs says which)."""
+    if not jax.numpy.iscomplexobj(x):
+        return x, False
+    return jax.numpy.stack([jax.numpy.real(x), jax.numpy.imag(x)], axis=-1), True
+
+
+def from_real_pairs(y, was_pairs: bool):
+    return jax.lax.complex(y[..., 0], y[..., 1]) if was_pairs else y
+
+
+def check_choice(value, allowed, what: str, api: str) -> None:
+    if value not in allowed:
+        raise ValueError(f"jaccl.{api}: unknown {what} {value!r}; choose one of {', '.join(allowed)}")
+
+
+def canonical_axis(axis: int, ndim: int, what: str, api: str) -> int:
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"jaccl.{api}: {what}={axis} is out of range for an array of rank "
+                         f"{ndim if ndim else 0}")
+    return axis % ndim
+
+
+def index_groups(axis_index_groups, size: int, api: str):
+    """jax.lax's axis_index_groups, checked against an axis (or axes) of `size`: a tuple of
+    equally sized tuples of axis indices covering each index once, or None."""
+    if axis_index_groups is None:
+        return None
+    groups = tuple(tuple(int(i) for i in g) for g in axis_index_groups)
+    flat = sorted(i for g in groups for i in g)
+    if flat != list(range(len(flat))):
+        raise ValueError("axis_index_groups must cover all indices exactly once")
+    if len(flat) != size:
+        raise ValueError(f"jaccl.{api}: axis_index_groups cover {len(flat)} indices, but the "
+                         f"axes they index have {size}")
+    if len({len(g) for g in groups}) != 1:
+        raise ValueError(f"jaccl.{api}: axis_index_groups must all be the same size, got sizes "
+                         f"{[len(g) for g in groups]}")
+    return groups
+
+
+def group_table(ctx, axes: tuple, groups=None) -> tuple[np.ndarray, int]:
+    """The groups' device ids, one group per row in rank order; `groups` (axis_index_groups)
+    cuts every row into the subgroups of those axis indices."""
+    axis_context = ctx.module_context.axis_context
+    mesh = getattr(axis_context, "mesh", None)
+    mesh = _compat.concrete_mesh(mesh) if mesh is not None else None
+    if mesh is None:
+        raise ValueError(
+            "jaccl: collectives must be lowered inside jax.shard_map over a concrete "
+            "jax.sharding.Mesh (one with devices): pass mesh= to the outermost shard_map, or "
+            "call the jitted function inside `with jax.set_mesh(mesh):`")
+    devices = mesh.devices
+    names = list(mesh.axis_names)
+    ids = np.vectorize(lambda d: d.id, otypes=[np.int64])(np.asarray(devices))
+    collective = [names.index(a) for a in axes]
+    others = [i for i in range(ids.ndim) if i not in collective]
+    group_size = math.prod(ids.shape[i] for i in collective)
+    table = np.transpose(ids, others + collective).reshape(-1, group_size)
+    if groups is not None:
+        table = np.stack([row[list(g)] for row in table for g in groups])
+        group_size = len(groups[0])
+    return table, group_size
+
+
+def lower_collective(ctx, *operands, target: str, axes: tuple, groups=None, aliases=None,
+                     arrays=None, avals_in=None, **attributes):
+    """Emits `target`(token, *operands) -> (token, *results) over the groups of `axes` (cut by
+    axis_index_groups `groups`); `aliases` maps operand to result indices (not counting the
+    token) that may share a buffer; `arrays` are int64 array attributes, `attributes` int64
+    scalars; `avals_in` the operands' abstract values where they are not the primitive's."""
+    _bootstrap.init()
+    table, group_size = group_table(ctx, axes, groups)
+    config = {k: mlir.ir_attribute(np.int64(v)) for k, v in attributes.items()}
+    for name, values in (arrays or {}).items():
+        config[name] = ir.DenseI64ArrayAttr.get([int(v) for v in values])
+    config["groups"] = ir.DenseI64ArrayAttr.get([int(v) for v in table.ravel()])
+    config["group_size"] = mlir.ir_attribute(np.int64(group_size))
+    token = _ordering.token_in(ctx)
+    result_types = [token.type] + [_compat.ir_type(ctx, a) for a in ctx.avals_out]
+
+    def emit(values, manual_sharding=None):
+        op = _compat.custom_call(
+            target, result_types=result_types, operands=values, backend_config=config,
+            has_side_effect=True, api_version=4,
+            operand_output_aliases={i + 1: o + 1 for i, o in (aliases or {}).items()})
+        if manual_sharding is not None:
+            op.attributes["mhlo.sharding"] = _compat.sharding_attr(ctx, manual_sharding)
+        return list(op.results)
+
+    if _compat.partly_manual(ctx):
+        results = _manual_region.in_fully_manual_region(
+            ctx, [token, *operands], [_ordering.order_aval(ctx), *(avals_in or ctx.avals_in)],
+            [_ordering.order_aval(ctx), *ctx.avals_out], emit)
+    else:
+        results = emit([token, *operands])
+    _ordering.token_out(ctx, results[0])
+    return results[1:]
+
+
+def collective_effects(axes: tuple) -> set:
+    return _ordering.effects_for(axes)
+
+
+def refuse_vmap_axis(axis_data, axes: tuple, api: str) -> None:
+    if getattr(axis_data, "name", None) in axes:
+        raise NotImplementedError(
+            f"jaccl.{api}: axis {axis_data.name!r} is a jax.vmap axis; jaccl collectives run over "
+            "mesh axes of jax.shard_map (use jax.lax collectives over vmap axes)")
+
+

@@ -1,0 +1,113 @@
+"""The engine built the way the GPU machine's default compiler builds a user's extension:
+libstdc++ linked into the module (-static-libstdc++) and its symbols bound inside it
+(-Wl,-Bsymbolic). Such a module carries its own copy of libstdc++'s stream code, but its locale
+facet ids are STB_GNU_UNIQUE symbols that the dynamic linker binds to the copy loaded first
+(jaxlib's libstdc++, when jax is imported first, as here): while the engine formatted text with
+std::ostream, every number it wrote vanished (JACCL_DEBUG=INFO lines ended after their first
+word here) or crashed the process (on the H200, ../shared/evidence/h200-2026-11-30), errors
+included. Built that way here, in real multi-process jobs, the INFO lines and the errors of
+failing jobs come out whole.
+
+The CUDA module gets the same link in tests/builds/cuda_emulation/build.py (the emulated-GPU tests)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+from module_symbols import exported
+from util import load_cuda_emulation_build
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+from harness import clean, run_job  # noqa: E402
+
+GPU_MACHINE_LINK = " ".join(load_cuda_emulation_build().GPU_MACHINE_LINK)
+TIMEOUT = 6
+
+
+def build_engine(out: pathlib.Path, link_flags: str) -> pathlib.Path:
+    """Configures and builds _jaccl alone in `out` with these module link flags, without CUDA
+    and without libfabric (so CI also builds the engine as a machine without libfabric does)."""
+    env = dict(os.environ, PATH=os.pathsep.join([sysconfig.get_path("scripts"), os.environ["PATH"]]))
+    cmake = shutil.which("cmake", path=env["PATH"])
+    assert cmake, "cmake is needed (make setup installs it)"
+    generator = ["-G", "Ninja"] if shutil.which("ninja", path=env["PATH"]) else []
+    for step in ([cmake, "-S", str(REPO), "-B", str(out), *generator, "-DJACCL_CUDA=OFF", "-DJACCL_OFI=OFF",
+                  "-DCMAKE_BUILD_TYPE=Release", f"-DPython_EXECUTABLE={sys.executable}",
+                  f"-DCMAKE_MODULE_LINKER_FLAGS={link_flags}"],
+                 [cmake, "--build", str(out), "--target", "_jaccl", "-j", "2"]):
+        done = subprocess.run(step, capture_output=True, text=True, env=env, timeout=600)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    (module,) = out.glob("xla_ffi/_jaccl*.so")
+    return module
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    if shutil.which("g++") is None:
+        pytest.skip("no C++ compiler")
+    return build_engine(tmp_path_factory.mktemp("static_libstdcxx"), GPU_MACHINE_LINK)
+
+
+def job(engine, mode, nprocs, devices=1, grace=None, env=None):
+    env = {"JACCL_TEST_ENGINE": str(engine), "JACCL_DEBUG": "INFO", "JACCL_TIMEOUT": str(TIMEOUT),
+           **(env or {})}
+    done = run_job("faults.py", nprocs, devices, args=[mode], env=env, timeout=120, grace=grace)
+    for rank in range(nprocs):  # the module built here ran, not the installed one
+        assert done.values(rank, "ENGINE") == [str(engine)], clean(done.output)[-3000:]
+    return done
+
+
+def raised(done, rank):
+    lines = done.values(rank, "RAISED")
+    assert lines, f"rank {rank} did not raise:\n{clean(done.output)[-4000:]}"
+    return lines[0].split(" ", 1)[1]
+
+
+def test_built_with_libstdcxx_inside_it_still_exports_init_alone(engine):
+    assert exported(engine) == ["PyInit__jaccl"]
+
+
+def test_without_libfabric_the_ofi_transport_is_refused_clearly(engine):
+    done = job(engine, "normal", 2, env={"JACCL_TRANSPORT": "ofi", "JACCL_TEST_FAKE_HOSTS": "2"})
+    assert done.returncode != 0
+    assert "built without libfabric" in done.output, clean(done.output)[-3000:]
+    assert done.leftovers() == []
+
+
+def test_info_lines_come_out_whole(engine):
+    done = job(engine, "normal", 2, devices=2)
+    assert done.returncode == 0, clean(done.output)[-4000:]
+    for rank in (0, 1):
+        assert "FINISHED" in done.lines(rank), clean(done.output)[-3000:]
+        info = "\n".join(done.lines(rank))
+        assert re.search(rf"INFO process {rank} of 2: 2 local devices, 4 on this host, "
+                         r"segment \S+ \d+ KiB", info), info
+        assert re.search(r"INFO all_reduce 4000 B \(<= 2\^12\) on rank [0-3]/4 of communicator "
+                         r"[0-9a-f]{6,}: algorithm \w+, transports [a-z,]+", info), info
+
+
+def test_ranks_that_disagree_get_the_whole_message(engine):
+    done = job(engine, "shape", 2)
+    for rank in (0, 1):
+        message = raised(done, rank)
+        assert re.search(r"ranks disagree: rank \d \(device \d+, process \d, pid \d+\) is in "
+                         r"all_reduce #0 of float32\[[12]000\]", message), message
+    assert done.returncode != 0
+    assert done.leftovers() == []
+
+
+def test_killed_peer_is_named_whole(engine):
+    done = job(engine, "kill", 3, grace=TIMEOUT + 10)
+    for rank in (0, 1):
+        message = raised(done, rank)
+        assert re.search(r"process 2 \(pid \d+\) died", message), message
+    assert done.returncode != 0
+    assert done.leftovers() == []

@@ -1,0 +1,33 @@
+"""The GPU suite's batteries (tests/support/gpu_collectives.py, gpu_moe.py) run on CPU devices:
+two devices under test against the references on two others, and one (the layout of a machine
+with one GPU, where a single shard covers the whole mesh axis). The GPU machine is lent rarely
+and briefly; this keeps its script from failing for reasons a CPU could have shown."""
+
+from __future__ import annotations
+
+
+import jax
+import pytest
+
+import gpu_collectives
+import gpu_moe
+
+
+def test_the_gpu_battery_passes_on_cpu_devices():
+    cpu = jax.devices("cpu")
+    checked = gpu_collectives.check_all(verbose=False, devices=cpu[:2], reference=cpu[2:4],
+                                        lax_on_devices=True)
+    assert checked > 800
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_the_gpu_moe_checks_pass_on_cpu_devices(n):
+    cpu = jax.devices("cpu")
+    assert gpu_moe.check_moe(verbose=False, devices=cpu[:n], reference=cpu[2:2 + n]) > 50 * n
+
+
+def test_the_gpu_battery_passes_on_one_cpu_device():
+    cpu = jax.devices("cpu")
+    checked = gpu_collectives.check_all(verbose=False, devices=cpu[:1], reference=cpu[2:3],
+                                        lax_on_devices=True)
+    assert checked > 400

@@ -1,0 +1,74 @@
+"""The layout's rules (docs/layout.md), read from the sources: XLA and Python meet the engine
+only in xla_ffi/handlers/, which holds nothing but adapters; includes between the engine's
+folders point one way; the public pytest plugin depends on nothing under the benchmark CLI;
+and jax_jaccl's internal modules are named with a leading underscore."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ENGINE = ROOT / "xla_ffi"
+PACKAGE = ROOT / "jax_jaccl"
+
+# Each folder of the engine, and the folders it may include from (besides itself).
+MAY_INCLUDE = {
+    "common": set(),
+    "transport": {"common"},
+    "comm": {"common", "transport"},
+    "collectives": {"common", "transport", "comm"},
+    "moe": {"common", "transport", "comm", "collectives"},
+    "cuda": {"common", "collectives"},
+    "handlers": {"common", "transport", "comm", "collectives", "moe", "cuda"},
+}
+# handlers/ files that adapt no XLA or Python type: the C interface between the two modules.
+HANDLERS_WITHOUT_XLA = {"handlers/host_abi.h", "handlers/host_abi.cc"}
+XLA_OR_PYTHON = re.compile(r'#include [<"](xla/ffi/|nanobind/)')
+
+
+def sources():
+    for path in sorted(ENGINE.rglob("*")):
+        if path.suffix in (".h", ".cc", ".cu", ".cuh"):
+            yield path.relative_to(ENGINE).as_posix(), path.read_text()
+
+
+def test_only_handlers_see_xla_or_python():
+    leaks = [name for name, text in sources()
+             if not name.startswith("handlers/") and XLA_OR_PYTHON.search(text)]
+    assert leaks == [], f"outside xla_ffi/handlers/, these include XLA's FFI or nanobind: {leaks}"
+
+
+def test_handlers_hold_adapters_only():
+    """Every file of handlers/ turns XLA or Python types into engine calls (it includes XLA's
+    FFI or nanobind, or uses their types); the engine logic they once held lives below
+    (collectives/run.h, moe/run.h, cuda/)."""
+    plain = [name for name, text in sources() if name.startswith("handlers/")
+             and name not in HANDLERS_WITHOUT_XLA and not XLA_OR_PYTHON.search(text)
+             and not re.search(r"\b(ffi|nb)::", text)]
+    assert plain == [], f"handlers/ files that adapt nothing of XLA or Python: {plain}"
+
+
+def test_includes_point_one_way():
+    wrong = []
+    for name, text in sources():
+        folder = name.split("/")[0]
+        for included in re.findall(r'#include "([a-z_]+)/', text):
+            if included != folder and included in MAY_INCLUDE and included not in MAY_INCLUDE[folder]:
+                wrong.append(f"{name} includes {included}/")
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_the_pytest_plugin_does_not_depend_on_the_benchmark():
+    importers = [p.relative_to(ROOT).as_posix() for p in (PACKAGE / "testing").rglob("*.py")
+                 if re.search(r"from \.\.bench|jax_jaccl\.bench|from \.\.\s+import bench",
+                              p.read_text())]
+    assert importers == []
+
+
+@pytest.mark.parametrize("module", ["bootstrap", "ops", "compat", "ordering", "ext", "enums"])
+def test_internal_modules_start_with_an_underscore(module):
+    assert not (PACKAGE / f"{module}.py").exists() and not (PACKAGE / module).is_dir()
+    assert (PACKAGE / f"_{module}.py").exists() or (PACKAGE / f"_{module}").is_dir()

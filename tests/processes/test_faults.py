@@ -1,0 +1,132 @@
+"""Failures end in a clear error on every surviving rank within JACCL_TIMEOUT, never a hang
+or a wrong answer, and leave no process or shared-memory segment behind: on one host, and
+on emulated hosts over jaccl's TCP and over the OFI transport (libfabric's tcp provider)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from harness import clean, run_job
+from transports import OFI, OFI_MESSAGES, TCP, needs_ofi
+
+TIMEOUT = 6  # JACCL_TIMEOUT for these jobs
+
+
+def env(hosts, nprocs=2):
+    """JACCL_TIMEOUT, and `hosts` (None: one host; else a transport) with every process on an
+    emulated host of its own."""
+    if hosts is None:
+        return {"JACCL_TIMEOUT": str(TIMEOUT), "JACCL_TEST_FAKE_HOSTS": "0"}
+    return {"JACCL_TIMEOUT": str(TIMEOUT), "JACCL_TEST_FAKE_HOSTS": str(nprocs), **hosts}
+
+
+def raised(job, rank):
+    lines = job.values(rank, "RAISED")
+    assert lines, f"rank {rank} did not raise:\n{clean(job.output)[-4000:]}"
+    seconds, message = lines[0].split(" ", 1)
+    return float(seconds), message
+
+
+HOSTS = pytest.mark.parametrize("hosts", [
+    pytest.param(None, id="1host"), pytest.param(TCP, id="hosts-tcp"),
+    pytest.param(OFI, id="hosts-ofi", marks=needs_ofi),
+    pytest.param(OFI_MESSAGES, id="hosts-ofi-messages", marks=needs_ofi)])
+
+
+DISAGREEMENTS = {
+    "shape": r"float32\[1000\].*float32\[2000\]|float32\[2000\].*float32\[1000\]",
+    "dtype": r"int32.*float32|float32.*int32",
+    "op": r"\(sum,.*\(max,|\(max,.*\(sum,",
+    "order": r"all_reduce #0.*all_gather #0|all_gather #0.*all_reduce #0",
+}
+
+
+# Every disagreement on one host; between hosts, over each transport, the two whose frames
+# differ on the wire (a size the receiver does not expect; another call's frames).
+@pytest.mark.parametrize("mode, hosts", [
+    *[pytest.param(mode, None, id=f"{mode}-1host") for mode in DISAGREEMENTS],
+    *[pytest.param(mode, transport, id=f"{mode}-{name}", marks=marks)
+      for mode in ("shape", "order")
+      for transport, name, marks in ((TCP, "hosts-tcp", ()), (OFI, "hosts-ofi", needs_ofi),
+                                     (OFI_MESSAGES, "hosts-ofi-messages", needs_ofi))],
+])
+def test_ranks_that_disagree_all_get_an_error_naming_both(mode, hosts):
+    detail = DISAGREEMENTS[mode]
+    job = run_job("faults.py", 2, args=[mode], env=env(hosts), timeout=120)
+    for rank in (0, 1):
+        seconds, message = raised(job, rank)
+        assert seconds < TIMEOUT + 2, message
+        assert "rank 0" in message and "rank 1" in message, message
+        assert re.search(r"ranks disagree|failed: .*ranks disagree", message), message
+    messages = " ".join(raised(job, r)[1] for r in (0, 1))
+    assert re.search(detail, messages), messages
+    assert job.returncode != 0
+    assert job.leftovers() == []
+
+
+@pytest.mark.parametrize("mode, reason", [
+    ("ragged-bounds", r"input_offsets\[0\] = \d+ with send_sizes\[0\] = 1 reads past the "
+                      r"operand's \d+ rows"),
+    ("ragged-sizes", r"ranks disagree: .*expects recv_sizes\[0\] = 2 rows from .*which sends "
+                     r"send_sizes\[\d+\] = 1"),
+])
+def test_bad_ragged_arguments_are_an_error_on_every_rank(mode, reason):
+    """One process's ragged_all_to_all arguments are wrong: it names the entry, and every
+    other rank raises within the deadline, saying which process failed and why."""
+    job = run_job("faults.py", 2, args=[mode], env=env(None), timeout=120)
+    for rank in (0, 1):
+        seconds, message = raised(job, rank)
+        assert seconds < TIMEOUT + 2, message
+        assert re.search(reason, message), message
+    assert "failed: " in raised(job, 0)[1]  # rank 0 learns it from the process that failed
+    assert job.returncode != 0
+    assert job.leftovers() == []
+
+
+@HOSTS
+def test_killed_peer_every_survivor_raises_naming_it(hosts):
+    job = run_job("faults.py", 3, args=["kill"], env=env(hosts, 3), timeout=120,
+                  grace=TIMEOUT + 10)
+    for rank in (0, 1):
+        seconds, message = raised(job, rank)
+        assert seconds < 1.5 + TIMEOUT, message
+        # A failed libfabric operation may be seen before the control link's close.
+        assert re.search(r"process 2 \(pid \d+\) died|(closed|reset) by process 2 \(it exited|"
+                         r"between device \d+ and device \d+ of process 2 failed", message), message
+        assert "rank 2" in message or "process 2" in message, message
+    assert job.lines(2)[-1].startswith("STARTED") or "RAISED" not in " ".join(job.lines(2))
+    assert job.returncode != 0
+    assert job.leftovers() == []
+
+
+@HOSTS
+def test_stalled_peer_times_out_naming_it(hosts):
+    job = run_job("faults.py", 2, args=["stall"], env=env(hosts), timeout=120, grace=2)
+    seconds, message = raised(job, 0)
+    assert TIMEOUT - 0.5 < seconds < TIMEOUT + 3, message
+    assert "timed out after 6 s" in message and "waiting for rank 1" in message, message
+    assert job.returncode != 0
+    assert job.leftovers() == []
+
+
+@pytest.mark.parametrize("mode", ["normal", "exception"])
+def test_nothing_left_behind_after_exit(mode):
+    job = run_job("faults.py", 2, args=[mode], timeout=120)
+    for rank in (0, 1):
+        assert "FINISHED" in job.lines(rank), clean(job.output)[-3000:]
+    assert (job.returncode == 0) == (mode == "normal"), clean(job.output)[-3000:]
+    assert job.leftovers() == []
+
+
+def test_strangers_are_rejected_and_the_job_goes_on():
+    job = run_job("faults.py", 2, args=["stranger"], env=env(TCP), timeout=120)
+    out = clean(job.output)
+    assert job.returncode == 0, out[-3000:]
+    for rank in (0, 1):
+        assert "FINISHED" in job.lines(rank), out[-3000:]
+    assert job.values(0, "STRANGER")[0].startswith("0 stranger answered: b''"), out[-3000:]
+    rejected = [l for l in job.lines(1) if "tcp: rejected connection from" in l]
+    assert any("not a jaccl handshake" in l for l in rejected), out[-3000:]
+    assert any("wrong job secret" in l for l in rejected), out[-3000:]

@@ -1,0 +1,156 @@
+"""Cases that need a fresh Python process of their own (one process, no job): a program
+whose compilation used to abort the process, run-time errors after which the process's jaccl
+world is stopped, and a setting read when jaccl starts. Each runs `python -c` with a timeout
+and reads what it printed."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+PARTITIONERS = ["shardy", "gspmd"]
+SCHEDULES = ["direct", "frames"]
+
+
+ISSUE_EXAMPLE = textwrap.dedent("""
+    import sys
+    import jax, jax.numpy as jnp, numpy as np
+    jax.config.update("jax_num_cpu_devices", 4)
+    jax.config.update("jax_use_shardy_partitioner", sys.argv[1] == "shardy")
+    from jax.sharding import Mesh, PartitionSpec as P
+    import jax_jaccl as jaccl
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("x", "y"))
+    f = jax.jit(jax.shard_map(lambda b: jaccl.all_reduce(b, "y"), mesh=mesh,
+                in_specs=P(None, "y"), out_specs=P(), axis_names={"y"}))
+    print("RESULT", np.asarray(f(jnp.arange(16.0).reshape(2, 8))).tolist())
+""")
+
+
+@pytest.mark.parametrize("name", PARTITIONERS)
+def test_the_example_that_aborted_the_process_now_computes_psum(name):
+    done = subprocess.run([sys.executable, "-c", ISSUE_EXAMPLE, name], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, JACCL_TIMEOUT="30"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "RESULT [[4.0, 6.0, 8.0, 10.0], [20.0, 22.0, 24.0, 26.0]]" in done.stdout, done.stdout
+
+
+BAD_ID = textwrap.dedent("""
+    import jax, numpy as np
+    jax.config.update("jax_num_cpu_devices", 4)
+    from jax.sharding import PartitionSpec as P, NamedSharding
+    import jax_jaccl as jaccl
+    mesh = jax.make_mesh((4,), ("x",))
+    put = lambda a: jax.device_put(a, NamedSharding(mesh, P("x")))
+    idx = np.zeros((16, 2), np.int32); idx[:, 1] = 1; idx[5, 1] = 99
+    def f(x, i, w):
+        return jaccl.moe_dispatch(x, i, w, num_experts=8, capacity=4, axis_name="x")[0][None]
+    g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=(P("x"),) * 3, out_specs=P("x")))
+    try:
+        g(put(np.ones((16, 4), np.float32)), put(idx), put(np.ones((16, 2), np.float32))).block_until_ready()
+    except Exception as e:
+        print("RAISED", str(e))
+""")
+
+
+def test_out_of_range_expert_is_a_run_time_error():
+    done = subprocess.run([sys.executable, "-c", BAD_ID], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, JACCL_TIMEOUT="10"))
+    assert "RAISED" in done.stdout, done.stdout + done.stderr[-3000:]
+    assert "expert id 99 at flat index 3 of topk_idx is out of range [-1, 8)" in done.stdout
+
+
+STRICT = textwrap.dedent("""
+    import jax, numpy as np
+    jax.config.update("jax_num_cpu_devices", 4)
+    from jax.sharding import PartitionSpec as P, NamedSharding
+    import jax_jaccl as jaccl
+    mesh = jax.make_mesh((4,), ("x",))
+    xs = [jax.device_put(np.full((4 * 512, 64), i + 1, np.float32), NamedSharding(mesh, P("x")))
+          for i in range(3)]
+
+    def body(a, b, c):
+        # Independent collectives in three blocks: the loop body, the cond branch and the top.
+        looped = jax.lax.fori_loop(0, 2, lambda i, v: v + (jaccl.all_reduce(v, "x") / 4 - v), a)
+        branched = jax.lax.cond(True, lambda v: jaccl.all_gather(v, "x", tiled=True)[:512],
+                                lambda v: v, b)
+        return looped, branched, jaccl.reduce_scatter(c, "x", tiled=True)
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"),) * 3,
+                              out_specs=(P("x"), P("x"), P("x"))))
+    assert jax.make_jaxpr(f)(*xs).effects, "strict mode must carry an ordered effect"
+    for _ in range(20):
+        looped, branched, scattered = f(*xs)
+        assert np.all(np.asarray(looped) == 1) and np.all(np.asarray(branched) == 2)
+        assert np.all(np.asarray(scattered) == 12)
+    print("ok")
+""")
+
+
+def test_strict_order_threads_one_token_through_control_flow():
+    done = subprocess.run([sys.executable, "-c", STRICT], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, JACCL_STRICT_ORDER="1",
+                                                JACCL_TIMEOUT="20"))
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+BAD_RAGGED = textwrap.dedent("""
+    import sys
+    import jax, numpy as np
+    jax.config.update("jax_num_cpu_devices", 4)
+    from jax.sharding import PartitionSpec as P, NamedSharding
+    import jax_jaccl as jaccl
+    mesh = jax.make_mesh((4,), ("x",))
+    put = lambda a: jax.device_put(a, NamedSharding(mesh, P("x")))
+    n = 4
+    sizes = np.ones((n, n), np.int32)
+    in_off = np.tile(np.arange(n, dtype=np.int32), (n, 1))
+    out_off = np.tile(np.arange(n, dtype=np.int32)[:, None], (1, n))  # s lands at row s
+    recv = np.ones((n, n), np.int32)
+    case = sys.argv[1]
+    if case == "reads-past-the-operand":
+        in_off[2, 3] = 7            # device 2 reads rows [7, 8) of an operand of 4 rows
+    elif case == "writes-past-the-output":
+        out_off[1, 0] = 6           # device 1 writes rows [6, 7) of device 0's 6-row output
+    elif case == "sizes-disagree":
+        recv[3, 1] = 2              # device 3 expects 2 rows from device 1, which sends 1
+    elif case == "overlap":
+        out_off[2, 0] = 1           # devices 1 and 2 both write row 1 of device 0
+    def f(o, y, a, b, c, d):
+        return jaccl.ragged_all_to_all(o, y, a[0], b[0], c[0], d[0], axis_name="x")
+    g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=(P("x"),) * 6, out_specs=P("x")))
+    try:
+        out = g(put(np.ones((16, 1), np.float32)), put(np.zeros((24, 1), np.float32)),
+                *[put(v) for v in (in_off, sizes, out_off, recv)])
+        out = np.asarray(out).reshape(4, 6)
+        assert case == "valid" and (out[:, :4] == 1).all() and (out[:, 4:] == 0).all(), out
+        print("NO ERROR")
+    except Exception as e:
+        print("RAISED", str(e).replace(chr(10), " "))
+""")
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+@pytest.mark.parametrize("case, match", [
+    ("reads-past-the-operand", "input_offsets\\[3\\] = 7 with send_sizes\\[3\\] = 1 reads past the "
+                               "operand's 4 rows"),
+    ("writes-past-the-output", "writes rows \\[6, 7\\) of the output of .*which has 6 rows"),
+    ("sizes-disagree", "ranks disagree: .*expects recv_sizes\\[1\\] = 2 rows from .*which sends "
+                       "send_sizes\\[3\\] = 1"),
+    ("overlap", "slices 1 .* and 2 .* overlap in the output of rank 0 .*rows \\[1, 2\\) and "
+                "\\[1, 2\\)"),
+    ("valid", "NO ERROR"),
+])
+def test_bad_offsets_and_sizes_are_a_clear_error(case, match, name):
+    """Each case changes one entry of valid arguments (the "valid" case: they run)."""
+    env = dict(os.environ, JACCL_TIMEOUT="10")
+    if name == "frames":
+        env["JACCL_ALGO"] = "mesh"
+    done = subprocess.run([sys.executable, "-c", BAD_RAGGED, case], capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert ("RAISED" in done.stdout) == (case != "valid"), done.stdout + done.stderr[-3000:]
+    assert re.search(match, done.stdout), done.stdout

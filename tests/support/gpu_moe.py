@@ -1,0 +1,188 @@
+"""MoE dispatch and combine on GPUs, runnable with pytest (test_gpu.py) or as a script:
+`python tests/support/gpu_moe.py [--worker] [--expect-path peer|staged] [--bad-expert]`.
+
+Every case of tests/support/moe_cases.py runs with jaccl on the GPUs of the job and, as the
+reference, with the jax.numpy reference implementation (tests/support/moe_reference.py) on as
+many CPU devices of this process: recv_x, recv_count and the combine must be bitwise equal,
+the gradients close. Prints `OK <checks> ...` at the end. --bad-expert instead routes a token
+to expert 99 and prints `RAISED <message>` (the GPU context is lost after it: run it alone)."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+
+CPU_DEVICES = 8
+
+
+def positions(a) -> dict:
+    """{mesh position: that device's block} of an array laid out [n, ...] over the mesh."""
+    from util import blocks
+
+    return {position: block[0].astype(np.float32) for position, block in blocks(a).items()}
+
+
+def on(devices, fn, arrays, n_out):
+    """fn under shard_map over `devices` (each output gets a leading device axis)."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(devices), ("x",))
+    put = [jax.make_array_from_callback(a.shape, NamedSharding(mesh, P("x")), lambda i, a=a: a[i])
+           for a in arrays]
+    wrapped = lambda *a: tuple(r[None] for r in fn(*a))  # noqa: E731
+    return jax.jit(jax.shard_map(wrapped, mesh=mesh, in_specs=(P("x"),) * len(arrays),
+                                 out_specs=(P("x"),) * n_out))(*put), mesh
+
+
+def check_moe(devices=None, reference=None, verbose=True):
+    import jax
+    import jax.numpy as jnp
+
+    import jax_jaccl as jaccl
+    import moe_reference as ref
+    from moe_cases import CASES, expert, routing
+
+    devices = devices or jax.devices("gpu")
+    n = len(devices)
+    reference = reference or jax.local_devices(backend="cpu")[:n]
+    assert len(reference) == n, f"need {n} CPU devices for the reference, have {len(reference)}"
+    checked = 0
+    for case, (T, H, K, E, C, kind) in CASES.items():
+        if E % n:
+            continue
+        for dtype in (np.float32, jnp.bfloat16, np.float16):
+            rng = np.random.default_rng(0)
+            x = (rng.integers(-64, 64, size=(n * T, H)) / 16).astype(dtype)
+            idx = np.concatenate([routing(kind, T, K, E, r) for r in range(n)])
+            w = rng.random(size=(n * T, K)).astype(np.float32)
+
+            def ours(x, i, w):
+                recv, cnt, h = jaccl.moe_dispatch(x, i, w, num_experts=E, capacity=C, axis_name="x")
+                return recv, cnt, jaccl.moe_combine(expert(recv), h, w, axis_name="x")
+
+            def theirs(x, i, w):
+                recv, cnt, _ = ref.dispatch(x, i, num_experts=E, capacity=C, axis="x")
+                products, ok = ref.pair_products(expert(recv), i, w, num_experts=E, capacity=C,
+                                                 axis="x")
+                return recv, cnt, products, ok
+
+            (recv, cnt, out), _ = on(devices, ours, (x, idx, w), 3)
+            (f_recv, f_cnt, products, ok), _ = on(reference, theirs, (x, idx, w), 4)
+            # Products and sums in separate programs: XLA would fuse a*b+c into an FMA.
+            merge = lambda p, o: ref.accumulate(p.reshape((-1,) + p.shape[2:]),  # noqa: E731
+                                                o.reshape((-1,) + o.shape[2:]), x.dtype)
+            want = np.asarray(jax.jit(merge)(products, ok), np.float32).reshape(n, T, H)
+            name = f"{case}/{np.dtype(dtype).name}"
+            for label, got, expected in (("recv_x", positions(recv), positions(f_recv)),
+                                         ("recv_count", positions(cnt), positions(f_cnt)),
+                                         ("combine", positions(out), dict(enumerate(want)))):
+                for p, value in got.items():
+                    np.testing.assert_array_equal(value, expected[p], err_msg=f"{name}/{label} @{p}")
+                    checked += 1
+    checked += check_gradients(devices, reference)
+    if verbose:
+        print(f"OK {checked} MoE checks on {n} {devices[0].platform} device(s), process "
+              f"{jax.process_index()} of {jax.process_count()}", flush=True)
+    return checked
+
+
+def check_gradients(devices, reference):
+    import jax
+    import jax.numpy as jnp
+
+    from moe_cases import CASES, routing, tanh_expert_round_trips
+    from util import blocks
+
+    n = len(devices)
+    T, H, K, E, C, _ = CASES["random"]
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(n * T, H)).astype(np.float32)
+    idx = np.concatenate([routing("random", T, K, E, 10 + r) for r in range(n)])
+    w = rng.random(size=(n * T, K)).astype(np.float32)
+
+    ours, theirs = tanh_expert_round_trips(E, C)
+
+    def grads(fn, devs):
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+        mesh = Mesh(np.array(devs), ("x",))
+        put = lambda a: jax.make_array_from_callback(a.shape, NamedSharding(mesh, P("x")),  # noqa: E731
+                                                     lambda i: a[i])
+
+        def loss(x, w, i):
+            out = jax.shard_map(fn, mesh=mesh, in_specs=(P("x"),) * 3, out_specs=P("x"))(x, i, w)
+            return jnp.sum(out * out)
+
+        dx, dw = jax.jit(jax.grad(loss, argnums=(0, 1)))(put(x), put(w), put(idx))
+        return [blocks(g) for g in (dx, dw)]
+
+    checked = 0
+    for name, got, want in zip(("dx", "dw"), grads(ours, devices), grads(theirs, reference)):
+        for start, value in got.items():
+            np.testing.assert_allclose(value, want[start], rtol=1e-5, atol=1e-6, err_msg=name)
+            checked += 1
+    return checked
+
+
+def provoke_bad_expert(devices=None):
+    import jax
+    import jax.numpy as jnp
+
+    import jax_jaccl as jaccl
+
+    devices = devices or jax.devices("gpu")
+    n = len(devices)
+    T, H, K, E, C = 8, 8, 2, 4 * n, 8
+    x = np.ones((n * T, H), np.float32)
+    idx = np.zeros((n * T, K), np.int32)
+    idx[3, 1] = 99
+    w = np.ones((n * T, K), np.float32)
+
+    def dispatch(x, i, w):
+        recv, _, _ = jaccl.moe_dispatch(x, i, w, num_experts=E, capacity=C, axis_name="x")
+        return (jnp.sum(recv, keepdims=True),)
+
+    try:
+        out, _ = on(devices, dispatch, (x, idx, w), 1)
+        jax.block_until_ready(out)
+        print("NO ERROR", flush=True)
+    except Exception as e:  # noqa: BLE001
+        print("RAISED " + " ".join(str(e).split())[:300], flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--worker", action="store_true", help="one process of a jaccl-run job")
+    parser.add_argument("--expect-path", choices=["peer", "staged"])
+    parser.add_argument("--bad-expert", action="store_true")
+    args = parser.parse_args()
+    if args.worker:
+        import jax_jaccl.distributed
+
+        _, count = jax_jaccl.distributed.initialize(local_devices=CPU_DEVICES)
+        assert count > 1, "worker started with a single process"
+    else:
+        import jax
+
+        jax.config.update("jax_num_cpu_devices", CPU_DEVICES)
+    from gpu_collectives import gpu_reason
+
+    reason = gpu_reason()
+    if reason:
+        print(f"SKIP: {reason}")
+        return
+    if args.bad_expert:
+        provoke_bad_expert()
+        return
+    check_moe()
+    if args.expect_path:
+        from gpu_collectives import expect_path
+
+        expect_path(args.expect_path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Runs a worker script as a multi-process job with jaccl-run and collects what each rank
+printed. Every job has a hard timeout; the whole process group is killed when it passes, and
+the caller can check that no process and no shared-memory segment of the job is left.
+JACCL_TEST_WORKER_PREFIX (e.g. "cuda-gdb -batch -ex run -ex bt --args") is a command every
+worker runs under: run_on_gpu.sh uses it for the backtrace of a crash."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).parents[2]
+WORKERS = REPO / "tests" / "processes" / "workers"
+SUPPORT = Path(__file__).parent
+
+
+@dataclasses.dataclass
+class Job:
+    returncode: int
+    output: str
+    seconds: float
+    job_id: str
+    marker: str
+
+    def lines(self, rank: int) -> list[str]:
+        prefix = f"[{rank}] "
+        return [l[len(prefix):] for l in self.output.splitlines() if l.startswith(prefix)]
+
+    def values(self, rank: int, key: str) -> list[str]:
+        """Payloads of lines `KEY payload` printed by `rank`."""
+        return [l[len(key) + 1:] for l in self.lines(rank) if l.startswith(key + " ")]
+
+    def leftovers(self) -> list[str]:
+        shm = [p for p in os.listdir("/dev/shm") if p.startswith(f"jaccl-{self.job_id}")]
+        procs = subprocess.run(["pgrep", "-f", self.marker], capture_output=True, text=True).stdout
+        return shm + [f"pid {p}" for p in procs.split()]
+
+
+def worker_prefix() -> list[str]:
+    return shlex.split(os.environ.get("JACCL_TEST_WORKER_PREFIX", ""))
+
+
+def run_job(worker: str, nprocs: int, devices: int = 1, args=(), env=None, timeout: float = 240,
+            grace: float | None = None) -> Job:
+    job_id = secrets.token_hex(4)
+    marker = f"jaccl-test-{job_id}"
+    cmd = [sys.executable, "-m", "jax_jaccl.launch", "-n", str(nprocs),
+           "--devices-per-process", str(devices)]
+    if grace is not None:
+        cmd += ["--grace", str(grace)]
+    cmd += ["--", *worker_prefix(), sys.executable, str(WORKERS / worker), "--marker", marker,
+            *map(str, args)]
+    full_env = dict(os.environ, JACCL_JOB_ID=job_id, PYTHONPATH=os.pathsep.join(
+        [str(SUPPORT), os.environ.get("PYTHONPATH", "")]))
+    full_env.update(env or {})
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full_env,
+                            start_new_session=True, text=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        subprocess.run(["pkill", "-9", "-f", marker])
+        raise AssertionError(f"job {worker} {args} did not finish in {timeout} s:\n{output[-4000:]}")
+    job = Job(proc.returncode, output, time.monotonic() - start, job_id, marker)
+    deadline = time.monotonic() + 5
+    while job.leftovers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return job
+
+
+def clean(output: str) -> str:
+    """Output without JAX's and gloo's chatter, for assertion messages."""
+    return "\n".join(l for l in output.splitlines() if not re.search(r"Gloo|^\[\d\] [IWE]\d{4}", l))
+

@@ -1,0 +1,68 @@
+"""The MoE cases every MoE suite runs (in one process, across processes, on GPUs): token and
+expert counts, routings, the expert function, and the round trip whose gradient each checks.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+import jax_jaccl as jaccl
+import moe_reference as ref
+
+from util import N
+
+# name: (tokens per rank, hidden, k, experts, capacity, routing)
+CASES = {
+    "random": (16, 8, 2, 8, 6, "random"),
+    "all-to-one-expert": (16, 8, 2, 8, 5, "one"),
+    "nothing-routed": (8, 8, 2, 8, 4, "none"),
+    "k1": (12, 16, 1, 4, 12, "random"),
+    "k8-eloc4": (10, 8, 8, 16, 9, "random"),
+    "eloc1": (10, 8, 2, 4, 20, "random"),
+}
+
+
+def routing(kind, tokens, k, experts, seed=0):
+    rng = np.random.default_rng(seed)
+    if kind == "none":
+        return np.full((tokens, k), -1, np.int32)
+    if kind == "one":
+        idx = np.stack([rng.choice(np.arange(1, experts), size=k, replace=False)
+                        for _ in range(tokens)]).astype(np.int32)
+        idx[:, 0] = 0
+        return idx
+    idx = np.stack([rng.choice(experts, size=k, replace=False) for _ in range(tokens)]).astype(np.int32)
+    idx[rng.random(idx.shape) < 0.1] = -1  # some pairs not routed
+    return idx
+
+
+def expert(recv_x):
+    """What the experts compute: anything elementwise will do for routing tests."""
+    return (recv_x.astype(jnp.float32) * 2.0 + 1.0).astype(recv_x.dtype)
+
+
+def tanh_expert_round_trips(E, C):
+    """dispatch, tanh as the expert, combine over axis "x": jaccl's and the reference's (the
+    gradient checks of every suite differentiate both)."""
+    def ours(x, i, w):
+        recv, _, handle = jaccl.moe_dispatch(x, i, w, num_experts=E, capacity=C, axis_name="x")
+        return jaccl.moe_combine(jnp.tanh(recv), handle, w, axis_name="x")
+
+    def theirs(x, i, w):
+        recv, _, _ = ref.dispatch(x, i, num_experts=E, capacity=C, axis="x")
+        products, ok = ref.pair_products(jnp.tanh(recv), i, w, num_experts=E, capacity=C, axis="x")
+        return ref.accumulate(products, ok, x.dtype)
+
+    return ours, theirs
+
+
+def inputs(case, dtype, seed=0):
+    T, H, K, E, C, kind = CASES[case]
+    rng = np.random.default_rng(seed)
+    x = (rng.integers(-64, 64, size=(N * T, H)) / 16).astype(dtype)
+    idx = np.concatenate([routing(kind, T, K, E, seed + r) for r in range(N)])
+    w = rng.random(size=(N * T, K)).astype(np.float32)
+    return x, idx, w, E, C
+
+

@@ -1,0 +1,159 @@
+"""The collective battery of a multi-process job, shared by the worker script
+(tests/processes/workers/collectives.py, layouts on emulated hosts) and the pytest plugin's
+jobs (tests/plugin/test_battery_as_jobs.py): every collective against jax.lax in the same job,
+several dtypes and shapes, each algorithm forced, a 2-D mesh. The reduce-scatter reference is
+suite.Lax.psum_scatter (psum, then the device's block, where XLA:CPU's own is unreliable).
+
+Contract: run_battery(compare, hierarchical) runs every check over all of the job's devices and
+hands each result to compare(name, got, want, digest) (digest: results that must also be
+bitwise equal on every device); `hierarchical` adds the algorithm of several hosts. Call it after
+jax_jaccl.distributed.initialize(), in every process of the job.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import jax_jaccl as jaccl
+from suite import Jaccl, Lax, every_collective
+from util import exact_data
+
+
+def global_array(local_rows, m, spec=P("x")):
+    full = np.concatenate(local_rows)
+    return jax.make_array_from_callback(full.shape, NamedSharding(m, spec), lambda i: full[i])
+
+
+def per_device(fn, m, in_spec=P("x"), axes=("x",)):
+    body = lambda *a: jax.tree.map(lambda r: r[None], fn(*a))  # noqa: E731
+    return jax.jit(jax.shard_map(body, mesh=m, in_specs=in_spec, out_specs=P(axes)))
+
+
+def shards(a):
+    return {s.device.id: np.asarray(s.data) for s in a.addressable_shards}
+
+
+def assert_equal_shards(name, got, want):
+    """Every addressable device's result equals the reference's, bitwise."""
+    g, w = shards(got), shards(want)
+    for dev in g:
+        a, b = g[dev], w[dev]
+        assert a.shape == b.shape and a.dtype == b.dtype, (name, a.shape, b.shape, a.dtype, b.dtype)
+        if a.dtype == jnp.bfloat16:
+            a, b = a.astype(np.float32), b.astype(np.float32)
+        np.testing.assert_array_equal(a, b, err_msg=f"{name} on device {dev}")
+    return g
+
+
+def run_battery(compare, hierarchical: bool) -> None:
+    n = jax.device_count()
+    mesh = jax.make_mesh((n,), ("x",))
+    dtypes = [np.float32, jnp.bfloat16, np.float16, np.int8, np.uint32, np.bool_]
+    shapes = [(7,), (1024,), (256, 256), (0,)]
+    for dtype in dtypes:
+        for shape in shapes:
+            rows = [exact_data(shape, dtype, seed=d) for d in range(n)]
+            x = global_array(rows, mesh)
+            got = per_device(lambda v: every_collective(Jaccl, v, dtype, n), mesh)(x)
+            want = (per_device(lambda v: every_collective(Lax, v, dtype, n), mesh)(x) if shape[0]
+                    else jax.tree.map(jnp.zeros_like, got))
+            for key in got:
+                compare(f"{np.dtype(dtype).name}/{shape}/{key}", got[key], want[key],
+                        digest=key.startswith(("all_reduce", "all_gather")))
+
+    with jax.enable_x64(True):
+        for dtype in (np.float64, np.int64, np.complex64):
+            rows = [exact_data((33,), dtype, seed=d) for d in range(n)]
+            x = global_array(rows, mesh)
+            got = per_device(lambda v: every_collective(Jaccl, v, dtype, n), mesh)(x)
+            want = per_device(lambda v: every_collective(Lax, v, dtype, n), mesh)(x)
+            for key in got:
+                compare(f"{np.dtype(dtype).name}/{key}", got[key], want[key])
+
+    # Each algorithm forced, sizes that span many frames and odd ones.
+    for size in (5, 300_007):
+        rows = [exact_data((size * n,), np.int32, seed=d) for d in range(n)]
+        x = global_array(rows, mesh)
+        algorithms = ["naive", "mesh", "ring", "ring_oneway"] + (["hierarchical"] if hierarchical else [])
+        for algorithm in algorithms:
+            ours = per_device(lambda v: jaccl.all_reduce(v, "x", algorithm=algorithm), mesh)(x)
+            theirs = per_device(lambda v: jax.lax.psum(v, "x"), mesh)(x)
+            compare(f"all_reduce/{algorithm}/{size}", ours, theirs, digest=True)
+            if algorithm == "naive":
+                continue
+            ours = per_device(lambda v: jaccl.reduce_scatter(v, "x", tiled=True, algorithm=algorithm), mesh)(x)
+            theirs = per_device(lambda v: Lax.psum_scatter(v, "x", tiled=True), mesh)(x)
+            compare(f"reduce_scatter/{algorithm}/{size}", ours, theirs)
+            if algorithm == "hierarchical":
+                continue
+            ours = per_device(lambda v: jaccl.all_gather(v, "x", tiled=True, algorithm=algorithm), mesh)(x)
+            theirs = per_device(lambda v: jax.lax.all_gather(v, "x", tiled=True), mesh)(x)
+            compare(f"all_gather/{algorithm}/{size}", ours, theirs, digest=True)
+
+    # A 2-D mesh: collectives over one axis run in each group independently.
+    if n % 2 == 0 and n >= 4:
+        mesh2 = jax.make_mesh((n // 2, 2), ("a", "b"))
+        # 3n columns per device: every group (n / 2, 2 or n devices) divides them.
+        data = np.random.default_rng(0).integers(-9, 9, size=(n // 2 * 4, 2 * 3 * n)).astype(np.int32)
+        x2 = jax.make_array_from_callback(data.shape, NamedSharding(mesh2, P("a", "b")),
+                                          lambda i: data[i])
+        for axes in ("a", "b", ("a", "b")):
+            for name, ours, theirs in [
+                ("all_reduce", lambda v: jaccl.all_reduce(v, axes), lambda v: jax.lax.psum(v, axes)),
+                ("reduce_scatter", lambda v: jaccl.reduce_scatter(v, axes, scatter_dimension=1, tiled=True),
+                 lambda v: Lax.psum_scatter(v, axes, scatter_dimension=1, tiled=True)),
+                ("all_gather", lambda v: jaccl.all_gather(v, axes, tiled=True),
+                 lambda v: jax.lax.all_gather(v, axes, tiled=True)),
+            ]:
+                run = lambda fn: jax.jit(jax.shard_map(fn, mesh=mesh2, in_specs=P("a", "b"),  # noqa: E731
+                                                       out_specs=P("a", "b")))(x2)
+                compare(f"mesh2d/{axes}/{name}", run(ours), run(theirs))
+
+    run_permutes_ragged_and_partly_manual(compare, n, mesh)
+
+
+def run_permutes_ragged_and_partly_manual(compare, n, mesh) -> None:
+    """ragged_all_to_all against the numpy model (two slices per pair, random sizes and gaps),
+    the permutations jax.lax.ppermute accepts, and collectives in a shard_map manual over one
+    axis of a 2-D mesh (the other left to XLA) against jax.lax there."""
+    import ragged_model
+
+    args = ragged_model.random_arguments(np.random.default_rng(21), n, 2, in_rows=40,
+                                         out_rows=64, row_shape=(3,))
+    want = ragged_model.ragged_all_to_all(*args)
+    operands, outputs = (global_array(list(a), mesh) for a in args[:2])
+    indices = [global_array(list(np.asarray(v, np.int32)), mesh) for v in args[2:]]
+    got = jax.jit(jax.shard_map(lambda *a: jaccl.ragged_all_to_all(*a, axis_name="x"),
+                                mesh=mesh, in_specs=(P("x"),) * 6, out_specs=P("x")))(
+        operands, outputs, *indices)
+    compare("ragged_all_to_all/2-slices", got, global_array(want, mesh))
+
+    x = global_array([exact_data((5, 3), np.float32, seed=d) for d in range(n)], mesh)
+    for name, perm in [("reverse", [(i, n - 1 - i) for i in range(n)]),
+                       ("one pair", [(n - 1, 0)]), ("cycle", [(i, (i + 2) % n) for i in range(n)])]:
+        ours = per_device(lambda v: jaccl.ppermute(v, "x", perm), mesh)(x)
+        theirs = per_device(lambda v: jax.lax.ppermute(v, "x", perm), mesh)(x)
+        compare(f"ppermute/{name}", ours, theirs)
+
+    if n % 2 or n < 4:
+        return
+    auto = (jax.sharding.AxisType.Auto,) * 2
+    mesh2 = jax.make_mesh((n // 2, 2), ("a", "b"), axis_types=auto)
+    data = np.random.default_rng(3).integers(-9, 9, size=(n, 8)).astype(np.float32)
+    x2 = jax.make_array_from_callback(data.shape, NamedSharding(mesh2, P("a", "b")),
+                                      lambda i: data[i])
+    for name, ours, theirs in [
+        ("all_reduce", lambda v: jaccl.all_reduce(v, "b"), lambda v: jax.lax.psum(v, "b")),
+        ("all_gather", lambda v: jaccl.all_gather(v, "b", axis=1, tiled=True)[:, ::2],
+         lambda v: jax.lax.all_gather(v, "b", axis=1, tiled=True)[:, ::2]),
+        ("ppermute", lambda v: jaccl.ppermute(v, "b", [(0, 1)]),
+         lambda v: jax.lax.ppermute(v, "b", [(0, 1)])),
+    ]:
+        # XLA shards the results over "a" as it likes: compare them laid out alike
+        run = lambda fn: jax.jit(jax.shard_map(fn, mesh=mesh2, in_specs=P(None, "b"),  # noqa: E731
+                                               out_specs=P(None, "b"), axis_names={"b"}),
+                                 out_shardings=NamedSharding(mesh2, P("a", "b")))(x2)
+        compare(f"partly-manual/{name}", run(ours), run(theirs))

@@ -1,0 +1,94 @@
+"""Helpers for the single-process suites: a 4-device mesh, exact test data, and shard_map
+wrappers that return every device's result stacked on a new leading axis; the emulated-GPU
+build script as a module."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+N = 4
+
+DTYPES = [np.float16, jnp.bfloat16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
+          np.uint8, np.uint32, np.bool_, np.complex64, np.complex128]
+WIDE = (np.float64, np.int64, np.complex128)  # need jax_enable_x64
+
+
+def dtype_id(dtype) -> str:
+    return np.dtype(dtype).name
+
+
+def mesh1d():
+    return jax.make_mesh((N,), ("x",))
+
+
+def mesh2d():
+    return jax.make_mesh((2, 2), ("a", "b"))
+
+
+def exact_data(shape, dtype, seed=0, low=-3, high=4):
+    """Values whose sums, products, maxima and minima over 4 devices are exact in `dtype`."""
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if np.issubdtype(dtype, np.unsignedinteger):
+        return rng.integers(0, high, size=shape).astype(dtype)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(low, high, size=shape).astype(dtype)
+    if np.issubdtype(dtype, np.complexfloating):
+        parts = rng.integers(low * 4, high * 4, size=(2,) + tuple(shape)) / 4
+        return (parts[0] + 1j * parts[1]).astype(dtype)
+    return (rng.integers(low * 4, high * 4, size=shape) / 4).astype(dtype)
+
+
+def put(array, mesh, spec=P("x")):
+    return jax.device_put(array, NamedSharding(mesh, spec))
+
+
+def stacked(fn, mesh, in_spec=P("x"), jit=True, axes=("x",)):
+    """shard_map(fn) whose outputs come back as [device, ...] (each device's own result)."""
+    per_device = lambda *a: jax.tree.map(lambda r: r[None], fn(*a))  # noqa: E731
+    out = jax.shard_map(per_device, mesh=mesh, in_specs=in_spec, out_specs=P(axes))
+    return jax.jit(out) if jit else out
+
+
+def as_bytes(a) -> np.ndarray:
+    a = np.asarray(a)
+    return np.ascontiguousarray(a).view(np.uint8).reshape(a.shape[0], -1) if a.size else a
+
+
+def assert_same_on_every_device(a):
+    rows = as_bytes(a)
+    for i in range(1, rows.shape[0]):
+        np.testing.assert_array_equal(rows[0], rows[i], err_msg=f"device {i} differs from device 0")
+
+
+def assert_equal(actual, expected, err_msg=""):
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape, err_msg)
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype, err_msg)
+    np.testing.assert_array_equal(actual.astype(np.float64) if actual.dtype == jnp.bfloat16 else actual,
+                                  expected.astype(np.float64) if expected.dtype == jnp.bfloat16 else expected,
+                                  err_msg=err_msg)
+
+
+def blocks(array) -> dict:
+    """{where its block starts along axis 0: the block} for this process's shards of `array`.
+    A single shard covering the whole axis has the index slice(None): it starts at 0."""
+    return {s.index[0].start or 0: np.asarray(s.data) for s in array.addressable_shards}
+
+
+def load_cuda_emulation_build():
+    """tests/builds/cuda_emulation/build.py, loaded by path under a name of its own (`build` may also
+    be an installed package)."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "builds" / "cuda_emulation" / "build.py"
+    spec = importlib.util.spec_from_file_location("jaccl_cuda_emulation_build", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

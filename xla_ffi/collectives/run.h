@@ -1,0 +1,72 @@
+// One call of this process's engine for one device, as every caller (the CPU handlers, and
+// the CUDA module's staged host jobs through abi/host_abi.h) makes it.
+//
+// Contract: run_call(kind, device, groups, ...) finds the world, the communicator named by
+// the `groups` table (group_size per row) and this device's member of it, numbers the call,
+// and runs body(Call&) with call.world/comm/member/kind/dtype/op_count/seq/timeout set. body
+// throws jaccl::Error (or anything) on failure; run_call never throws: it posts the failure on
+// the abort board (so the peers stop too) and returns it. run_host_collective() resolves the
+// algorithm and runs one collective on host buffers (throws). permutation_of() and
+// ragged_rows() read a call's ppermute pairs and ragged index arrays (throw on bad ones).
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <string>
+
+#include "collectives/collectives.h"
+#include "comm/communicator.h"
+#include "comm/world.h"
+#include "common/error.h"
+
+namespace jaccl {
+
+struct Failure {
+  ErrorKind kind = ErrorKind::kInternal;
+  std::string message;
+};
+
+template <typename Body>
+std::optional<Failure> run_call(CollectiveKind kind, int64_t device, const int64_t* groups,
+                                size_t groups_len, int64_t group_size, Dtype dtype,
+                                uint64_t op_count, Body&& body) {
+  World::Use use;  // the world outlives this call, also when the process is exiting
+  World* world = use.world();
+  Failure failure;
+  try {
+    if (world == nullptr) World::require();
+    if (world->aborted()) world->check_health({});
+    Communicator& comm = world->communicator(groups, groups_len, static_cast<int>(group_size));
+    Communicator::Member& member = comm.member(device);
+    Call call;
+    call.world = world;
+    call.comm = &comm;
+    call.member = &member;
+    call.kind = kind;
+    call.dtype = dtype;
+    call.op_count = op_count;
+    call.seq = member.seq++;
+    call.timeout_s = world->config().timeout_s;
+    body(call);
+    return std::nullopt;
+  } catch (const Error& e) {
+    failure = Failure{e.kind(), e.what()};
+  } catch (const std::exception& e) {
+    failure = Failure{ErrorKind::kInternal, std::string("jaccl: internal error: ") + e.what()};
+  }
+  if (world != nullptr) world->raise_abort(failure.message);
+  return failure;
+}
+
+void run_host_collective(Call& call, CollectiveKind kind, const Buffers& buffers, int64_t op,
+                         int64_t algorithm);
+
+// This rank's partners in `pairs` ((source, dest) group ranks, flattened).
+Permutation permutation_of(const Call& call, const int64_t* pairs, size_t len);
+
+// The ragged rows of a call whose four index arrays have `entries` entries each.
+RaggedRows ragged_rows(const Call& call, const int64_t* const arrays[4], size_t entries,
+                       size_t row_elems, size_t in_rows, size_t out_rows);
+
+}  // namespace jaccl

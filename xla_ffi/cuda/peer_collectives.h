@@ -1,0 +1,41 @@
+// The peer path: one collective among GPUs of this host that read each other's workspaces,
+// enqueued on XLA's stream with no host synchronisation.
+//
+// Contract: run_peer_collective() (for groups peer_path_group() accepts) enqueues the whole
+// collective on `stream` and returns the first CUDA launch error (the device is then broken:
+// mark_broken). Every rank of the group must enqueue the same collectives in the same order;
+// a rank that does not is reported by the start barrier.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "collectives/kinds.h"
+#include "common/dtype.h"
+#include "common/reduce.h"
+#include "cuda/peer_group.h"
+#include "cuda/peers.h"
+
+namespace jaccl::cuda {
+
+struct PeerCollective {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  Dtype dtype = Dtype::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  Algorithm algorithm = Algorithm::kAuto;
+  const void* in = nullptr;
+  void* out = nullptr;
+  size_t in_count = 0, out_count = 0, outer_in = 1, outer_out = 1;
+  int receive_from = -1;  // ppermute: the rank whose input this rank gets (-1: zeros)
+};
+
+// The all_reduce schedule the peer path uses for `bytes` (kNaive = one-shot, kMesh = two-shot).
+Algorithm peer_all_reduce_algorithm(Algorithm requested, size_t bytes);
+
+cudaError_t run_peer_collective(LocalDevice& me, const std::vector<int64_t>& members, int rank,
+                                const PeerCollective& call, cudaStream_t stream);
+
+}  // namespace jaccl::cuda

@@ -1,0 +1,139 @@
+// The Python extension _jaccl: FFI handler capsules and the world's
+// life cycle, as called by jax_jaccl/bootstrap.py.
+//
+// Contract: registrations() may be called at import; init_world() once per
+// process, then attach_peers() and unlink_own_segment() at the bootstrap's
+// synchronisation points; shutdown() releases everything (also at exit).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "comm/frame_stream.h"
+#include "comm/world.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "handlers/cpu/symbols.h"
+#include "handlers/host_abi.h"
+#include "handlers/cpu/ofi_module.h"
+#include "transport/tcp/socket.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+template <typename T>
+nb::capsule capsule(T* fn) {
+  return nb::capsule(reinterpret_cast<void*>(fn));
+}
+
+nb::dict registrations() {
+  nb::dict d;
+  d["jaccl_all_reduce"] = capsule(jaccl_all_reduce);
+  d["jaccl_reduce_scatter"] = capsule(jaccl_reduce_scatter);
+  d["jaccl_all_gather"] = capsule(jaccl_all_gather);
+  d["jaccl_all_to_all"] = capsule(jaccl_all_to_all);
+  d["jaccl_moe_exchange"] = capsule(jaccl_moe_exchange);
+  d["jaccl_moe_combine"] = capsule(jaccl_moe_combine);
+  d["jaccl_ppermute"] = capsule(jaccl_ppermute);
+  d["jaccl_ragged_all_to_all"] = capsule(jaccl_ragged_all_to_all);
+  d["jaccl_ragged_all_to_all_into_zeros"] = capsule(jaccl_ragged_all_to_all_into_zeros);
+  return d;
+}
+
+// The TCP listener made before the processes exchanged endpoints; init_world adopts it.
+std::unique_ptr<jaccl::tcp::TcpTransport>& pending_network() {
+  static std::unique_ptr<jaccl::tcp::TcpTransport> network;
+  return network;
+}
+
+int tcp_listen(const std::string& ip, int port) {
+  pending_network() = std::make_unique<jaccl::tcp::TcpTransport>(ip, port);
+  return pending_network()->endpoint().port;
+}
+
+void init_world(int my_process, const std::vector<std::tuple<int, int, std::string>>& processes,
+                const std::vector<std::tuple<int64_t, int>>& devices, const std::string& job_tag,
+                size_t payload_bytes, int num_slots, double timeout_s, int spin_us,
+                const std::vector<std::string>& endpoints, const std::string& secret,
+                int tcp_stripes, const std::string& transport, const std::string& ofi_provider,
+                const std::string& ofi_why, const std::string& ofi_mode) {
+  jaccl::WorldConfig config;
+  config.my_process = my_process;
+  for (const auto& [index, pid, host] : processes) {
+    config.processes.push_back(jaccl::ProcessInfo{index, pid, host});
+  }
+  for (const auto& [id, process] : devices) config.devices.push_back(jaccl::DeviceInfo{id, process});
+  config.job_tag = job_tag;
+  config.payload_bytes = payload_bytes;
+  config.num_slots = num_slots;
+  config.timeout_s = timeout_s;
+  config.spin_us = spin_us;
+  config.endpoints = endpoints;
+  config.secret = secret;
+  config.tcp_stripes = tcp_stripes;
+  config.transport = transport;
+  config.ofi_provider = ofi_provider;
+  config.ofi_why = ofi_why;
+  config.ofi_mode = ofi_mode;
+  if (pending_network()) config.ip = pending_network()->endpoint().host;
+  jaccl::World::create(config, std::move(pending_network()));
+}
+
+}  // namespace
+
+NB_MODULE(_jaccl, m) {
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const jaccl::Error& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+  });
+  m.def("registrations", &registrations);
+  // For _jaccl_cuda: the engine's entry point for collectives on host buffers.
+  m.def("engine_api", [] { return capsule(jaccl_run_host_call); });
+  m.def("engine_moe_api", [] { return capsule(jaccl_run_host_moe); });
+  m.def("engine_abort_api", [] { return capsule(jaccl_raise_abort); });
+  m.def("init_world", &init_world, nb::arg("my_process"), nb::arg("processes"),
+        nb::arg("devices"), nb::arg("job_tag"), nb::arg("payload_bytes"), nb::arg("num_slots"),
+        nb::arg("timeout_s"), nb::arg("spin_us"), nb::arg("endpoints"), nb::arg("secret"),
+        nb::arg("tcp_stripes"), nb::arg("transport") = "tcp", nb::arg("ofi_provider") = "",
+        nb::arg("ofi_why") = "", nb::arg("ofi_mode") = "auto");
+  define_ofi_functions(m);
+  m.def("tcp_listen", &tcp_listen, nb::arg("ip"), nb::arg("port") = 0);
+  // jaccl-bench transport: frames one way between two devices (comm/frame_stream.h).
+  m.def("send_frames", [](int64_t src, int64_t dst, size_t payload, int count, double timeout_s) {
+    jaccl::send_frames(jaccl::World::require(), src, dst, payload, count, jaccl::Deadline(timeout_s));
+  }, nb::arg("src"), nb::arg("dst"), nb::arg("payload"), nb::arg("count"), nb::arg("timeout_s"),
+        nb::call_guard<nb::gil_scoped_release>());
+  m.def("receive_frames", [](int64_t src, int64_t dst, size_t payload, int count, double timeout_s) {
+    return jaccl::receive_frames(jaccl::World::require(), src, dst, payload, count,
+                                 jaccl::Deadline(timeout_s));
+  }, nb::arg("src"), nb::arg("dst"), nb::arg("payload"), nb::arg("count"), nb::arg("timeout_s"),
+        nb::call_guard<nb::gil_scoped_release>());
+  m.def("interface_address", &jaccl::tcp::interface_address, nb::arg("ifname"));
+  m.def("address_towards", &jaccl::tcp::address_towards, nb::arg("host"));
+  m.def("attach_peers", [] { jaccl::World::require().attach_peers(); },
+        nb::call_guard<nb::gil_scoped_release>());
+  m.def("unlink_own_segment", [] { jaccl::World::require().unlink_own_segment(); });
+  m.def("own_segment_name", [] { return jaccl::World::require().own_segment_name(); });
+  m.def("log_info", [](const std::string& line) { jaccl::log(jaccl::LogLevel::kInfo, line); });
+  m.def("log_warning", [](const std::string& line) { jaccl::log(jaccl::LogLevel::kWarn, line); });
+  m.def("is_initialized", [] { return jaccl::World::get() != nullptr; });
+  m.def("flush_aborts", [](double seconds) {
+    if (jaccl::World* world = jaccl::World::get()) world->flush_aborts(seconds);
+  }, nb::arg("seconds"), nb::call_guard<nb::gil_scoped_release>());
+  m.def("aborted", [] {
+    jaccl::World* world = jaccl::World::get();
+    return world != nullptr && world->aborted();
+  });
+  m.def("shutdown", [] {
+    jaccl::World::destroy();
+    pending_network().reset();
+  }, nb::call_guard<nb::gil_scoped_release>());
+}

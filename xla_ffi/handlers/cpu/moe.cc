@@ -1,0 +1,122 @@
+// XLA FFI handlers for the MoE row exchanges (moe/moe.h): dispatch-direction exchange,
+// combine (weighted sum) and the per-pair dot product combine's gradient needs.
+//
+// Contract: routing lists arrive as int32 buffers computed in the program; the handlers
+// describe their buffers as a MoeRequest, and moe/run.h validates every list and expert id (a
+// bad value is an error, never a stray access) as it does for the CUDA staged path's host
+// copies (handlers/host_abi.h).
+#include <initializer_list>
+
+#include "handlers/buffer_shape.h"
+#include "handlers/call_setup.h"
+#include "handlers/cpu/symbols.h"
+#include "handlers/order_operand.h"
+#include "handlers/xla_dtype.h"
+#include "moe/run.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace jaccl {
+namespace {
+
+using Ints = ffi::Buffer<ffi::DataType::S32>;
+
+// The request every MoE handler makes: rows and lists of XLA buffers, output.
+MoeRequest request(CollectiveKind kind, int64_t device, ffi::Span<const int64_t> groups,
+                   int64_t group_size, Dtype dtype, const ffi::AnyBuffer& rows,
+                   std::initializer_list<Ints> lists, ffi::AnyBuffer& out) {
+  MoeRequest r;
+  r.kind = kind;
+  r.device = device;
+  r.groups = groups.begin();
+  r.groups_len = groups.size();
+  r.group_size = group_size;
+  r.dtype = dtype;
+  r.rows = rows.untyped_data();
+  r.rows_count = leading(rows);
+  r.row_elems = trailing(rows);
+  int i = 0;
+  for (const Ints& list : lists) {
+    r.lists[i] = list.typed_data();
+    r.list_counts[i++] = list.element_count();
+  }
+  r.out = out.untyped_data();
+  r.out_rows = leading(out);
+  r.out_count = out.element_count();
+  return r;
+}
+
+ffi::Error ExchangeImpl(int32_t device, OrderIn, ffi::AnyBuffer src, Ints send_rows,
+                        Ints send_offsets, Ints recv_rows, Ints recv_offsets, Ints topk_idx,
+                        OrderOut, ffi::Result<ffi::AnyBuffer> dst,
+                        ffi::Span<const int64_t> groups, int64_t group_size, int64_t num_experts) {
+  Dtype dtype;
+  if (!dtype_of_xla(src.element_type(), &dtype)) {
+    return unsupported_type(CollectiveKind::kMoeDispatch, src.element_type());
+  }
+  MoeRequest r = request(CollectiveKind::kMoeDispatch, device, groups, group_size, dtype, src,
+                         {send_rows, send_offsets, recv_rows, recv_offsets}, *dst);
+  r.topk_idx = topk_idx.typed_data();
+  r.topk_count = topk_idx.element_count();
+  r.num_experts = num_experts;
+  return to_ffi(run_moe(r));
+}
+
+ffi::Error CombineImpl(int32_t device, OrderIn, ffi::AnyBuffer y, Ints send_rows,
+                       Ints send_offsets, Ints recv_pairs, Ints recv_offsets,
+                       ffi::AnyBuffer weights_or_dout, OrderOut,
+                       ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
+                       int64_t group_size, int64_t topk, int64_t pair_dot) {
+  Dtype dtype, extra_dtype;
+  if (!dtype_of_xla(y.element_type(), &dtype)) {
+    return unsupported_type(CollectiveKind::kMoeCombine, y.element_type());
+  }
+  if (!dtype_of_xla(weights_or_dout.element_type(), &extra_dtype)) {
+    return unsupported_type(CollectiveKind::kMoeCombine, weights_or_dout.element_type());
+  }
+  MoeRequest r = request(CollectiveKind::kMoeCombine, device, groups, group_size, dtype, y,
+                         {send_rows, send_offsets, recv_pairs, recv_offsets}, *out);
+  r.extra = weights_or_dout.untyped_data();
+  r.extra_count = weights_or_dout.element_count();
+  r.extra_dtype = extra_dtype;
+  r.topk = topk;
+  r.pair_dot = pair_dot != 0;
+  return to_ffi(run_moe(r));
+}
+
+}  // namespace
+}  // namespace jaccl
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_moe_exchange, jaccl::ExchangeImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()                  // rows to send
+                                  .Arg<ffi::Buffer<ffi::DataType::S32>>()  // send rows
+                                  .Arg<ffi::Buffer<ffi::DataType::S32>>()  // send offsets [R+1]
+                                  .Arg<ffi::Buffer<ffi::DataType::S32>>()  // receive rows
+                                  .Arg<ffi::Buffer<ffi::DataType::S32>>()  // receive offsets
+                                  .Arg<ffi::Buffer<ffi::DataType::S32>>()  // topk_idx (checked)
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()                  // received rows
+                                  .Attr<ffi::Span<const int64_t>>("groups")
+                                  .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("num_experts"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_moe_combine, jaccl::CombineImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()                  // expert outputs y
+                                  .Arg<ffi::Buffer<ffi::DataType::S32>>()  // y rows per source
+                                  .Arg<ffi::Buffer<ffi::DataType::S32>>()  // their offsets
+                                  .Arg<ffi::Buffer<ffi::DataType::S32>>()  // pairs per expert rank
+                                  .Arg<ffi::Buffer<ffi::DataType::S32>>()  // their offsets
+                                  .Arg<ffi::AnyBuffer>()                  // weights [T,K] or dout [T,H]
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()                  // out [T,H] or dots [T,K]
+                                  .Attr<ffi::Span<const int64_t>>("groups")
+                                  .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("topk")
+                                  .Attr<int64_t>("pair_dot"));

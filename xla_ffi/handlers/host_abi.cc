@@ -1,0 +1,77 @@
+// The C interface of handlers/host_abi.h: the CUDA module's staged host jobs run the CPU
+// engine that _jaccl owns through these three functions, each a conversion of the C structs
+// into the engine's calls (collectives/run.h, moe/run.h) and of a failure into a message.
+#include "handlers/host_abi.h"
+
+#include <cstdio>
+#include <optional>
+
+#include "collectives/run.h"
+#include "moe/run.h"
+
+namespace {
+
+int report(const std::optional<jaccl::Failure>& failure, char* error, size_t error_len) {
+  if (!failure) return 0;
+  std::snprintf(error, error_len, "%s", failure->message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+extern "C" int jaccl_run_host_call(const JacclHostCall* c, char* error, size_t error_len) {
+  using namespace jaccl;
+  const auto kind = static_cast<CollectiveKind>(c->kind);
+  return report(run_call(kind, c->device, c->groups, c->groups_len, c->group_size,
+                         static_cast<Dtype>(c->dtype), c->in_count, [&](Call& call) {
+    Buffers buffers;
+    buffers.in = c->in;
+    buffers.out = c->out;
+    buffers.in_count = c->in_count;
+    buffers.out_count = c->out_count;
+    buffers.outer_in = c->outer_in;
+    buffers.outer_out = c->outer_out;
+    if (kind == CollectiveKind::kPermute) {
+      buffers.permutation = permutation_of(call, c->perm, c->perm_len);
+    } else if (kind == CollectiveKind::kRaggedAllToAll) {
+      buffers.ragged = ragged_rows(call, c->ragged, c->ragged_len, c->row_elems, c->in_rows,
+                                   c->out_rows);
+    }
+    run_host_collective(call, kind, buffers, c->op, c->algorithm);
+  }), error, error_len);
+}
+
+extern "C" int jaccl_run_host_moe(const JacclHostMoeCall* c, char* error, size_t error_len) {
+  using namespace jaccl;
+  MoeRequest r;
+  r.kind = static_cast<CollectiveKind>(c->kind);
+  r.device = c->device;
+  r.groups = c->groups;
+  r.groups_len = c->groups_len;
+  r.group_size = c->group_size;
+  r.dtype = static_cast<Dtype>(c->dtype);
+  r.rows = c->rows;
+  r.rows_count = c->rows_count;
+  r.row_elems = c->row_elems;
+  for (int i = 0; i < 4; ++i) {
+    r.lists[i] = c->lists[i];
+    r.list_counts[i] = c->list_counts[i];
+  }
+  r.topk_idx = c->topk_idx;
+  r.topk_count = c->topk_count;
+  r.num_experts = c->num_experts;
+  r.extra = c->extra;
+  r.extra_count = c->extra_count;
+  r.extra_dtype = static_cast<Dtype>(c->extra_dtype);
+  r.topk = c->topk;
+  r.pair_dot = c->pair_dot != 0;
+  r.out = c->out;
+  r.out_rows = c->out_rows;
+  r.out_count = c->out_count;
+  return report(run_moe(r), error, error_len);
+}
+
+extern "C" void jaccl_raise_abort(const char* why) {
+  jaccl::World::Use use;
+  if (use.world() != nullptr) use.world()->raise_abort(why);
+}
