@@ -5,19 +5,11 @@ Contract:
 - init() is idempotent and thread-safe; ops call it when they are first lowered, so users
   need not. In a multi-process job it must run after jax.distributed.initialize(), and every
   process must reach it (each process lowers the same program, so they do).
-- Settings (read once, from the environment, identical on all processes):
-  JACCL_TIMEOUT   seconds any wait may last before it fails (default 120)
-  JACCL_FRAME_KB  payload of one transport frame in KiB (default 512)
-  JACCL_SLOTS     frames in flight per channel (default 4)
-  JACCL_SPIN_US   busy-wait before sleeping (default 50, 0 when ranks outnumber cores)
-  JACCL_HOST_ID   overrides host detection (processes with equal ids share memory)
-  JACCL_JOB_ID    names the job's shared-memory segments (jaccl-run sets it)
-  JACCL_IFNAME    network interface for TCP between hosts (default: the one that reaches
-                  JAX's coordinator); the listener binds to its address, never 0.0.0.0
-  JACCL_TCP_SOCKETS  sockets per TCP link (default 2)
-  JACCL_TRANSPORT    between hosts: auto (default), tcp or ofi (libfabric); see _transport.py
-  JACCL_OFI_PROVIDER the libfabric provider (e.g. verbs;ofi_rxm, efa, cxi, tcp;ofi_rxm)
-  JACCL_OFI_MODE     write (RMA with CQ data), message (tagged), auto (write where it works)
+- Settings come from _settings.current() (read once per process); init() hands the engines
+  their part first, and every process compares the ones that must agree (_settings.VARIABLES'
+  `agree`) before any connection is made: a difference stops every process, naming it. The
+  TCP listener binds to JACCL_IFNAME's address (default: the interface that reaches JAX's
+  coordinator), never 0.0.0.0.
 - Processes exchange their facts through JAX's key-value store (with a TCP endpoint and a
   per-job secret that TCP connections must prove); each process of a host creates one segment (/dev/shm/jaccl-<job>-<process>, mode 0600), maps its host peers'
   segments and unlinks its own as soon as all of them have mapped it, so nothing is left in
@@ -37,7 +29,7 @@ import time
 
 import jax
 
-from . import _cuda_peers, _transport
+from . import _cuda_peers, _settings, _transport
 from ._ext import cuda_engine, engine
 
 _lock = threading.Lock()
@@ -48,33 +40,13 @@ _COORDINATOR_GRACE_S = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
-    timeout_s: float
-    frame_bytes: int
-    slots: int
-    spin_us: int | None
-    tcp_sockets: int
-
-    @staticmethod
-    def from_env() -> "Settings":
-        spin = os.environ.get("JACCL_SPIN_US")
-        return Settings(
-            timeout_s=float(os.environ.get("JACCL_TIMEOUT", "120")),
-            frame_bytes=int(float(os.environ.get("JACCL_FRAME_KB", "512")) * 1024) // 64 * 64,
-            slots=int(os.environ.get("JACCL_SLOTS", "4")),
-            spin_us=int(spin) if spin else None,
-            tcp_sockets=int(os.environ.get("JACCL_TCP_SOCKETS", "2")),
-        )
-
-
-@dataclasses.dataclass(frozen=True)
 class WorldInfo:
     process_index: int
     process_count: int
     job_tag: str
     hosts: tuple[str, ...]  # host id of every process
     endpoints: tuple[str, ...]  # TCP listener of every process ("ip:port"), "" in one process
-    settings: Settings
+    settings: _settings.Settings
     transport: str = "tcp"  # between hosts: "tcp", or "ofi:<provider>"; "none" on one host
 
     @property
@@ -84,7 +56,7 @@ class WorldInfo:
 
 def host_id() -> str:
     """Processes with the same id can share memory: same machine, same network namespace."""
-    explicit = os.environ.get("JACCL_HOST_ID")
+    explicit = _settings.current().host_id
     if explicit:
         return explicit
     try:
@@ -155,23 +127,24 @@ def shutdown() -> None:
 
 
 def _start() -> WorldInfo:
-    settings = Settings.from_env()
-    if settings.frame_bytes < 4096 or settings.slots < 2:
-        raise ValueError("jaccl: JACCL_FRAME_KB must be >= 4 and JACCL_SLOTS >= 2")
+    settings = _settings.current()
+    _settings.hand_to_engines(settings)
+    for name in _settings.unknown():
+        engine.log_warning(f"{name} is not a jaccl setting (see docs/settings.md); ignored")
     devices = jax.devices()
     me, count = jax.process_index(), jax.process_count()
     device_table = [(int(d.id), int(d.process_index)) for d in devices]
-    mine = {"pid": os.getpid(), "host": host_id(), "frame_bytes": settings.frame_bytes,
-            "slots": settings.slots, "gpus": len(_cuda_peers.local_gpus())}
+    mine = {"pid": os.getpid(), "host": host_id(), "settings": settings.agreed(),
+            "gpus": len(_cuda_peers.local_gpus())}
     transport = _transport.Choice("none", "", "one process")
     if count == 1:
         infos = [mine]
-        job_tag = os.environ.get("JACCL_JOB_ID") or secrets.token_hex(6)
+        job_tag = settings.job_id or secrets.token_hex(6)
         secret = secrets.token_hex(16)
     else:
         ip = _listen_address()
         mine["tcp"] = f"{ip}:{engine.tcp_listen(ip)}"
-        transport = _transport.choose()
+        transport = _transport.choose(settings)
         mine["transport"] = transport.label
         infos, job_tag, secret = _exchange(me, count, mine, settings.timeout_s)
         _transport.check_agreement([info["transport"] for info in infos])
@@ -227,7 +200,7 @@ def _exchange(me: int, count: int, mine: dict, timeout_s: float):
 
     kv = KeyValueStore()
     if me == 0:
-        job_tag = os.environ.get("JACCL_JOB_ID") or secrets.token_hex(6)
+        job_tag = _settings.current().job_id or secrets.token_hex(6)
         kv.set(f"{_KV_PREFIX}/job/secret", secrets.token_hex(16))
         kv.set(f"{_KV_PREFIX}/job", job_tag)
     else:
@@ -236,24 +209,31 @@ def _exchange(me: int, count: int, mine: dict, timeout_s: float):
     mine = dict(mine, job=job_tag)
     kv.set(f"{_KV_PREFIX}/{job_tag}/process/{me}", json.dumps(mine))
     infos = [json.loads(kv.get(f"{_KV_PREFIX}/{job_tag}/process/{p}", timeout_s)) for p in range(count)]
-    for p, info in enumerate(infos):
-        for key in ("frame_bytes", "slots"):
-            if info[key] != mine[key]:
-                raise ValueError(
-                    f"jaccl: process {p} has {key}={info[key]} but process {me} has {mine[key]}: "
-                    "set the same JACCL_FRAME_KB / JACCL_SLOTS on every process")
+    _check_agreement(infos, me)
     return infos, job_tag, secret
+
+
+def _check_agreement(infos: list, me: int) -> None:
+    """Every process raises on the first setting where some process differs from process 0."""
+    first = infos[0]["settings"]
+    for p, info in enumerate(infos[1:], start=1):
+        for name, value in first.items():
+            if info["settings"].get(name) != value:
+                raise ValueError(
+                    f"jaccl: process {p} has {name}={info['settings'].get(name)!r} but process 0 "
+                    f"has {value!r} (seen by process {me}): {name} must be the same on every "
+                    "process of a job")
 
 
 def _listen_address() -> str:
     """JACCL_IFNAME's address, or the local address that reaches JAX's coordinator."""
-    ifname = os.environ.get("JACCL_IFNAME")
+    ifname = _settings.current().ifname
     if ifname:
         return engine.interface_address(ifname)
     from jax._src import distributed
 
     coordinator = (getattr(distributed.global_state, "coordinator_address", None)
-                   or os.environ.get("JACCL_COORDINATOR") or "127.0.0.1:0")
+                   or _settings.launch().coordinator or "127.0.0.1:0")
     return engine.address_towards(coordinator.rsplit(":", 1)[0])
 
 

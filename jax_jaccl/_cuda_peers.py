@@ -17,15 +17,15 @@ Contract:
 from __future__ import annotations
 
 import json
-import os
 
 import jax
 
+from . import _settings
 from ._ext import cuda_engine, engine
 
 
 def local_gpus() -> list:
-    if cuda_engine is None or os.environ.get("JACCL_CUDA_PATH", "auto") == "staged":
+    if cuda_engine is None or _settings.current().cuda_path == "staged":
         return []
     return [d for d in jax.local_devices() if d.platform == "gpu"]
 
@@ -34,7 +34,7 @@ def setup(me: int, infos: list, hosts: tuple, prefix: str, timeout_s: float) -> 
     gpus = local_gpus()
     if not gpus:
         return
-    buffer_mb = max(1, int(float(os.environ.get("JACCL_CUDA_BUFFER_MB", "64"))))
+    buffer_mb = _settings.current().cuda_buffer_mb
     world_devices = max(int(d.id) for d in jax.devices()) + 1
     mine = []
     try:

@@ -25,6 +25,8 @@ import secrets
 import signal
 import subprocess
 
+from . import _settings
+
 
 def run(*args: str, check: bool = True) -> str:
     done = subprocess.run(list(args), capture_output=True, text=True)
@@ -65,6 +67,7 @@ class EmulatedHosts:
         return f"10.77.{self.subnet}.{i + 1}"
 
     def _create(self) -> None:
+        link = _settings.current()  # JACCL_TBF_BURST / JACCL_TBF_LATENCY shape the limited links
         for i, ns in enumerate(self.namespaces):
             run("ip", "netns", "add", ns)
             run("ip", "-n", ns, "link", "set", "lo", "up")
@@ -86,8 +89,7 @@ class EmulatedHosts:
                     rate = self.egress.get(me, self.rate)
                     if rate:
                         run("tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate",
-                            rate, "burst", os.environ.get("JACCL_TBF_BURST", "256kb"),
-                            "latency", os.environ.get("JACCL_TBF_LATENCY", "200ms"))
+                            rate, "burst", link.tbf_burst, "latency", link.tbf_latency)
         for i in range(1, self.n):
             run("ip", "link", "add", f"ctl{i}", "netns", self.namespaces[0], "type", "veth",
                 "peer", "name", "ctl0", "netns", self.namespaces[i])

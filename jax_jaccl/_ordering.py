@@ -23,7 +23,6 @@ data dependency just as a token does.
 
 from __future__ import annotations
 
-import os
 import weakref
 
 import jax
@@ -31,7 +30,7 @@ import numpy as np
 from jax._src import effects
 from jax.interpreters import mlir
 
-from . import _compat
+from . import _compat, _settings
 
 
 class CollectiveOrderEffect(effects.Effect):
@@ -55,7 +54,7 @@ _compat.refuse_in_partly_manual(collective_order, (
 
 
 def strict() -> bool:
-    return os.environ.get("JACCL_STRICT_ORDER", "0") not in ("", "0", "false", "False")
+    return _settings.current().strict_order
 
 
 def effects_for(axes: tuple) -> set:

@@ -1,8 +1,8 @@
 """Which transport carries frames between hosts, and the libfabric bootstrap.
 
 Contract:
-- choose(env) reads JACCL_TRANSPORT (auto, tcp, ofi; default auto) and JACCL_OFI_PROVIDER and
-  returns a Choice. `auto` takes libfabric when JACCL_OFI_PROVIDER names a provider that is
+- choose(settings) takes JACCL_TRANSPORT (auto, tcp, ofi), JACCL_OFI_PROVIDER and
+  JACCL_OFI_MODE from `settings` (default: _settings.current()) and returns a Choice. `auto` takes libfabric when JACCL_OFI_PROVIDER names a provider that is
   there, or when there is a hardware provider (cxi, efa, verbs;ofi_rxm: an RDMA NIC), and
   jaccl's own TCP otherwise (libfabric's software providers are no faster and add a
   dependency). `ofi` insists:
@@ -16,8 +16,8 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
-import os
 
+from . import _settings
 from ._ext import engine
 
 
@@ -33,14 +33,9 @@ class Choice:
         return f"ofi:{self.provider}" if self.transport == "ofi" else self.transport
 
 
-def choose(env=os.environ) -> Choice:
-    wanted = env.get("JACCL_TRANSPORT", "auto").strip().lower() or "auto"
-    named = env.get("JACCL_OFI_PROVIDER", "").strip()
-    mode = env.get("JACCL_OFI_MODE", "auto").strip().lower() or "auto"
-    if wanted not in ("auto", "tcp", "ofi"):
-        raise ValueError(f"jaccl: JACCL_TRANSPORT must be auto, tcp or ofi, not {wanted!r}")
-    if mode not in ("auto", "write", "message"):
-        raise ValueError(f"jaccl: JACCL_OFI_MODE must be auto, write or message, not {mode!r}")
+def choose(settings: _settings.Settings | None = None) -> Choice:
+    settings = settings or _settings.current()
+    wanted, named, mode = settings.transport, settings.ofi_provider, settings.ofi_mode
     if wanted == "tcp":
         return Choice("tcp", "", "JACCL_TRANSPORT=tcp")
     found, provider, fabric, domain, hardware, why = engine.ofi_choose(named)

@@ -1,7 +1,8 @@
 """Process set-up for scripts started by jaccl-run (or by SLURM / Open MPI).
 
 Contract: initialize() must run before any other JAX call in the process. Under jaccl-run it
-reads JACCL_COORDINATOR, JACCL_NUM_PROCESSES, JACCL_PROCESS_ID and JACCL_LOCAL_DEVICES and
+takes JACCL_COORDINATOR, JACCL_NUM_PROCESSES, JACCL_PROCESS_ID and JACCL_LOCAL_DEVICES
+(_settings.launch(), read when it runs) and
 calls jax.distributed.initialize() with them (and sets jax_num_cpu_devices); under SLURM or
 Open MPI it lets jax.distributed.initialize() find its settings by itself; alone, it only sets
 the local device count. With JACCL_IFNAME set, jax.lax's own CPU collectives (gloo) use that
@@ -14,6 +15,8 @@ from __future__ import annotations
 import os
 
 import jax
+
+from . import _settings
 
 _CLUSTER_MARKERS = ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE")
 
@@ -29,21 +32,21 @@ def _gloo_on_interface(ifname: str) -> None:
 
 
 def initialize(local_devices: int | None = None) -> tuple[int, int]:
-    if os.environ.get("JACCL_IFNAME"):
-        _gloo_on_interface(os.environ["JACCL_IFNAME"])
-    if local_devices is None and os.environ.get("JACCL_LOCAL_DEVICES"):
-        local_devices = int(os.environ["JACCL_LOCAL_DEVICES"])
+    job = _settings.launch()
+    if job.ifname:
+        _gloo_on_interface(job.ifname)
+    if local_devices is None and job.local_devices:
+        local_devices = job.local_devices
     if local_devices:
         jax.config.update("jax_num_cpu_devices", local_devices)
-    coordinator = os.environ.get("JACCL_COORDINATOR")
-    if coordinator:
+    if job.coordinator:
         jax.distributed.initialize(
-            coordinator_address=coordinator,
-            num_processes=int(os.environ["JACCL_NUM_PROCESSES"]),
-            process_id=int(os.environ["JACCL_PROCESS_ID"]),
-            initialization_timeout=int(float(os.environ.get("JACCL_INIT_TIMEOUT", "120"))),
-            heartbeat_timeout_seconds=int(float(os.environ.get("JACCL_HEARTBEAT_TIMEOUT", "100"))),
-            shutdown_timeout_seconds=int(float(os.environ.get("JACCL_SHUTDOWN_TIMEOUT", "30"))),
+            coordinator_address=job.coordinator,
+            num_processes=job.num_processes,
+            process_id=job.process_id,
+            initialization_timeout=int(job.init_timeout_s),
+            heartbeat_timeout_seconds=int(job.heartbeat_timeout_s),
+            shutdown_timeout_seconds=int(job.shutdown_timeout_s),
         )
     elif any(k in os.environ for k in _CLUSTER_MARKERS):
         jax.distributed.initialize()

@@ -76,11 +76,16 @@ def gather() -> dict:
     import jax
 
     import jax_jaccl
-    from jax_jaccl import _transport
+    from jax_jaccl import _settings, _transport
     from jax_jaccl._ext import cuda_engine, engine
 
+    # The settings set here, as jaccl reads them, and JACCL_* variables it does not know.
+    settings = {name: "unknown: ignored" for name in _settings.unknown()}
     try:
-        choice = _transport.choose()
+        values = _settings.read()
+        settings.update({v.env: getattr(values, v.field) for v in _settings.VARIABLES
+                         if os.environ.get(v.env, "").strip()})
+        choice = _transport.choose(values)
         transport = {"transport": choice.label, "why": choice.why}
     except ValueError as e:
         transport = {"transport": "error", "why": str(e)}
@@ -90,7 +95,7 @@ def gather() -> dict:
         "built": {"cuda": cuda_engine is not None,
                   "libfabric": engine.ofi_version() if engine.ofi_built else None},
         "devices": [str(d) for d in jax.devices()],
-        "settings": {k: v for k, v in sorted(os.environ.items()) if k.startswith("JACCL_")},
+        "settings": settings,
         "between_hosts": transport,
         "providers": list(engine.ofi_providers()),
         "rdma": rdma_devices(),

@@ -36,6 +36,8 @@ import sys
 import threading
 import time
 
+from . import _settings
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -71,7 +73,7 @@ def parse(argv):
     if args.nprocs < 1 or args.devices_per_process < 1:
         parser.error("-n and --devices-per-process must be positive")
     if args.grace is None:
-        args.grace = float(os.environ.get("JACCL_TIMEOUT", "120")) + 5
+        args.grace = _settings.read().timeout_s + 5
     return args
 
 
@@ -117,7 +119,7 @@ def _command(host: dict, env: dict, command: list) -> tuple[list, dict]:
 
 def run(args) -> int:
     port = free_port()
-    job = os.environ.get("JACCL_JOB_ID") or secrets.token_hex(6)
+    job = _settings.read().job_id or secrets.token_hex(6)
     default_coordinator = _address(args.hosts[0])
     out = sys.stdout.buffer
     lock = threading.Lock()

@@ -12,7 +12,7 @@ from jax.interpreters import ad, batching, mlir
 
 from .. import _compat
 from .._ext import PLATFORMS
-from .._enums import ALGORITHMS, ALL_GATHER_ALGORITHMS
+from .._codes import ALGORITHMS, ALL_GATHER_ALGORITHMS
 from . import _common
 
 

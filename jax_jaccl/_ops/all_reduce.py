@@ -11,7 +11,7 @@ from jax.interpreters import ad, batching, mlir
 
 from .. import _compat
 from .._ext import PLATFORMS
-from .._enums import ALGORITHMS, ALL_REDUCE_ALGORITHMS, REDUCE_OPS
+from .._codes import ALGORITHMS, ALL_REDUCE_ALGORITHMS, REDUCE_OPS
 from . import _common
 
 

@@ -12,7 +12,7 @@ from jax.interpreters import ad, batching, mlir
 
 from .. import _compat
 from .._ext import PLATFORMS
-from .._enums import ALGORITHMS, REDUCE_OPS, REDUCE_SCATTER_ALGORITHMS
+from .._codes import ALGORITHMS, REDUCE_OPS, REDUCE_SCATTER_ALGORITHMS
 from . import _common
 
 

@@ -23,7 +23,9 @@ def main() -> None:
     parser.add_argument("--separate-hosts", action="store_true")
     args = parser.parse_args()
     if args.separate_hosts:
-        os.environ["JACCL_HOST_ID"] = f"bench-host-{os.environ['JACCL_PROCESS_ID']}"
+        from jax_jaccl import _settings
+
+        os.environ["JACCL_HOST_ID"] = f"bench-host-{_settings.launch().process_id}"
 
     import jax_jaccl.distributed
 

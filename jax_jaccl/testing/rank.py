@@ -23,6 +23,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import _settings
+
 JOB_DIR = "JACCL_PYTEST_JOB_DIR"
 FAILED_FLAG = "failed"
 EXCEPTION = "jaccl_exception_classes"
@@ -33,7 +35,7 @@ def active() -> bool:
 
 
 def rank() -> int:
-    return int(os.environ["JACCL_PROCESS_ID"])
+    return _settings.launch().process_id
 
 
 def job_dir() -> Path:
@@ -107,5 +109,5 @@ class JaxJob:
         return cls(process_index=jax.process_index(), process_count=jax.process_count(),
                    host_index=int(os.environ["JACCL_TEST_HOST_INDEX"]),
                    host_count=int(os.environ["JACCL_TEST_HOSTS"]),
-                   local_device_count=jax.local_device_count(), job_id=os.environ["JACCL_JOB_ID"],
+                   local_device_count=jax.local_device_count(), job_id=_settings.read().job_id,
                    shared_path=shared)

@@ -1,7 +1,8 @@
 """The layout's rules (docs/layout.md), read from the sources: XLA and Python meet the engine
 only in xla_ffi/handlers/, which holds nothing but adapters; includes between the engine's
 folders point one way; the public pytest plugin depends on nothing under the benchmark CLI;
-and jax_jaccl's internal modules are named with a leading underscore."""
+jax_jaccl's internal modules are named with a leading underscore; and settings are read in one
+place (jax_jaccl/_settings.py), never by the engine itself."""
 
 from __future__ import annotations
 
@@ -68,7 +69,25 @@ def test_the_pytest_plugin_does_not_depend_on_the_benchmark():
     assert importers == []
 
 
-@pytest.mark.parametrize("module", ["bootstrap", "ops", "compat", "ordering", "ext", "enums"])
+@pytest.mark.parametrize("module", ["bootstrap", "ops", "compat", "ordering", "ext", "codes", "settings"])
 def test_internal_modules_start_with_an_underscore(module):
     assert not (PACKAGE / f"{module}.py").exists() and not (PACKAGE / module).is_dir()
     assert (PACKAGE / f"_{module}.py").exists() or (PACKAGE / f"_{module}").is_dir()
+
+
+def test_the_engine_never_reads_the_environment():
+    """Settings reach C++ through configure() (jax_jaccl/_settings.py reads them once)."""
+    readers = [name for name, text in sources() if re.search(r"\b(std::)?(getenv|secure_getenv)\s*\(", text)]
+    assert readers == [], f"these engine files read the environment: {readers}"
+
+
+def test_only_the_settings_module_reads_jaccl_variables():
+    """Everywhere else in the package takes JACCL_* settings from _settings (the pytest
+    plugin's own JACCL_TEST_* / JACCL_PYTEST_* protocol aside); setting a variable for a
+    process about to start is no read."""
+    name = r"""["']JACCL_(?!TEST_|PYTEST_)"""
+    reading = re.compile(rf"""environ\.get\(\s*{name}|getenv\(\s*{name}"""
+                         rf"""|environ\[\s*{name}\w+["']\s*\](?!\s*=[^=])""")
+    readers = [p.relative_to(PACKAGE).as_posix() for p in sorted(PACKAGE.rglob("*.py"))
+               if p.name != "_settings.py" and reading.search(p.read_text())]
+    assert readers == [], f"these modules read JACCL_* variables themselves: {readers}"

@@ -19,6 +19,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jax_jaccl as jaccl
+from jax_jaccl import _settings
 
 from suite import Jaccl, Lax, every_collective
 from moe_cases import routing, tanh_expert_round_trips
@@ -149,8 +150,13 @@ def test_expert_parallel_layer_over_one_axis_of_a_data_expert_mesh(name):
     assert np.abs(np.asarray(dw)).sum() > 0
 
 
-def test_strict_order_works_in_a_partly_manual_shard_map(monkeypatch):
-    monkeypatch.setenv("JACCL_STRICT_ORDER", "1")
+@pytest.fixture
+def strict_order():
+    with _settings.override(strict_order=True):  # JACCL_STRICT_ORDER=1
+        yield
+
+
+def test_strict_order_works_in_a_partly_manual_shard_map(strict_order):
     mesh = mesh_xy()
     x = jnp.arange(16.0).reshape(2, 8)
     got = partly_manual(lambda v: jaccl.all_reduce(v, "y") + jaccl.all_reduce(v * v, "y"), mesh,
@@ -160,10 +166,9 @@ def test_strict_order_works_in_a_partly_manual_shard_map(monkeypatch):
     assert_equal(got, want)
 
 
-def test_strict_order_through_a_partly_manual_shard_map_is_refused_with_a_reason(monkeypatch):
+def test_strict_order_through_a_partly_manual_shard_map_is_refused_with_a_reason(strict_order):
     """A fully manual shard_map nested in a partly manual one: JAX would thread the strict
     mode's token through the outer one, which XLA cannot compile. A Python error says so."""
-    monkeypatch.setenv("JACCL_STRICT_ORDER", "1")
     mesh = auto_mesh((2, 2, 1), ("a", "b", "c"))
     inner = jax.shard_map(lambda v: jaccl.all_reduce(v, "b"), in_specs=P(("b", "c")),
                           out_specs=P(("b", "c")), axis_names={"b", "c"})

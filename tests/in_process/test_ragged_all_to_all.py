@@ -17,6 +17,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import jax_jaccl as jaccl
+from jax_jaccl import _settings
 import ragged_model
 
 from util import N, dtype_id, mesh1d, put
@@ -25,10 +26,12 @@ SCHEDULES = ["direct", "frames"]
 
 
 @contextlib.contextmanager
-def schedule(name, monkeypatch):
-    if name == "frames":  # the engine's streams, also inside one process
-        monkeypatch.setenv("JACCL_ALGO", "mesh")
-    yield
+def schedule(name):
+    if name == "frames":  # the engine's streams, also inside one process (JACCL_ALGO=mesh)
+        with _settings.override(algorithm="mesh"):
+            yield
+    else:
+        yield
 
 
 def run(fn, per_device_args, n_out=1):
@@ -56,7 +59,7 @@ def as_local(fn):
                                               ((3,), np.uint8)],
                          ids=lambda v: dtype_id(v) if not isinstance(v, tuple) else
                          "x".join(map(str, v)) or "rows")
-def test_matches_the_model(name, k, row_shape, dtype, monkeypatch):
+def test_matches_the_model(name, k, row_shape, dtype):
     rng = np.random.default_rng(k * 7 + len(row_shape))
     args = ragged_model.random_arguments(rng, N, k, in_rows=24, out_rows=40, row_shape=row_shape,
                                          dtype=np.float32)
@@ -66,7 +69,7 @@ def test_matches_the_model(name, k, row_shape, dtype, monkeypatch):
     if dtype == np.complex64:
         operands = [o * (1 - 2j) for o in operands]
     want = ragged_model.ragged_all_to_all(operands, outputs, in_off, sizes, out_off, recv)
-    with schedule(name, monkeypatch):
+    with schedule(name):
         got = run(as_local(lambda *a: jaccl.ragged_all_to_all(*a, axis_name="x")),
                   [operands, outputs, list(in_off.astype(np.int32)), list(sizes.astype(np.int32)),
                    list(out_off.astype(np.int32)), list(recv.astype(np.int32))])
@@ -88,7 +91,7 @@ def test_int64_indices_and_the_lax_names():
         np.testing.assert_array_equal(got[d], want[d])
 
 
-def test_the_transpose_is_the_adjoint_and_jvp_is_the_op(monkeypatch):
+def test_the_transpose_is_the_adjoint_and_jvp_is_the_op():
     """ragged_all_to_all is linear in (operand, output): <f(x, y), t> == <x, dx> + <y, dy> for
     (dx, dy) = f^T(t), and jvp(f) at any point is f of the tangents."""
     rng = np.random.default_rng(11)
@@ -159,14 +162,14 @@ def test_trace_time_errors(call, match):
 
 
 @pytest.mark.parametrize("name", SCHEDULES)
-def test_an_output_of_zeros_made_in_the_program(name, monkeypatch):
+def test_an_output_of_zeros_made_in_the_program(name):
     """output = jnp.zeros(...) inside the program: the lowering leaves it out and the engine
     zeroes only the rows nothing arrives at, releasing whole pages of them to the kernel
     (they read as zeros) when the gap is large. Three calls, so that the fresh outputs reuse
     memory that held earlier results: every row must still be a received row or zero."""
     rng = np.random.default_rng(13)
     rows, width = 8192, 64  # 2 MiB of float32 rows per device: gaps of whole pages
-    with schedule(name, monkeypatch):
+    with schedule(name):
         for call in range(3):
             operands, _, in_off, sizes, out_off, recv = ragged_model.random_arguments(
                 rng, N, 1, in_rows=64, out_rows=rows, row_shape=(width,), fill=1.0)

@@ -10,9 +10,8 @@ import time
 
 import pytest
 
-from jobs import run_on_hosts
-
-from transports import BOTH  # noqa: E402
+from harness import run_job
+from transports import BOTH
 
 TIMEOUT = 8  # JACCL_TIMEOUT for the fault tests
 
@@ -24,16 +23,17 @@ def clean(output):
 
 @BOTH
 @pytest.mark.parametrize("fault", ["kill-host", "link-down"])
-def test_host_and_link_failures_end_in_errors(make_hosts, fault, transport):
+def test_host_and_link_failures_end_in_errors(make_hosts, fault, transport, tmp_path):
     hosts = make_hosts(2)
     if fault == "kill-host":
         action = lambda: hosts.kill_host(1)  # noqa: E731
     else:
         action = lambda: hosts.set_link(0, 1, up=False)  # noqa: E731
     start = time.monotonic()
-    job = run_on_hosts(hosts, 2, "faults.py", args=["loop"], timeout=120, when="LOOPING",
-                       action=action, env={"JACCL_TIMEOUT": str(TIMEOUT), **transport},
-                       grace=TIMEOUT + 20)
+    hostfile = hosts.write_hostfile(str(tmp_path / "hosts.json"), 2)
+    job = run_job("faults.py", 4, hostfile=hostfile, args=["loop"], timeout=120, when="LOOPING",
+                  action=action, env={"JACCL_TIMEOUT": str(TIMEOUT), **transport},
+                  grace=TIMEOUT + 20)
     out = clean(job.output)
     survivors = (0, 1) if fault == "kill-host" else (0, 1, 2, 3)
     for rank in survivors:
@@ -48,4 +48,4 @@ def test_host_and_link_failures_end_in_errors(make_hosts, fault, transport):
             assert re.search(r"timed out after 8 s .* waiting for rank|process \d failed", message), message
     assert job.returncode != 0
     assert time.monotonic() - start < 100
-    assert job.shm_left() == []
+    assert job.leftovers() == []

@@ -1,6 +1,7 @@
-"""Settings read from the environment: JACCL_DEBUG=INFO logs the transport and algorithm once
-per communicator, op and size class; JACCL_ALGO overrides the automatic choice; a bad
-JACCL_ALGO is a clear run-time error. Each case runs in a fresh process."""
+"""Settings read from the environment, in fresh processes: JACCL_DEBUG=INFO logs the transport
+and algorithm once per communicator, op and size class; JACCL_ALGO overrides the automatic
+choice; a bad setting stops the first op naming it, a misspelt one is a warning; processes of
+a job that disagree on a setting they must share all stop, naming it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import os
 import subprocess
 import sys
 import textwrap
+
+import pytest
+
+from harness import clean, run_job
 
 SCRIPT = textwrap.dedent("""
     import jax, numpy as np
@@ -60,7 +65,40 @@ def test_interface_selection():
 
     assert engine.interface_address("lo") == "127.0.0.1"
     assert engine.address_towards("127.0.0.1") == "127.0.0.1"
-    import pytest
-
     with pytest.raises(RuntimeError, match=r"JACCL_IFNAME=nope0 names no IPv4 interface here \(have: .*lo"):
         engine.interface_address("nope0")
+
+
+def run_alone(env):
+    """SCRIPT in a fresh process with exactly these JACCL_* settings (and no others)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("JACCL_")}
+    return subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                          timeout=120, env=dict(clean, **env))
+
+
+def test_a_misspelt_setting_is_a_warning():
+    done = run_alone({"JACCL_TIMEOTU": "5"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "WARN JACCL_TIMEOTU is not a jaccl setting" in done.stderr
+
+
+def test_a_bad_setting_stops_the_first_op_naming_it():
+    done = run_alone({"JACCL_SLOTS": "1"})
+    assert done.returncode != 0
+    assert "JACCL_SLOTS must be an integer >= 2, not '1'" in done.stderr, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("last", ["JACCL_FRAME_KB=256", "JACCL_ALGO=ring"])
+def test_processes_that_disagree_on_a_setting_all_stop_naming_it(last):
+    """The last process differs: every process stops before any collective, naming the
+    variable, and nothing is left behind."""
+    name = last.split("=")[0]
+    job = run_job("faults.py", 2, args=["normal"], timeout=120,
+                  env={"JACCL_TEST_LAST_PROCESS_ENV": last, "JACCL_TIMEOUT": "20"})
+    assert job.returncode != 0
+    for rank in (0, 1):
+        text = "\n".join(job.lines(rank))
+        assert f"process 1 has {name}=" in text and "must be the same on every process" in text, \
+            clean(job.output)[-3000:]
+    assert "FINISHED" not in job.output
+    assert job.leftovers() == []

@@ -154,3 +154,52 @@ def test_bad_offsets_and_sizes_are_a_clear_error(case, match, name):
                           text=True, timeout=120, env=env)
     assert ("RAISED" in done.stdout) == (case != "valid"), done.stdout + done.stderr[-3000:]
     assert re.search(match, done.stdout), done.stdout
+
+
+EIGHT_DEVICES = textwrap.dedent("""
+    import jax, jax.numpy as jnp, numpy as np
+    jax.config.update("jax_num_cpu_devices", 8)
+    from jax import lax as theirs
+    from jax.sharding import PartitionSpec as P
+    from jax_jaccl import lax as ours
+
+    def cases(lax, axis, n):
+        shift = [(i, (i + 3) % n) for i in range(n)]
+        half = [(i, (i + 1) % n) for i in range(0, n, 2)]  # a partial permutation
+        return {
+            "psum": lambda v: lax.psum(v, axis),
+            "pmean": lambda v: lax.pmean(v, axis),
+            "pmax": lambda v: lax.pmax(v, axis),
+            "pmin": lambda v: lax.pmin(v, axis),
+            "psum_scatter": lambda v: lax.psum_scatter(v, axis, tiled=True),
+            "all_gather": lambda v: lax.all_gather(v, axis, tiled=True),
+            "all_to_all": lambda v: lax.all_to_all(v, axis, 0, 0, tiled=True),
+            "ppermute": lambda v: lax.ppermute(v, axis, shift),
+            "partial_ppermute": lambda v: lax.ppermute(v, axis, half),
+            "pshuffle": lambda v: lax.pshuffle(v, axis, [(i + 5) % n for i in range(n)]),
+        }
+
+    checked = 0
+    for shape, names, axis in (((8,), ("x",), "x"), ((2, 4), ("a", "b"), ("a", "b")),
+                               ((2, 4), ("a", "b"), "b")):
+        mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(shape), names)
+        n = int(np.prod([mesh.shape[a] for a in ((axis,) if isinstance(axis, str) else axis)]))
+        spec = P(names)
+        x = jnp.asarray(np.random.default_rng(7).integers(-50, 50, (8 * 16, 3)), jnp.float32)
+        for name in cases(ours, axis, n):
+            run = lambda lax: jax.jit(jax.shard_map(cases(lax, axis, n)[name], mesh=mesh,
+                                                    in_specs=spec, out_specs=spec))(x)
+            np.testing.assert_array_equal(np.asarray(run(ours)), np.asarray(run(theirs)),
+                                          err_msg=f"{name} over {axis} of {shape}")
+            checked += 1
+    print("CHECKED", checked, "on", len(jax.devices()), "devices")
+""")
+
+
+def test_the_lax_surface_on_eight_devices_of_one_process():
+    """1 x 8: jax_jaccl.lax against jax.lax on a mesh of 8, a 2 x 4 mesh over both axes (a
+    tuple) and over its inner axis, every collective name."""
+    done = subprocess.run([sys.executable, "-c", EIGHT_DEVICES], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, JACCL_TIMEOUT="30"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "CHECKED 30 on 8 devices" in done.stdout, done.stdout + done.stderr[-2000:]

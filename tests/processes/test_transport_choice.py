@@ -13,13 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from jax_jaccl import _transport
+from jax_jaccl import _settings, _transport
 from jax_jaccl._ext import engine
 
 from harness import clean, run_job  # noqa: E402
 from transports import OFI, needs_ofi  # noqa: E402
 
 HARDWARE = engine.ofi_choose("")[0]
+
+
+def choose(env: dict) -> _transport.Choice:
+    """The choice of a process whose environment holds exactly `env`."""
+    return _transport.choose(_settings.read(env))
 
 
 def test_the_ofi_transport_is_built_where_required():
@@ -31,31 +36,31 @@ def test_the_ofi_transport_is_built_where_required():
 
 @pytest.mark.skipif(HARDWARE, reason="an RDMA provider is present: auto takes it")
 def test_auto_is_jaccl_tcp_without_an_rdma_nic():
-    choice = _transport.choose({})
+    choice = choose({})
     assert choice.label == "tcp" and "auto" in choice.why and "no RDMA provider" in choice.why
 
 
 def test_tcp_when_asked_and_bad_names_refused():
-    assert _transport.choose({"JACCL_TRANSPORT": "tcp", "JACCL_OFI_PROVIDER": "efa"}).label == "tcp"
+    assert choose({"JACCL_TRANSPORT": "tcp", "JACCL_OFI_PROVIDER": "efa"}).label == "tcp"
     with pytest.raises(ValueError, match="must be auto, tcp or ofi"):
-        _transport.choose({"JACCL_TRANSPORT": "rdma"})
+        choose({"JACCL_TRANSPORT": "rdma"})
     with pytest.raises(ValueError, match="JACCL_OFI_MODE must be auto, write or message"):
-        _transport.choose({"JACCL_OFI_MODE": "read"})
+        choose({"JACCL_OFI_MODE": "read"})
 
 
 @needs_ofi
 def test_a_named_software_provider_is_used_and_an_absent_one_refused():
-    assert _transport.choose(OFI).label == "ofi:tcp;ofi_rxm"
-    assert _transport.choose({"JACCL_OFI_PROVIDER": "tcp;ofi_rxm"}).label == "ofi:tcp;ofi_rxm"
-    assert _transport.choose({"JACCL_OFI_PROVIDER": "no-such-provider"}).label == "tcp"
+    assert choose(OFI).label == "ofi:tcp;ofi_rxm"
+    assert choose({"JACCL_OFI_PROVIDER": "tcp;ofi_rxm"}).label == "ofi:tcp;ofi_rxm"
+    assert choose({"JACCL_OFI_PROVIDER": "no-such-provider"}).label == "tcp"
     with pytest.raises(ValueError, match="no RDM endpoint of provider 'no-such-provider'"):
-        _transport.choose({"JACCL_TRANSPORT": "ofi", "JACCL_OFI_PROVIDER": "no-such-provider"})
+        choose({"JACCL_TRANSPORT": "ofi", "JACCL_OFI_PROVIDER": "no-such-provider"})
 
 
 @pytest.mark.skipif(HARDWARE, reason="an RDMA provider is present")
 def test_ofi_without_an_rdma_nic_says_how_to_name_a_software_provider():
     with pytest.raises(ValueError, match="no RDMA provider.*JACCL_OFI_PROVIDER"):
-        _transport.choose({"JACCL_TRANSPORT": "ofi"})
+        choose({"JACCL_TRANSPORT": "ofi"})
 
 
 def test_processes_that_chose_differently_are_named():

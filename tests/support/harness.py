@@ -1,6 +1,8 @@
-"""Runs a worker script as a multi-process job with jaccl-run and collects what each rank
-printed. Every job has a hard timeout; the whole process group is killed when it passes, and
-the caller can check that no process and no shared-memory segment of the job is left.
+"""Runs a worker script as a multi-process job with jaccl-run (on this machine, or across
+emulated hosts with a hostfile) and collects what each rank printed; optionally does something
+to the job (kill a host, cut a link) once every rank printed a given line. Every job has a hard
+timeout; the whole process group is killed when it passes, and the caller can check that no
+process and no shared-memory segment of the job is left.
 JACCL_TEST_WORKER_PREFIX (e.g. "cuda-gdb -batch -ex run -ex bt --args") is a command every
 worker runs under: run_on_gpu.sh uses it for the backtrace of a crash."""
 
@@ -14,6 +16,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -49,11 +52,15 @@ def worker_prefix() -> list[str]:
 
 
 def run_job(worker: str, nprocs: int, devices: int = 1, args=(), env=None, timeout: float = 240,
-            grace: float | None = None) -> Job:
+            grace: float | None = None, hostfile: str | None = None, when: str | None = None,
+            action=None) -> Job:
+    """`nprocs` processes of `devices` devices each; with `hostfile` (jaccl-run's), its hosts
+    and processes instead. `action()` runs once, when every rank printed a line starting with
+    `when`."""
     job_id = secrets.token_hex(4)
     marker = f"jaccl-test-{job_id}"
-    cmd = [sys.executable, "-m", "jax_jaccl.launch", "-n", str(nprocs),
-           "--devices-per-process", str(devices)]
+    cmd = [sys.executable, "-m", "jax_jaccl.launch", "--devices-per-process", str(devices)]
+    cmd += ["--hostfile", hostfile] if hostfile else ["-n", str(nprocs)]
     if grace is not None:
         cmd += ["--grace", str(grace)]
     cmd += ["--", *worker_prefix(), sys.executable, str(WORKERS / worker), "--marker", marker,
@@ -64,18 +71,35 @@ def run_job(worker: str, nprocs: int, devices: int = 1, args=(), env=None, timeo
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full_env,
                             start_new_session=True, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=_read, args=(proc, lines, nprocs, when, action), daemon=True)
+    reader.start()
     try:
-        output, _ = proc.communicate(timeout=timeout)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
+        proc.wait()
         subprocess.run(["pkill", "-9", "-f", marker])
-        raise AssertionError(f"job {worker} {args} did not finish in {timeout} s:\n{output[-4000:]}")
-    job = Job(proc.returncode, output, time.monotonic() - start, job_id, marker)
+        reader.join(timeout=5)
+        raise AssertionError(f"job {worker} {args} did not finish in {timeout} s:\n"
+                             f"{''.join(lines)[-4000:]}")
+    reader.join(timeout=10)
+    job = Job(proc.returncode, "".join(lines), time.monotonic() - start, job_id, marker)
     deadline = time.monotonic() + 5
     while job.leftovers() and time.monotonic() < deadline:
         time.sleep(0.1)
     return job
+
+
+def _read(proc, lines: list, nprocs: int, when: str | None, action) -> None:
+    ranks_seen = set()
+    for line in proc.stdout:
+        lines.append(line)
+        if when and line.split("] ", 1)[-1].startswith(when):
+            ranks_seen.add(line.split("]", 1)[0])
+            if len(ranks_seen) == nprocs and action:
+                action()
+                action = None
 
 
 def clean(output: str) -> str:

@@ -1,11 +1,11 @@
-// Algorithm choice. An explicit `algorithm=` wins; otherwise JACCL_ALGO
-// ("ring", or per op "all_reduce=ring,reduce_scatter=mesh") if it names an
-// algorithm the op has; otherwise groups inside one process go direct;
+// Algorithm choice. An explicit `algorithm=` wins; otherwise the override the
+// host set from JACCL_ALGO ("ring", or per op "all_reduce=ring,reduce_scatter=mesh")
+// if it names an algorithm the op has; otherwise groups inside one process go direct;
 // all_reduce of at most 32 KiB (latency bound) goes naive; groups that span
 // hosts with several ranks on each go hierarchical (all_reduce, reduce_scatter);
 // the rest go mesh scatter-gather.
-#include <cstdlib>
-#include <cstring>
+#include <array>
+#include <atomic>
 #include <string>
 
 #include "collectives/collectives.h"
@@ -17,18 +17,8 @@ namespace {
 
 constexpr size_t kNaiveMaxBytes = 32 * 1024;
 
-bool supports(CollectiveKind kind, Algorithm algorithm) {
-  switch (kind) {
-    case CollectiveKind::kAllReduce: return algorithm != Algorithm::kAuto && algorithm != Algorithm::kDirect;
-    case CollectiveKind::kReduceScatter:
-      return algorithm == Algorithm::kMesh || algorithm == Algorithm::kRing ||
-             algorithm == Algorithm::kRingOneWay || algorithm == Algorithm::kHierarchical;
-    case CollectiveKind::kAllGather:
-      return algorithm == Algorithm::kMesh || algorithm == Algorithm::kRing ||
-             algorithm == Algorithm::kRingOneWay;
-    default: return algorithm == Algorithm::kMesh;
-  }
-}
+// The override of each CollectiveKind (indexed by its value), kAuto where none.
+std::array<std::atomic<Algorithm>, 16> overrides{};
 
 Algorithm parse(const std::string& name) {
   for (Algorithm a : {Algorithm::kNaive, Algorithm::kMesh, Algorithm::kRing, Algorithm::kRingOneWay,
@@ -39,34 +29,44 @@ Algorithm parse(const std::string& name) {
               "' (use naive, mesh, ring, ring_oneway or hierarchical)");
 }
 
-// The JACCL_ALGO override for `kind`, or kAuto.
-Algorithm from_env(CollectiveKind kind) {
-  const char* env = std::getenv("JACCL_ALGO");
-  if (env == nullptr || *env == 0) return Algorithm::kAuto;
-  std::string spec(env);
+}  // namespace
+
+// Each kind takes the first item of the spec that applies to it: "kind=algorithm" for
+// its own name, or a bare algorithm it has. Every item is checked, for every kind, before
+// any override changes, so a bad spec leaves the previous one in force.
+void set_algorithm_overrides(const std::string& spec) {
+  std::array<Algorithm, 16> chosen{};
+  chosen.fill(Algorithm::kAuto);
   size_t pos = 0;
-  while (pos <= spec.size()) {
+  while (pos < spec.size()) {
     size_t end = spec.find(',', pos);
     if (end == std::string::npos) end = spec.size();
-    std::string item = spec.substr(pos, end - pos);
-    size_t eq = item.find('=');
-    if (eq == std::string::npos) {
-      Algorithm a = parse(item);
-      if (supports(kind, a)) return a;
-    } else if (item.substr(0, eq) == kind_name(kind)) {
-      Algorithm a = parse(item.substr(eq + 1));
-      if (!supports(kind, a)) {
-        throw_error(ErrorKind::kInvalidArgument, "JACCL_ALGO: ", kind_name(kind),
-                    " has no algorithm '", algorithm_name(a), "'");
-      }
-      return a;
-    }
+    const std::string item = spec.substr(pos, end - pos);
     pos = end + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    const Algorithm a = parse(eq == std::string::npos ? item : item.substr(eq + 1));
+    bool named = eq == std::string::npos;
+    for (CollectiveKind kind : all_kinds()) {
+      const size_t k = static_cast<size_t>(kind);
+      if (eq == std::string::npos) {
+        if (supports(kind, a) && chosen[k] == Algorithm::kAuto) chosen[k] = a;
+      } else if (item.substr(0, eq) == kind_name(kind)) {
+        named = true;
+        if (!supports(kind, a)) {
+          throw_error(ErrorKind::kInvalidArgument, "JACCL_ALGO: ", kind_name(kind),
+                      " has no algorithm '", algorithm_name(a), "'");
+        }
+        if (chosen[k] == Algorithm::kAuto) chosen[k] = a;
+      }
+    }
+    if (!named) {
+      throw_error(ErrorKind::kInvalidArgument, "JACCL_ALGO names an unknown op '",
+                  item.substr(0, eq), "'");
+    }
   }
-  return Algorithm::kAuto;
+  for (size_t k = 0; k < chosen.size(); ++k) overrides[k].store(chosen[k]);
 }
-
-}  // namespace
 
 Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t bytes,
                            const GroupShape& group) {
@@ -75,7 +75,7 @@ Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t byte
     throw_error(ErrorKind::kInvalidArgument, kind_name(kind), " has no algorithm '",
                 algorithm_name(chosen), "'");
   }
-  if (chosen == Algorithm::kAuto) chosen = from_env(kind);
+  if (chosen == Algorithm::kAuto) chosen = overrides[static_cast<size_t>(kind)].load();
   if (chosen == Algorithm::kAuto && group.in_process) chosen = Algorithm::kDirect;
   if (chosen == Algorithm::kAuto) {
     const bool small = bytes <= kNaiveMaxBytes || group.size <= 1;

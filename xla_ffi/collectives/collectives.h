@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "collectives/engine.h"
@@ -62,6 +63,8 @@ struct GroupShape {
 // Resolves kAuto (and the JACCL_ALGO override) for a message of `bytes`.
 Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t bytes,
                            const GroupShape& group);
+// Sets the JACCL_ALGO override from its text; throws (changing nothing) for a bad one.
+void set_algorithm_overrides(const std::string& spec);
 
 void all_reduce(Call& call, const Buffers& buffers);
 void reduce_scatter(Call& call, const Buffers& buffers);

@@ -16,6 +16,34 @@ const char* kind_name(CollectiveKind kind) {
   return "unknown";
 }
 
+std::vector<CollectiveKind> all_kinds() {
+  return {CollectiveKind::kAllReduce,  CollectiveKind::kReduceScatter,
+          CollectiveKind::kAllGather,  CollectiveKind::kAllToAll,
+          CollectiveKind::kMoeDispatch, CollectiveKind::kMoeCombine,
+          CollectiveKind::kPermute,    CollectiveKind::kRaggedAllToAll};
+}
+
+std::vector<Algorithm> all_algorithms() {
+  return {Algorithm::kAuto,       Algorithm::kNaive,  Algorithm::kMesh,
+          Algorithm::kRing,       Algorithm::kRingOneWay, Algorithm::kDirect,
+          Algorithm::kHierarchical};
+}
+
+// Which schedules each op has written (kDirect is chosen only for in-process groups).
+bool supports(CollectiveKind kind, Algorithm algorithm) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      return algorithm != Algorithm::kAuto && algorithm != Algorithm::kDirect;
+    case CollectiveKind::kReduceScatter:
+      return algorithm == Algorithm::kMesh || algorithm == Algorithm::kRing ||
+             algorithm == Algorithm::kRingOneWay || algorithm == Algorithm::kHierarchical;
+    case CollectiveKind::kAllGather:
+      return algorithm == Algorithm::kMesh || algorithm == Algorithm::kRing ||
+             algorithm == Algorithm::kRingOneWay;
+    default: return algorithm == Algorithm::kMesh;
+  }
+}
+
 const char* algorithm_name(Algorithm algorithm) {
   switch (algorithm) {
     case Algorithm::kAuto: return "auto";

@@ -1,10 +1,12 @@
 // Names shared by Python, the handlers and the frame headers.
 //
-// Contract: the numeric values travel in frame headers and FFI attributes;
-// keep them stable and in sync with jax_jaccl/_enums.py.
+// Contract: the numeric values travel in frame headers and FFI attributes; keep
+// them stable. Python takes them from the extension (codes(), jax_jaccl/_codes.py),
+// never from a copy. supports() says which algorithms an op has.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace jaccl {
 
@@ -31,5 +33,8 @@ enum class Algorithm : uint8_t {
 
 const char* kind_name(CollectiveKind kind);
 const char* algorithm_name(Algorithm algorithm);
+bool supports(CollectiveKind kind, Algorithm algorithm);  // kAuto: never
+std::vector<CollectiveKind> all_kinds();
+std::vector<Algorithm> all_algorithms();
 
 }  // namespace jaccl

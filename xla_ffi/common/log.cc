@@ -1,25 +1,34 @@
 #include "common/log.h"
 
+#include <strings.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <unordered_set>
 
+#include "common/error.h"
+
 namespace jaccl {
 
-LogLevel log_level() {
-  static const LogLevel level = [] {
-    const char* env = std::getenv("JACCL_DEBUG");
-    if (env == nullptr) return LogLevel::kWarn;
-    if (strcasecmp(env, "NONE") == 0) return LogLevel::kNone;
-    if (strcasecmp(env, "INFO") == 0) return LogLevel::kInfo;
-    if (strcasecmp(env, "TRACE") == 0) return LogLevel::kTrace;
-    return LogLevel::kWarn;
-  }();
-  return level;
+namespace {
+
+std::atomic<LogLevel> current_level{LogLevel::kWarn};
+
+}  // namespace
+
+LogLevel log_level() { return current_level.load(std::memory_order_relaxed); }
+
+void set_log_level(LogLevel level) { current_level.store(level, std::memory_order_relaxed); }
+
+LogLevel parse_log_level(const std::string& name) {
+  static const char* const kNames[] = {"none", "warn", "info", "trace"};
+  for (int i = 0; i < 4; ++i) {
+    if (strcasecmp(name.c_str(), kNames[i]) == 0) return static_cast<LogLevel>(i);
+  }
+  throw_error(ErrorKind::kInvalidArgument, "JACCL_DEBUG must be none, warn, info or trace, not '",
+              name, "'");
 }
 
 void log_line(LogLevel level, const std::string& line) {

@@ -1,8 +1,10 @@
-// JACCL_DEBUG logging, in the manner of NCCL_DEBUG.
+// Logging at JACCL_DEBUG's level, in the manner of NCCL_DEBUG.
 //
-// Contract: JACCL_DEBUG=WARN (default) prints warnings only; INFO adds one line
-// per decision worth knowing (transport, algorithm); TRACE adds per-call lines.
-// log_once() prints a line at most once per key for the life of the process.
+// Contract: WARN (default) prints warnings only; INFO adds one line per decision
+// worth knowing (transport, algorithm); TRACE adds per-call lines. The level is
+// set by the host (jax_jaccl/_settings.py, through configure()); the engine
+// never reads the environment. parse_log_level() throws for an unknown name.
+// first_time() lets a caller log a line once per key for the life of the process.
 // Thread-safe; lines go to stderr with a "jaccl <pid>" prefix. Parts are text.h's.
 #pragma once
 
@@ -15,6 +17,8 @@ namespace jaccl {
 enum class LogLevel { kNone = 0, kWarn = 1, kInfo = 2, kTrace = 3 };
 
 LogLevel log_level();
+void set_log_level(LogLevel level);
+LogLevel parse_log_level(const std::string& name);  // none, warn, info, trace (any case)
 void log_line(LogLevel level, const std::string& line);
 // Returns true the first time it sees `key` (so the caller logs once).
 bool first_time(const std::string& key);

@@ -21,7 +21,7 @@
 #include "cuda/peer_collectives.h"
 
 #include <algorithm>
-#include <cstdlib>
+#include <atomic>
 #include <string>
 
 #include "cuda/kernels/kernels.h"
@@ -31,13 +31,7 @@
 namespace jaccl::cuda {
 namespace {
 
-size_t one_shot_limit_bytes() {
-  static const size_t limit = [] {
-    const char* v = std::getenv("JACCL_CUDA_ONESHOT_KB");
-    return static_cast<size_t>(v != nullptr ? std::atoll(v) : 256) * 1024;
-  }();
-  return limit;
-}
+std::atomic<size_t> one_shot_limit{256 * 1024};  // JACCL_CUDA_ONESHOT_KB
 
 // Block q of a tensor of `count` elements split n ways after `outer` leading rows, from
 // element `first` of the block on (the layout of Region::block).
@@ -213,10 +207,15 @@ class PeerSchedule {
 
 }  // namespace
 
+void set_one_shot_limit_bytes(size_t bytes) {
+  one_shot_limit.store(bytes, std::memory_order_relaxed);
+}
+
 Algorithm peer_all_reduce_algorithm(Algorithm requested, size_t bytes) {
   if (requested == Algorithm::kNaive) return Algorithm::kNaive;
   if (requested != Algorithm::kAuto) return Algorithm::kMesh;
-  return bytes <= one_shot_limit_bytes() ? Algorithm::kNaive : Algorithm::kMesh;
+  const size_t one_shot = one_shot_limit.load(std::memory_order_relaxed);
+  return bytes <= one_shot ? Algorithm::kNaive : Algorithm::kMesh;
 }
 
 cudaError_t run_peer_collective(LocalDevice& me, const std::vector<int64_t>& members, int rank,

@@ -34,6 +34,8 @@ struct PeerCollective {
 
 // The all_reduce schedule the peer path uses for `bytes` (kNaive = one-shot, kMesh = two-shot).
 Algorithm peer_all_reduce_algorithm(Algorithm requested, size_t bytes);
+// The largest all_reduce that goes one-shot (JACCL_CUDA_ONESHOT_KB, through configure()).
+void set_one_shot_limit_bytes(size_t bytes);
 
 cudaError_t run_peer_collective(LocalDevice& me, const std::vector<int64_t>& members, int rank,
                                 const PeerCollective& call, cudaStream_t stream);

@@ -1,29 +1,27 @@
 #include "cuda/peer_group.h"
 
 #include <atomic>
-#include <cstdio>
-#include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 namespace jaccl::cuda {
 namespace {
 
 std::atomic<uint64_t> peer_calls{0}, staged_calls{0};
+std::atomic<PathMode> path_setting{PathMode::kAuto};
 
 }  // namespace
 
-PathMode path_mode() {
-  static const PathMode mode = [] {
-    const char* v = std::getenv("JACCL_CUDA_PATH");
-    const std::string s = v != nullptr ? v : "auto";
-    if (s == "peer") return PathMode::kPeer;
-    if (s == "staged") return PathMode::kStaged;
-    if (s != "auto" && !s.empty()) {
-      std::fprintf(stderr, "jaccl: JACCL_CUDA_PATH=%s is not auto, peer or staged; using auto\n", v);
-    }
-    return PathMode::kAuto;
-  }();
-  return mode;
+PathMode path_mode() { return path_setting.load(std::memory_order_relaxed); }
+
+void set_path_mode(PathMode mode) { path_setting.store(mode, std::memory_order_relaxed); }
+
+PathMode parse_path_mode(const std::string& name) {
+  if (name == "auto") return PathMode::kAuto;
+  if (name == "peer") return PathMode::kPeer;
+  if (name == "staged") return PathMode::kStaged;
+  throw std::invalid_argument("jaccl: JACCL_CUDA_PATH must be auto, peer or staged, not '" +
+                              name + "'");
 }
 
 // The members (global device ids, in rank order) of the group `device` belongs to.

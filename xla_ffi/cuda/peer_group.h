@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -23,8 +24,11 @@
 
 namespace jaccl::cuda {
 
+// JACCL_CUDA_PATH as the host set it (configure()): auto, peer or staged.
 enum class PathMode { kAuto, kPeer, kStaged };
 PathMode path_mode();
+void set_path_mode(PathMode mode);
+PathMode parse_path_mode(const std::string& name);  // throws std::invalid_argument
 std::vector<int64_t> group_members(const int64_t* groups, size_t groups_len, int64_t group_size,
                                    int64_t device, int* rank);
 void count_call(bool peer);

@@ -1,10 +1,10 @@
 #include "moe/moe.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
-#include <cstdlib>
-#include <thread>
 #include <cstring>
+#include <thread>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -17,6 +17,9 @@
 
 namespace jaccl {
 namespace {
+
+std::atomic<MoeSchedule> schedule_setting{MoeSchedule::kRemoteFirst};
+std::atomic<int> local_delay_us{0};
 
 // Peers in the order their streams are listed: under remote-first, other hosts, then other
 // processes of this host, then devices of this process (rank order within each group).
@@ -148,7 +151,7 @@ class StreamingCombine : public IdleWork {
         started_(args.tokens, 0) {
     // JACCL_MOE_LOCAL_DELAY_US (benchmarks only): a pause per token advanced, emulating a
     // host slower at its local work.
-    if (const char* env = std::getenv("JACCL_MOE_LOCAL_DELAY_US")) delay_us_ = std::atoi(env);
+    delay_us_ = local_delay_us.load(std::memory_order_relaxed);
     acc_.resize(args.tokens * args.row_elems);
     for (size_t t = 0; t < args.tokens; ++t) pending_.push_back(t);
   }
@@ -218,14 +221,21 @@ class StreamingCombine : public IdleWork {
 
 }  // namespace
 
-MoeSchedule moe_schedule_from_env() {
-  const char* env = std::getenv("JACCL_MOE_SCHEDULE");
-  if (env == nullptr || *env == 0 || std::string(env) == "remote_first") {
-    return MoeSchedule::kRemoteFirst;
-  }
-  if (std::string(env) == "arrival") return MoeSchedule::kArrival;
+MoeSchedule moe_schedule() { return schedule_setting.load(std::memory_order_relaxed); }
+
+void set_moe_schedule(MoeSchedule schedule) {
+  schedule_setting.store(schedule, std::memory_order_relaxed);
+}
+
+MoeSchedule parse_moe_schedule(const std::string& name) {
+  if (name == "remote_first") return MoeSchedule::kRemoteFirst;
+  if (name == "arrival") return MoeSchedule::kArrival;
   throw_error(ErrorKind::kInvalidArgument, "JACCL_MOE_SCHEDULE must be remote_first or arrival, "
-              "not '", env, "'");
+              "not '", name, "'");
+}
+
+void set_moe_local_delay_us(int delay_us) {
+  local_delay_us.store(delay_us, std::memory_order_relaxed);
 }
 
 void moe_exchange(Call& call, const void* src, size_t src_rows, void* dst, size_t dst_rows,

@@ -17,13 +17,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "collectives/engine.h"
 
 namespace jaccl {
 
 enum class MoeSchedule { kRemoteFirst, kArrival };
-MoeSchedule moe_schedule_from_env();
+// The combine schedule and the benchmarks' local delay, as the host set them
+// (JACCL_MOE_SCHEDULE, JACCL_MOE_LOCAL_DELAY_US through configure()).
+MoeSchedule moe_schedule();
+void set_moe_schedule(MoeSchedule schedule);
+MoeSchedule parse_moe_schedule(const std::string& name);  // throws for an unknown name
+void set_moe_local_delay_us(int delay_us);
 
 struct RowLists {
   const int32_t* send_rows;

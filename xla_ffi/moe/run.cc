@@ -26,7 +26,7 @@ void exchange(Call& call, const MoeRequest& c) {
     throw_error(ErrorKind::kInvalidArgument, "MoE exchange rows differ in length");
   }
   moe_exchange(call, c.rows, c.rows_count, c.out, c.out_rows, c.row_elems, lists_of(call, c),
-               moe_schedule_from_env());
+               moe_schedule());
 }
 
 void combine(Call& call, const MoeRequest& c) {
@@ -54,7 +54,7 @@ void combine(Call& call, const MoeRequest& c) {
     }
     args.weights = static_cast<const float*>(c.extra);
   }
-  moe_combine(call, args, lists_of(call, c), moe_schedule_from_env());
+  moe_combine(call, args, lists_of(call, c), moe_schedule());
 }
 
 }  // namespace

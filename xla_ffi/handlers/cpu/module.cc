@@ -13,10 +13,14 @@
 #include <tuple>
 #include <vector>
 
+#include "collectives/collectives.h"
+#include "collectives/kinds.h"
 #include "comm/frame_stream.h"
 #include "comm/world.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/reduce.h"
+#include "moe/moe.h"
 #include "handlers/cpu/symbols.h"
 #include "handlers/host_abi.h"
 #include "handlers/cpu/ofi_module.h"
@@ -84,6 +88,47 @@ void init_world(int my_process, const std::vector<std::tuple<int, int, std::stri
   jaccl::World::create(config, std::move(pending_network()));
 }
 
+// Settings from jax_jaccl/_settings.py; all are checked before any takes effect.
+void configure(const std::string& algorithm, const std::string& debug,
+               const std::string& moe_schedule, int moe_local_delay_us) {
+  try {
+    const jaccl::LogLevel level = jaccl::parse_log_level(debug);
+    const jaccl::MoeSchedule schedule = jaccl::parse_moe_schedule(moe_schedule);
+    jaccl::set_algorithm_overrides(algorithm);
+    jaccl::set_log_level(level);
+    jaccl::set_moe_schedule(schedule);
+    jaccl::set_moe_local_delay_us(moe_local_delay_us);
+  } catch (const jaccl::Error& e) {
+    throw std::invalid_argument(e.what());
+  }
+}
+
+// The numeric codes Python puts in FFI attributes, and which algorithms each op has
+// (jax_jaccl/_codes.py reads them here rather than keep a copy).
+nb::dict codes() {
+  nb::dict reduce_ops, algorithms, kinds, supported;
+  for (int op = 0; op < static_cast<int>(jaccl::ReduceOp::kCount); ++op) {
+    reduce_ops[jaccl::reduce_op_name(static_cast<jaccl::ReduceOp>(op))] = op;
+  }
+  for (jaccl::Algorithm a : jaccl::all_algorithms()) {
+    algorithms[jaccl::algorithm_name(a)] = static_cast<int>(a);
+  }
+  for (jaccl::CollectiveKind kind : jaccl::all_kinds()) {
+    kinds[jaccl::kind_name(kind)] = static_cast<int>(kind);
+    nb::list names;
+    for (jaccl::Algorithm a : jaccl::all_algorithms()) {
+      if (jaccl::supports(kind, a)) names.append(jaccl::algorithm_name(a));
+    }
+    supported[jaccl::kind_name(kind)] = names;
+  }
+  nb::dict d;
+  d["reduce_ops"] = reduce_ops;
+  d["algorithms"] = algorithms;
+  d["kinds"] = kinds;
+  d["supported_algorithms"] = supported;
+  return d;
+}
+
 }  // namespace
 
 NB_MODULE(_jaccl, m) {
@@ -95,6 +140,9 @@ NB_MODULE(_jaccl, m) {
     }
   });
   m.def("registrations", &registrations);
+  m.def("configure", &configure, nb::arg("algorithm"), nb::arg("debug"), nb::arg("moe_schedule"),
+        nb::arg("moe_local_delay_us"));
+  m.def("codes", &codes);
   // For _jaccl_cuda: the engine's entry point for collectives on host buffers.
   m.def("engine_api", [] { return capsule(jaccl_run_host_call); });
   m.def("engine_moe_api", [] { return capsule(jaccl_run_host_moe); });

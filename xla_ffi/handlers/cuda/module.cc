@@ -16,9 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "handlers/cuda/symbols.h"
+#include "common/error.h"
+#include "common/log.h"
 #include "cuda/kernel_bench.h"
+#include "cuda/peer_collectives.h"
 #include "cuda/peer_group.h"
+#include "handlers/cuda/symbols.h"
 #include "cuda/peers.h"
 #include "cuda/staging.h"
 
@@ -43,6 +46,19 @@ nb::dict registrations() {
 
 NB_MODULE(_jaccl_cuda, m) {
   m.def("registrations", &registrations);
+  // Settings from jax_jaccl/_settings.py, before the world starts (bad values: ValueError).
+  m.def("configure", [](const std::string& path, size_t one_shot_bytes, const std::string& debug) {
+    jaccl::cuda::PathMode mode = jaccl::cuda::parse_path_mode(path);
+    jaccl::LogLevel level;
+    try {
+      level = jaccl::parse_log_level(debug);
+    } catch (const jaccl::Error& e) {
+      throw std::invalid_argument(e.what());
+    }
+    jaccl::cuda::set_path_mode(mode);
+    jaccl::cuda::set_one_shot_limit_bytes(one_shot_bytes);
+    jaccl::set_log_level(level);
+  }, nb::arg("path"), nb::arg("one_shot_bytes"), nb::arg("debug"));
   m.def("set_engine", [](nb::capsule collectives, nb::capsule moe, nb::capsule abort) {
     jaccl::cuda::set_engine(reinterpret_cast<JacclRunHostCall>(collectives.data()));
     jaccl::cuda::set_moe_engine(reinterpret_cast<JacclRunHostMoe>(moe.data()));
