@@ -29,7 +29,7 @@ import time
 
 import jax
 
-from . import _cuda_peers, _settings, _transport
+from . import _cuda_peers, _settings, _transparent, _transport
 from ._ext import cuda_engine, engine
 
 _lock = threading.Lock()
@@ -134,7 +134,9 @@ def _start() -> WorldInfo:
     devices = jax.devices()
     me, count = jax.process_index(), jax.process_count()
     device_table = [(int(d.id), int(d.process_index)) for d in devices]
-    mine = {"pid": os.getpid(), "host": host_id(), "settings": settings.agreed(),
+    xla_collectives = "jaccl" if _transparent.active() else "jax's own"
+    mine = {"pid": os.getpid(), "host": host_id(),
+            "settings": dict(settings.agreed(), JACCL_XLA_COLLECTIVES=xla_collectives),
             "gpus": len(_cuda_peers.local_gpus())}
     transport = _transport.Choice("none", "", "one process")
     if count == 1:
@@ -191,6 +193,12 @@ def _start() -> WorldInfo:
     except BaseException:
         engine.shutdown()
         raise
+    if xla_collectives == "jaccl":  # XLA:CPU's own collectives run on this world from here on
+        try:
+            _transparent.attach()
+        except BaseException:
+            engine.shutdown()
+            raise
     endpoints = tuple(info.get("tcp", "") for info in infos)
     return WorldInfo(me, count, job_tag, hosts, endpoints, settings, transport.label)
 

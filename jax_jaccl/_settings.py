@@ -147,6 +147,9 @@ LAUNCH_VARIABLES = (
              "seconds without a heartbeat before JAX declares a process dead"),
     Variable("shutdown_timeout_s", "JACCL_SHUTDOWN_TIMEOUT", "30", _positive_float, False,
              "seconds JAX's shutdown barrier waits"),
+    Variable("xla_collectives", "JACCL_XLA_COLLECTIVES", "gloo", _one_of("gloo", "jaccl"), False,
+             "what carries the collectives XLA emits itself: jaccl's engine or JAX's gloo "
+             "(jaccl-run's --xla-collectives)"),
 )
 
 
@@ -210,6 +213,7 @@ class Launch:
     init_timeout_s: float
     heartbeat_timeout_s: float
     shutdown_timeout_s: float
+    xla_collectives: str
     ifname: str
 
 

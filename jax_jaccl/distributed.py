@@ -5,7 +5,9 @@ takes JACCL_COORDINATOR, JACCL_NUM_PROCESSES, JACCL_PROCESS_ID and JACCL_LOCAL_D
 (_settings.launch(), read when it runs) and
 calls jax.distributed.initialize() with them (and sets jax_num_cpu_devices); under SLURM or
 Open MPI it lets jax.distributed.initialize() find its settings by itself; alone, it only sets
-the local device count. With JACCL_IFNAME set, jax.lax's own CPU collectives (gloo) use that
+the local device count. Where jaccl-run's --xla-collectives jaccl put jaccl's MPI shim in place
+(_transparent), it also runs jaccl.init(), so the collectives XLA emits run on jaccl from the
+first computation on; where it could not, it says why (a warning). With JACCL_IFNAME set, jax.lax's own CPU collectives (gloo) use that
 interface too: they otherwise take the address the host name resolves to, 127.0.0.1 inside a
 network namespace. Returns (process_index, process_count).
 """
@@ -13,10 +15,11 @@ network namespace. Returns (process_index, process_count).
 from __future__ import annotations
 
 import os
+import warnings
 
 import jax
 
-from . import _settings
+from . import _settings, _transparent
 
 _CLUSTER_MARKERS = ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE")
 
@@ -40,6 +43,7 @@ def initialize(local_devices: int | None = None) -> tuple[int, int]:
     if local_devices:
         jax.config.update("jax_num_cpu_devices", local_devices)
     if job.coordinator:
+        _transparent.expect(job.process_id, job.num_processes)
         jax.distributed.initialize(
             coordinator_address=job.coordinator,
             num_processes=job.num_processes,
@@ -50,4 +54,11 @@ def initialize(local_devices: int | None = None) -> tuple[int, int]:
         )
     elif any(k in os.environ for k in _CLUSTER_MARKERS):
         jax.distributed.initialize()
+    why_not = _transparent.problem()
+    if why_not is not None:
+        warnings.warn(f"jaccl: XLA's own collectives stay on JAX's gloo: {why_not}", stacklevel=2)
+    elif _transparent.active() and jax.process_count() > 1:
+        from . import init
+
+        init()  # hands jaccl's engine to the shim before the first computation
     return jax.process_index(), jax.process_count()

@@ -1,13 +1,16 @@
 """jaccl-run: start a multi-process JAX job on this machine or on several hosts.
 
-    jaccl-run -n N [--devices-per-process L] [--grace S] [--] python script.py args...
+    jaccl-run -n N [--devices-per-process L] [--grace S] [--xla-collectives jaccl|gloo]
+              [--] python script.py args...
     jaccl-run --hostfile hosts.json [--devices-per-process L] [--] python script.py args...
 
 Starts the processes, each with JACCL_COORDINATOR, JACCL_NUM_PROCESSES, JACCL_PROCESS_ID,
 JACCL_LOCAL_DEVICES and JACCL_JOB_ID set for jax_jaccl.distributed.initialize(). Each line of
 output is prefixed with "[rank] ". When a process fails, the others get `--grace` seconds to
 report their own errors and are then killed; jaccl-run exits with the first failure's code
-(0 if all succeed). On exit it kills whatever is left and removes the job's shared-memory
+(0 if all succeed). With --xla-collectives jaccl the collectives XLA emits itself (jit with
+shardings, jax.lax in shard_map) run on jaccl's engine too (one CPU device per process for
+now; docs/transparent.md); gloo, JAX's own, is the default. On exit it kills whatever is left and removes the job's shared-memory
 names from /dev/shm.
 
 A hostfile lists the hosts in rank order:
@@ -36,7 +39,7 @@ import sys
 import threading
 import time
 
-from . import _settings
+from . import _settings, _transparent
 
 
 def free_port() -> int:
@@ -53,6 +56,8 @@ def parse(argv):
                         help="CPU devices per process (jax_num_cpu_devices)")
     parser.add_argument("--grace", type=float, default=None,
                         help="seconds the others may run after one fails (default: JACCL_TIMEOUT + 5)")
+    parser.add_argument("--xla-collectives", choices=("gloo", "jaccl"), default="gloo",
+                        help="what carries the collectives XLA emits itself (default: gloo)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="command to run (after --)")
     args = parser.parse_args(argv)
     if args.command and args.command[0] == "--":
@@ -72,6 +77,9 @@ def parse(argv):
         args.hosts = [{"processes": args.nprocs}]
     if args.nprocs < 1 or args.devices_per_process < 1:
         parser.error("-n and --devices-per-process must be positive")
+    if args.xla_collectives == "jaccl" and args.devices_per_process != 1:
+        parser.error("--xla-collectives jaccl runs one CPU device per process for now "
+                     "(--devices-per-process 1)")
     if args.grace is None:
         args.grace = _settings.read().timeout_s + 5
     return args
@@ -134,6 +142,8 @@ def run(args) -> int:
                        JACCL_LOCAL_DEVICES=str(args.devices_per_process),
                        JACCL_JOB_ID=job,
                        PYTHONUNBUFFERED="1")
+            if args.xla_collectives == "jaccl":
+                env.update(_transparent.environment())
             if "ifname" in host:
                 env["JACCL_IFNAME"] = host["ifname"]
             env.update({k: str(v) for k, v in host.get("env", {}).items()})

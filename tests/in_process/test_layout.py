@@ -24,15 +24,19 @@ MAY_INCLUDE = {
     "moe": {"common", "transport", "comm", "collectives"},
     "cuda": {"common", "collectives"},
     "handlers": {"common", "transport", "comm", "collectives", "moe", "cuda"},
+    "mpiabi": {"handlers"},  # the C interfaces below, nothing else (MPI_ABI_INTERFACES)
 }
 # handlers/ files that adapt no XLA or Python type: the C interface between the two modules.
-HANDLERS_WITHOUT_XLA = {"handlers/host_abi.h", "handlers/host_abi.cc"}
+HANDLERS_WITHOUT_XLA = {"handlers/host_abi.h", "handlers/host_abi.cc", "handlers/mpiabi_table.h",
+                        "handlers/mpiabi_attach.h", "handlers/mpiabi_attach.cc"}
+# What the MPI shim (plain C, a library of its own) may include of the engine: C headers only.
+MPI_ABI_INTERFACES = {"handlers/host_abi.h", "handlers/mpiabi_table.h"}
 XLA_OR_PYTHON = re.compile(r'#include [<"](xla/ffi/|nanobind/)')
 
 
 def sources():
     for path in sorted(ENGINE.rglob("*")):
-        if path.suffix in (".h", ".cc", ".cu", ".cuh"):
+        if path.suffix in (".h", ".c", ".cc", ".cu", ".cuh"):
             yield path.relative_to(ENGINE).as_posix(), path.read_text()
 
 
@@ -60,6 +64,14 @@ def test_includes_point_one_way():
             if included != folder and included in MAY_INCLUDE and included not in MAY_INCLUDE[folder]:
                 wrong.append(f"{name} includes {included}/")
     assert wrong == [], "\n".join(wrong)
+
+
+def test_the_mpi_shim_includes_c_interfaces_only():
+    """libjaccl_mpiabi.so is plain C loaded with RTLD_DEEPBIND: no C++ header, no engine code."""
+    wrong = [f"{name} includes {included}" for name, text in sources() if name.startswith("mpiabi/")
+             for included in re.findall(r'#include "([a-z_]+/[a-z_.]+)"', text)
+             if included not in MPI_ABI_INTERFACES]
+    assert wrong == [], wrong
 
 
 def test_the_pytest_plugin_does_not_depend_on_the_benchmark():

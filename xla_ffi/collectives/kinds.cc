@@ -12,6 +12,7 @@ const char* kind_name(CollectiveKind kind) {
     case CollectiveKind::kMoeCombine: return "moe_combine";
     case CollectiveKind::kPermute: return "ppermute";
     case CollectiveKind::kRaggedAllToAll: return "ragged_all_to_all";
+    case CollectiveKind::kPointToPoint: return "point_to_point";
   }
   return "unknown";
 }
@@ -20,7 +21,8 @@ std::vector<CollectiveKind> all_kinds() {
   return {CollectiveKind::kAllReduce,  CollectiveKind::kReduceScatter,
           CollectiveKind::kAllGather,  CollectiveKind::kAllToAll,
           CollectiveKind::kMoeDispatch, CollectiveKind::kMoeCombine,
-          CollectiveKind::kPermute,    CollectiveKind::kRaggedAllToAll};
+          CollectiveKind::kPermute,    CollectiveKind::kRaggedAllToAll,
+          CollectiveKind::kPointToPoint};
 }
 
 std::vector<Algorithm> all_algorithms() {

@@ -19,6 +19,7 @@ enum class CollectiveKind : uint8_t {
   kMoeCombine = 6,
   kPermute = 7,         // collective permute (jax.lax.ppermute)
   kRaggedAllToAll = 8,  // jax.lax.ragged_all_to_all
+  kPointToPoint = 9,    // sends and receives between pairs of ranks (XLA's MPI calls)
 };
 
 enum class Algorithm : uint8_t {

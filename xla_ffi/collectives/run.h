@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -37,6 +38,7 @@ std::optional<Failure> run_call(CollectiveKind kind, int64_t device, const int64
   try {
     if (world == nullptr) World::require();
     if (world->aborted()) world->check_health({});
+    std::lock_guard<std::recursive_mutex> one_call_per_device(world->device_lock(device));
     Communicator& comm = world->communicator(groups, groups_len, static_cast<int>(group_size));
     Communicator::Member& member = comm.member(device);
     Call call;
@@ -46,7 +48,8 @@ std::optional<Failure> run_call(CollectiveKind kind, int64_t device, const int64
     call.kind = kind;
     call.dtype = dtype;
     call.op_count = op_count;
-    call.seq = member.seq++;
+    // Point-to-point transfers involve only their pairs: they are numbered per pair instead.
+    call.seq = kind == CollectiveKind::kPointToPoint ? 0 : member.seq++;
     call.timeout_s = world->config().timeout_s;
     body(call);
     return std::nullopt;

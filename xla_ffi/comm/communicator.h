@@ -38,6 +38,8 @@ class Communicator {
     bool hierarchical = false;      // hosts x equal local ranks, more than one of each
     Doorbell* doorbell = nullptr;   // this device's
     uint32_t seq = 0;               // collectives run so far
+    std::vector<uint32_t> sent;     // point-to-point streams sent to each rank so far
+    std::vector<uint32_t> received;  // and received from each rank
     DirectGroup* direct = nullptr;  // set when every member is a device of this process
     uint64_t direct_barriers = 0;   // barriers this member passed in direct collectives
     std::vector<char> scratch;      // grows as needed; reused from call to call

@@ -131,6 +131,7 @@ World::World(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> netwo
     }
     device_index_[d.id] = i;
     local_index_[i] = per_process[d.process]++;
+    device_locks_.push_back(d.process == me ? std::make_unique<std::recursive_mutex>() : nullptr);
     if (same_host(d.process)) {
       host_index_[d.id] = host_devices_.size();
       host_devices_.push_back(d.id);
@@ -247,6 +248,12 @@ const DeviceInfo& World::device(int64_t id) const {
     throw_error(ErrorKind::kInvalidArgument, "device ", id, " is not part of this jaccl world");
   }
   return config_.devices[it->second];
+}
+
+std::recursive_mutex& World::device_lock(int64_t id) const {
+  const auto& lock = device_locks_[device_index_.at((device(id), id))];
+  if (!lock) throw_error(ErrorKind::kInvalidArgument, "device ", id, " is not a device of this process");
+  return *lock;
 }
 
 size_t World::local_index(int64_t id) const {

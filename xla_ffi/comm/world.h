@@ -81,6 +81,10 @@ class World {
   std::string describe_device(int64_t id) const;
 
   Channel* channel(int64_t src, int64_t dst) const;
+  // Held by every call of a local device while it runs (collectives/run.h): a device's channels
+  // have one producer and one consumer, also when XLA runs two of its calls at once on two
+  // threads (jaccl's ops and XLA's own collectives). Throws for a device of another process.
+  std::recursive_mutex& device_lock(int64_t device) const;
   Doorbell* doorbell(int64_t device) const;
 
   Communicator& communicator(const int64_t* table, size_t size, int group_size);
@@ -114,6 +118,7 @@ class World {
   std::unordered_map<int64_t, std::unordered_map<int64_t, Channel*>> channels_;
   bool attached_ = false;
 
+  std::vector<std::unique_ptr<std::recursive_mutex>> device_locks_;  // by device index, local only
   std::mutex communicators_mutex_;
   std::unordered_map<uint64_t, std::unique_ptr<Communicator>> communicators_;
 };

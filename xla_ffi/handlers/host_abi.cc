@@ -1,10 +1,11 @@
 // The C interface of handlers/host_abi.h: the CUDA module's staged host jobs run the CPU
-// engine that _jaccl owns through these three functions, each a conversion of the C structs
+// engine that _jaccl owns through these functions (the MPI ABI shim too), each a conversion of the C structs
 // into the engine's calls (collectives/run.h, moe/run.h) and of a failure into a message.
 #include "handlers/host_abi.h"
 
 #include <cstdio>
 #include <optional>
+#include <vector>
 
 #include "collectives/run.h"
 #include "moe/run.h"
@@ -69,6 +70,23 @@ extern "C" int jaccl_run_host_moe(const JacclHostMoeCall* c, char* error, size_t
   r.out_rows = c->out_rows;
   r.out_count = c->out_count;
   return report(run_moe(r), error, error_len);
+}
+
+extern "C" int jaccl_run_host_p2p(const JacclHostP2p* c, char* error, size_t error_len) {
+  using namespace jaccl;
+  return report(run_call(CollectiveKind::kPointToPoint, c->device, c->group, c->group_size,
+                         static_cast<int64_t>(c->group_size), Dtype::kU8, 0, [&](Call& call) {
+    auto transfers = [](const JacclTransfer* list, size_t n) {
+      std::vector<Transfer> out(n);
+      for (size_t i = 0; i < n; ++i) {
+        out[i] = Transfer{static_cast<int>(list[i].peer), list[i].data,
+                          static_cast<size_t>(list[i].bytes)};
+      }
+      return out;
+    };
+    point_to_point(call, transfers(c->sends, c->num_sends),
+                   transfers(c->receives, c->num_receives));
+  }), error, error_len);
 }
 
 extern "C" void jaccl_raise_abort(const char* why) {

@@ -2,6 +2,9 @@
 // handlers (_jaccl_cuda) stage device buffers through pinned host memory and hand them to
 // the engine that _jaccl owns (one World per process, whichever module calls it).
 //
+// Also the MPI ABI shim's way into the engine (handlers/mpiabi_table.h): plain C, so the shim
+// (a C library) includes it too.
+//
 // Contract: jaccl_run_host_call runs one collective (ppermute and ragged_all_to_all too),
 // jaccl_run_host_moe one MoE row exchange or combine, for one device on host buffers, as the
 // CPU FFI handlers do (they call the same code: host_abi.cc); each returns 0, or non-zero with
@@ -9,10 +12,12 @@
 // in the engine's usual sense: one caller per device at a time.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
+#include <stddef.h>
+#include <stdint.h>
 
+#ifdef __cplusplus
 extern "C" {
+#endif
 
 struct JacclHostCall {
   int32_t kind;           // CollectiveKind
@@ -36,6 +41,7 @@ struct JacclHostCall {
   uint64_t in_rows, out_rows, row_elems;
 };
 
+typedef struct JacclHostCall JacclHostCall;
 typedef int (*JacclRunHostCall)(const JacclHostCall* call, char* error, size_t error_len);
 
 int jaccl_run_host_call(const JacclHostCall* call, char* error, size_t error_len);
@@ -71,12 +77,39 @@ struct JacclHostMoeCall {
   uint64_t out_count;       // elements
 };
 
+typedef struct JacclHostMoeCall JacclHostMoeCall;
 typedef int (*JacclRunHostMoe)(const JacclHostMoeCall* call, char* error, size_t error_len);
 
 int jaccl_run_host_moe(const JacclHostMoeCall* call, char* error, size_t error_len);
+
+// Point-to-point transfers of one device to and from ranks of one group (a one-row table of
+// global device ids, in rank order), all run together (collectives/point_to_point.cc).
+struct JacclTransfer {
+  int64_t peer;  // rank in the group
+  void* data;    // read for a send, written for a receive
+  uint64_t bytes;
+};
+
+struct JacclHostP2p {
+  int64_t device;
+  const int64_t* group;
+  size_t group_size;
+  const struct JacclTransfer* sends;
+  size_t num_sends;
+  const struct JacclTransfer* receives;
+  size_t num_receives;
+};
+
+typedef struct JacclHostP2p JacclHostP2p;
+typedef int (*JacclRunHostP2p)(const JacclHostP2p* call, char* error, size_t error_len);
+
+int jaccl_run_host_p2p(const JacclHostP2p* call, char* error, size_t error_len);
 
 // Posts `why` on the abort board (peers stop within their deadline); no-op without a world.
 typedef void (*JacclRaiseAbort)(const char* why);
 
 void jaccl_raise_abort(const char* why);
+
+#ifdef __cplusplus
 }
+#endif

@@ -23,6 +23,7 @@
 #include "moe/moe.h"
 #include "handlers/cpu/symbols.h"
 #include "handlers/host_abi.h"
+#include "handlers/mpiabi_attach.h"
 #include "handlers/cpu/ofi_module.h"
 #include "transport/tcp/socket.h"
 
@@ -153,6 +154,14 @@ NB_MODULE(_jaccl, m) {
         nb::arg("tcp_stripes"), nb::arg("transport") = "tcp", nb::arg("ofi_provider") = "",
         nb::arg("ofi_why") = "", nb::arg("ofi_mode") = "auto");
   define_ofi_functions(m);
+  // XLA:CPU's own collectives on this engine (handlers/mpiabi_attach.h).
+  m.def("mpiabi_attach", [](const std::string& path) {
+    try {
+      jaccl::attach_mpiabi(path);
+    } catch (const jaccl::Error& e) {
+      throw std::invalid_argument(e.what());
+    }
+  }, nb::arg("path"));
   m.def("tcp_listen", &tcp_listen, nb::arg("ip"), nb::arg("port") = 0);
   // jaccl-bench transport: frames one way between two devices (comm/frame_stream.h).
   m.def("send_frames", [](int64_t src, int64_t dst, size_t payload, int count, double timeout_s) {

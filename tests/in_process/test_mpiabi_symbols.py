@@ -1,0 +1,36 @@
+"""jaccl's MPI shim (libjaccl_mpiabi.so) stands where MPItrampoline, linked into jaxlib, expects an
+MPI wrapper: at `import jax` the trampoline resolves every name of its ABI in it and ends the
+process at the first one missing. So the shim exports exactly xla_ffi/mpiabi/abi_symbols.txt
+(and its two jaccl functions), and that list is the one the installed jaxlib's trampoline asks
+for: a jaxlib whose trampoline wants a new name fails here, naming it, not at a user's import."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import jaxlib
+
+from jax_jaccl import _transparent
+from module_symbols import exported
+
+LIST = pathlib.Path(__file__).resolve().parents[2] / "xla_ffi" / "mpiabi" / "abi_symbols.txt"
+ABI_NAME = re.compile(rb"\b(?:MPIX?ABI_\w+|mpiwrapper_\w+|mpiabi_version_\w+)")
+
+
+def listed() -> set[str]:
+    return {line.split()[-1] for line in LIST.read_text().splitlines()
+            if line.strip() and not line.startswith("#")}
+
+
+def test_the_list_is_what_the_installed_jaxlib_resolves():
+    library = pathlib.Path(jaxlib.__file__).parent / "libjax_common.so"
+    wanted = {m.decode() for m in ABI_NAME.findall(library.read_bytes())}
+    assert len(wanted) > 600, f"found only {len(wanted)} MPI ABI names in {library}"
+    assert sorted(wanted - listed()) == [], "the trampoline asks for names the shim lacks"
+    assert sorted(listed() - wanted) == [], "the list names symbols this jaxlib does not ask for"
+
+
+def test_the_shim_exports_the_list_and_nothing_else():
+    names = set(exported(_transparent.shim_path()))
+    assert names == listed() | {"jaccl_mpiabi_attach", "jaccl_mpiabi_expect"}

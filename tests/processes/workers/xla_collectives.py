@@ -1,0 +1,111 @@
+"""An unchanged JAX program (jax, jax.numpy and jax.lax only, no jaccl op), run by jaccl-run
+with --xla-collectives jaccl or gloo: each collective XLA emits (from the partitioner or from
+jax.lax in shard_map) is checked on every process against numpy.
+
+Prints "XLA COLLECTIVES <mode> CHECKED <n> ON <processes>" when every case passed; with
+`mode` jaccl it first asserts that jaccl's shim carries XLA's collectives in this process.
+"""
+
+import sys
+
+import numpy as np
+
+import jax_jaccl.distributed
+
+jax_jaccl.distributed.initialize()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+from jax_jaccl import _transparent  # noqa: E402
+
+MODE = sys.argv[1]
+n = jax.process_count()
+assert n > 1, "this program checks a job of several processes"
+assert _transparent.active() == (MODE == "jaccl"), (MODE, _transparent.problem())
+mesh = Mesh(np.array(jax.devices()), ("x",))
+checked = 0
+
+
+def put(value, spec):
+    sharding = NamedSharding(mesh, spec)
+    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+
+def check(name, out, expected, exact=True):
+    global checked
+    for shard in out.addressable_shards:
+        got, want = np.asarray(shard.data), np.asarray(expected)[shard.index]
+        if exact:
+            np.testing.assert_array_equal(got, want, err_msg=name)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=name)
+    checked += 1
+
+
+rng = np.random.default_rng(3)
+rows = 4 * n
+
+# The partitioner's collectives: a sharded reduction and a matmul over the contracted axis
+# (all-reduce), a reshard to replicated (all-gather) and across dimensions (all-to-all).
+for dtype in (np.float32, np.int32, np.float64):
+    v = rng.integers(-9, 9, (rows, 5)).astype(dtype)
+    check(f"sum {dtype.__name__}", jax.jit(lambda a: jnp.sum(a, axis=0),
+                                          out_shardings=NamedSharding(mesh, P()))(put(v, P("x"))),
+          v.sum(axis=0))
+a = rng.integers(-3, 3, (6, rows)).astype(np.float32)
+b = rng.integers(-3, 3, (rows, 7)).astype(np.float32)
+check("matmul", jax.jit(jnp.matmul, out_shardings=NamedSharding(mesh, P()))(
+    put(a, P(None, "x")), put(b, P("x", None))), a @ b)
+v = rng.normal(size=(rows, 3 * n)).astype(np.float32)
+check("reshard to replicated", jax.jit(lambda t: t, out_shardings=NamedSharding(mesh, P()))(
+    put(v, P("x"))), v)
+check("reshard across dimensions", jax.jit(lambda t: t, out_shardings=NamedSharding(
+    mesh, P(None, "x")))(put(v, P("x", None))), v)
+
+# A data-parallel training step under jit with shardings: the gradient's all-reduce.
+x = rng.normal(size=(rows, 3)).astype(np.float32)
+y = rng.normal(size=(rows, 1)).astype(np.float32)
+w = np.ones((3, 1), np.float32)
+grad = jax.jit(jax.grad(lambda w, x, y: jnp.mean((x @ w - y) ** 2)),
+               out_shardings=NamedSharding(mesh, P()))(put(w, P()), put(x, P("x")), put(y, P("x")))
+check("grad", grad, 2 * x.T @ (x @ w - y) / rows, exact=False)
+
+
+# jax.lax collectives in shard_map.
+def spmd(f, value, out_spec=P("x")):
+    return jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("x"), out_specs=out_spec))(
+        put(value, P("x")))
+
+
+blocks = rng.integers(-50, 50, (rows * n, 3))
+per = blocks.reshape(n, -1, 3)
+for dtype in (np.float32, np.int32):
+    v = blocks.astype(dtype)
+    p = v.reshape(n, -1, 3)
+    check(f"psum {dtype.__name__}", spmd(lambda t: lax.psum(t, "x"), v),
+          np.tile(p.sum(0), (n, 1)))
+    check(f"pmax {dtype.__name__}", spmd(lambda t: lax.pmax(t, "x"), v), np.tile(p.max(0), (n, 1)))
+    check(f"pmin {dtype.__name__}", spmd(lambda t: lax.pmin(t, "x"), v), np.tile(p.min(0), (n, 1)))
+v = blocks.astype(np.float32)
+check("all_gather", spmd(lambda t: lax.all_gather(t, "x", tiled=True), v),
+      np.tile(v, (n, 1)))
+check("psum_scatter", spmd(lambda t: lax.psum_scatter(t, "x", tiled=True), v),
+      per.sum(0))
+# all_to_all: block j of rank i goes to rank j, as its block i.
+parts = per.reshape(n, n, -1, 3).astype(np.float32)
+check("all_to_all", spmd(lambda t: lax.all_to_all(t, "x", 0, 0, tiled=True), v),
+      parts.transpose(1, 0, 2, 3).reshape(-1, 3))
+shift = [(i, (i + 1) % n) for i in range(n)]
+check("ppermute", spmd(lambda t: lax.ppermute(t, "x", shift), v),
+      np.roll(per, 1, axis=0).reshape(-1, 3))
+c = (blocks + 1j * blocks[::-1]).astype(np.complex64)
+check("psum complex64", spmd(lambda t: lax.psum(t, "x"), c),
+      np.tile(c.reshape(n, -1, 3).sum(0), (n, 1)))
+bf = blocks.astype(jnp.bfloat16)
+check("psum bfloat16", spmd(lambda t: lax.psum(t, "x"), bf),
+      np.tile(np.asarray(bf, np.float32).reshape(n, -1, 3).sum(0), (n, 1)).astype(jnp.bfloat16))
+
+print(f"XLA COLLECTIVES {MODE} CHECKED {checked} ON {n}", flush=True)

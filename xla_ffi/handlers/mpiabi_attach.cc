@@ -1,0 +1,77 @@
+// The engine table of handlers/mpiabi_table.h, filled from the world and the engine's codes.
+#include "handlers/mpiabi_attach.h"
+
+#include <dlfcn.h>
+
+#include <cstring>
+#include <vector>
+
+#include "collectives/kinds.h"
+#include "comm/world.h"
+#include "common/dtype.h"
+#include "common/error.h"
+#include "common/reduce.h"
+#include "handlers/mpiabi_table.h"
+
+namespace jaccl {
+namespace {
+
+int32_t dtype_code(const char* name) {
+  for (int d = 0; d < static_cast<int>(Dtype::kCount); ++d) {
+    if (std::strcmp(dtype_name(static_cast<Dtype>(d)), name) == 0) return d;
+  }
+  return -1;
+}
+
+int32_t reduce_code(const char* name) {
+  for (int op = 0; op < static_cast<int>(ReduceOp::kCount); ++op) {
+    if (std::strcmp(reduce_op_name(static_cast<ReduceOp>(op)), name) == 0) return op;
+  }
+  return -1;
+}
+
+}  // namespace
+
+void attach_mpiabi(const std::string& path) {
+  World& world = World::require();
+  const WorldConfig& config = world.config();
+  const size_t processes = config.processes.size();
+  // Lives until exit: the shim keeps pointers into it.
+  static std::vector<int64_t> devices;
+  static JacclMpiEngine table;
+  if (config.devices.size() != processes) {
+    throw_error(ErrorKind::kInvalidArgument, "jaccl: XLA's collectives on jaccl need one CPU "
+                "device per process for now; this job has ", config.devices.size(),
+                " devices in ", processes, " processes");
+  }
+  devices.assign(processes, -1);
+  for (const DeviceInfo& d : config.devices) devices[d.process] = d.id;
+  void* shim = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (shim == nullptr) {
+    throw_error(ErrorKind::kInvalidArgument, "jaccl: the MPI shim ", path, " is not loaded (was "
+                "MPITRAMPOLINE_LIB set before jax was imported?)");
+  }
+  auto attach = reinterpret_cast<JacclMpiAttach>(dlsym(shim, "jaccl_mpiabi_attach"));
+  if (attach == nullptr) {
+    dlclose(shim);
+    throw_error(ErrorKind::kInvalidArgument, "jaccl: ", path, " has no jaccl_mpiabi_attach");
+  }
+  table.version = kJacclMpiEngineVersion;
+  table.my_process = config.my_process;
+  table.num_processes = static_cast<int32_t>(processes);
+  table.devices = devices.data();
+  table.kind_all_reduce = static_cast<int32_t>(CollectiveKind::kAllReduce);
+  table.kind_reduce_scatter = static_cast<int32_t>(CollectiveKind::kReduceScatter);
+  table.kind_all_gather = static_cast<int32_t>(CollectiveKind::kAllGather);
+  table.dtype_code = dtype_code;
+  table.reduce_code = reduce_code;
+  table.run_call = jaccl_run_host_call;
+  table.run_p2p = jaccl_run_host_p2p;
+  table.raise_abort = jaccl_raise_abort;
+  char error[1024] = {0};
+  const int rc = attach(&table, error, sizeof error);
+  dlclose(shim);  // the trampoline's reference keeps it loaded
+  if (rc != 0) throw_error(ErrorKind::kInvalidArgument, error);
+}
+
+}  // namespace jaccl

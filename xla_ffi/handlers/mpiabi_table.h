@@ -1,0 +1,43 @@
+/* What libjaccl_mpiabi.so (the MPI ABI shim XLA:CPU's 'mpi' collectives load through
+ * MPItrampoline) is given by the _jaccl extension, so that the collectives XLA emits run on the
+ * one engine of the process. The shim holds no engine of its own.
+ *
+ * Contract: _jaccl's mpiabi_attach() opens the already loaded shim (RTLD_NOLOAD) and calls its
+ * jaccl_mpiabi_attach(&table) once the world is up; the table and what it points to live until
+ * the process exits. Each function returns 0, or non-zero with jaccl's message in `error`. The
+ * world here is one device per process: devices[p] is process p's device. Plain C: the shim is
+ * C only (it is loaded with RTLD_DEEPBIND, where a second C++ runtime would be trouble). */
+#ifndef JACCL_HANDLERS_MPIABI_TABLE_H
+#define JACCL_HANDLERS_MPIABI_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "handlers/host_abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { kJacclMpiEngineVersion = 1 };
+
+typedef struct JacclMpiEngine {
+  uint32_t version;            /* kJacclMpiEngineVersion */
+  int32_t my_process;
+  int32_t num_processes;
+  const int64_t* devices;      /* devices[p]: the device of process p */
+  int32_t kind_all_reduce, kind_reduce_scatter, kind_all_gather;   /* CollectiveKind codes */
+  int32_t (*dtype_code)(const char* name);   /* "float32" -> Dtype; -1 if unknown */
+  int32_t (*reduce_code)(const char* name);  /* "sum" -> ReduceOp; -1 if unknown */
+  JacclRunHostCall run_call;   /* a collective over one group (handlers/host_abi.h) */
+  JacclRunHostP2p run_p2p;     /* sends and receives between ranks of one group */
+  JacclRaiseAbort raise_abort;
+} JacclMpiEngine;
+
+typedef int (*JacclMpiAttach)(const JacclMpiEngine* engine, char* error, size_t error_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,635 @@
+/* libjaccl_mpiabi.so: the MPI calls XLA:CPU's 'mpi' collectives make, carried by jaccl's engine.
+ *
+ * jaxlib links MPItrampoline, which at `import jax` loads the library MPITRAMPOLINE_LIB names and
+ * resolves 641 symbols in it (abi_symbols.txt; mpiabi_exports.c defines the constants and a stub
+ * for every function). This file implements what XLA calls (research/transparent_mode.md §1):
+ * Init_thread, Finalize, Comm_rank/size, Is_thread_main, Comm_split/dup/free, Allreduce,
+ * Allgather, Reduce_scatter(_block), Barrier, Sendrecv, Isend/Irecv/Wait(all), Error_string,
+ * and the small helpers around them. It holds no engine: _jaccl attaches its own through
+ * jaccl_mpiabi_attach() once the world is up (handlers/mpiabi_table.h), so a process has one engine.
+ *
+ * Communicators are tables of global device ids (one device per process for now), the same
+ * tables jaccl's own ops use, so the engine finds the same groups and channels. Comm_split is
+ * an all-gather of (color, key) over the parent. Isend/Irecv only queue; the first Wait on a
+ * thread runs everything that thread queued in one point-to-point call, sends and receives
+ * together, which is how XLA's collective-permute posts them. A failure returns an MPI error
+ * code and keeps jaccl's message for MPI_Error_string (XLA puts it in the JAX exception).
+ * Thread-safe: XLA calls from any of its worker threads. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "handlers/mpiabi_table.h"
+#include "mpiabi_values.h"
+#include "shim.h"
+
+#define JMPI_EXPORT __attribute__((visibility("default")))
+enum { kMessageBytes = 1024, kCommMagic = 0x4a434f4d, kRequestMagic = 0x4a524551 };
+
+/* ---- errors: the last failure of this thread, for MPI_Error_string ---- */
+
+static __thread char last_message[kMessageBytes];
+static __thread int last_code;
+
+static int fail(int code, const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  vsnprintf(last_message, sizeof last_message, format, args);
+  va_end(args);
+  last_code = code;
+  return code;
+}
+
+void jmpi_unsupported(const char* function) {
+  fail(JMPI_ERR_UNSUPPORTED_OPERATION,
+       "jaccl: %s is not supported by jaccl's MPI shim (it implements the calls XLA:CPU's "
+       "collectives make)", function);
+}
+
+/* ---- the engine and the world ---- */
+
+static const JacclMpiEngine* _Atomic engine;
+static int expected_rank = 0, expected_size = 1;  /* WORLD's answers before the attach */
+static atomic_int initialized, finalized;
+
+typedef struct JmpiComm {
+  uint32_t magic;
+  int rank, size;
+  int64_t devices[];  /* the group in rank order */
+} JmpiComm;
+
+static JmpiComm* world_comm;
+static JmpiComm* self_comm;
+
+static JmpiComm* new_comm(int rank, int size) {
+  JmpiComm* c = malloc(sizeof(JmpiComm) + (size_t)size * sizeof(int64_t));
+  if (c != NULL) {
+    c->magic = kCommMagic;
+    c->rank = rank;
+    c->size = size;
+  }
+  return c;
+}
+
+static const JacclMpiEngine* attached(void) {
+  const JacclMpiEngine* e = atomic_load(&engine);
+  if (e == NULL) {
+    fail(JMPI_ERR_OTHER, "jaccl: XLA ran a collective before jaccl's engine was attached: call "
+         "jax_jaccl.distributed.initialize() (or jaccl.init()) before the first computation");
+  }
+  return e;
+}
+
+static JmpiComm* comm_of(uintptr_t handle) {
+  if (handle == JMPI_COMM_WORLD) return attached() ? world_comm : NULL;
+  if (handle == JMPI_COMM_SELF) return attached() ? self_comm : NULL;
+  JmpiComm* c = (JmpiComm*)handle;
+  if (handle < 0x10000 || c->magic != kCommMagic) {
+    fail(JMPI_ERR_COMM, "jaccl: %#lx is not a communicator", (unsigned long)handle);
+    return NULL;
+  }
+  return c;
+}
+
+static int64_t my_device(const JmpiComm* c) { return c->devices[c->rank]; }
+
+/* ---- datatypes and reductions ---- */
+
+typedef struct {
+  uintptr_t handle;
+  const char* name;  /* the engine's element type */
+  int size, parts;   /* bytes per MPI element; engine elements per MPI element */
+  int32_t code;      /* filled at attach */
+} JmpiType;
+
+static JmpiType types[] = {
+    {JMPI_INT8_T, "int8", 1, 1, -1},        {JMPI_SIGNED_CHAR, "int8", 1, 1, -1},
+    {JMPI_CHAR, "int8", 1, 1, -1},          {JMPI_UINT8_T, "uint8", 1, 1, -1},
+    {JMPI_UNSIGNED_CHAR, "uint8", 1, 1, -1}, {JMPI_BYTE, "uint8", 1, 1, -1},
+    {JMPI_C_BOOL, "uint8", 1, 1, -1},       {JMPI_INT16_T, "int16", 2, 1, -1},
+    {JMPI_SHORT, "int16", 2, 1, -1},        {JMPI_UINT16_T, "uint16", 2, 1, -1},
+    {JMPI_UNSIGNED_SHORT, "uint16", 2, 1, -1}, {JMPI_INT32_T, "int32", 4, 1, -1},
+    {JMPI_INT, "int32", 4, 1, -1},          {JMPI_UINT32_T, "uint32", 4, 1, -1},
+    {JMPI_UNSIGNED, "uint32", 4, 1, -1},    {JMPI_INT64_T, "int64", 8, 1, -1},
+    {JMPI_LONG, "int64", 8, 1, -1},         {JMPI_LONG_LONG, "int64", 8, 1, -1},
+    {JMPI_LONG_LONG_INT, "int64", 8, 1, -1}, {JMPI_UINT64_T, "uint64", 8, 1, -1},
+    {JMPI_UNSIGNED_LONG, "uint64", 8, 1, -1}, {JMPI_UNSIGNED_LONG_LONG, "uint64", 8, 1, -1},
+    {JMPI_FLOAT, "float32", 4, 1, -1},      {JMPI_DOUBLE, "float64", 8, 1, -1},
+    {JMPI_C_COMPLEX, "float32", 8, 2, -1},  {JMPI_C_FLOAT_COMPLEX, "float32", 8, 2, -1},
+    {JMPI_C_DOUBLE_COMPLEX, "float64", 16, 2, -1},
+};
+
+static const JmpiType* type_of(uintptr_t handle) {
+  for (size_t i = 0; i < sizeof types / sizeof types[0]; ++i) {
+    if (types[i].handle == handle) return &types[i];
+  }
+  fail(JMPI_ERR_TYPE, "jaccl: MPI datatype %#lx is not one jaccl's MPI shim moves (XLA's "
+       "integer, float32/64 and complex types are)", (unsigned long)handle);
+  return NULL;
+}
+
+static struct { uintptr_t handle; const char* name; int32_t code; } ops[] = {
+    {JMPI_SUM, "sum", -1}, {JMPI_PROD, "prod", -1}, {JMPI_MAX, "max", -1}, {JMPI_MIN, "min", -1},
+};
+
+static int op_of(uintptr_t handle, const JmpiType* type, int32_t* code) {
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; ++i) {
+    if (ops[i].handle != handle) continue;
+    if (type->parts > 1 && handle != JMPI_SUM) {
+      return fail(JMPI_ERR_OP, "jaccl: MPI_%s of complex numbers is not supported (MPI_SUM is)",
+                  ops[i].name);
+    }
+    *code = ops[i].code;
+    return JMPI_SUCCESS;
+  }
+  return fail(JMPI_ERR_OP, "jaccl: MPI op %#lx is not supported (MPI_SUM, MPI_PROD, MPI_MAX and "
+              "MPI_MIN are)", (unsigned long)handle);
+}
+
+/* ---- attaching the engine ---- */
+
+JMPI_EXPORT int jaccl_mpiabi_expect(int rank, int size) {
+  expected_rank = rank;
+  expected_size = size;
+  return 0;
+}
+
+JMPI_EXPORT int jaccl_mpiabi_attach(const JacclMpiEngine* e, char* error, size_t error_len) {
+  if (e == NULL || e->version != kJacclMpiEngineVersion) {
+    snprintf(error, error_len, "jaccl: the MPI shim expects engine table version %d, not %d",
+             kJacclMpiEngineVersion, e == NULL ? -1 : (int)e->version);
+    return 1;
+  }
+  if (atomic_load(&engine) != NULL) return 0;
+  for (size_t i = 0; i < sizeof types / sizeof types[0]; ++i) types[i].code = e->dtype_code(types[i].name);
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; ++i) ops[i].code = e->reduce_code(ops[i].name);
+  JmpiComm* world = new_comm(e->my_process, e->num_processes);
+  JmpiComm* self = new_comm(0, 1);
+  if (world == NULL || self == NULL) {
+    snprintf(error, error_len, "jaccl: out of memory attaching the MPI shim");
+    return 1;
+  }
+  memcpy(world->devices, e->devices, (size_t)e->num_processes * sizeof(int64_t));
+  self->devices[0] = e->devices[e->my_process];
+  world_comm = world;
+  self_comm = self;
+  atomic_store(&engine, e);
+  return 0;
+}
+
+static int run(const JacclHostCall* call) {
+  char error[kMessageBytes];
+  if (atomic_load(&engine)->run_call(call, error, sizeof error) != 0) {
+    return fail(JMPI_ERR_OTHER, "%s", error);
+  }
+  return JMPI_SUCCESS;
+}
+
+/* A collective on `c` of `count` MPI elements of `type` in and `out_count` out. */
+static int collective(int32_t kind, const JmpiComm* c, const JmpiType* type, int32_t op,
+                      const void* in, void* out, size_t count, size_t out_count) {
+  if (type->code < 0) return fail(JMPI_ERR_TYPE, "jaccl: no engine type %s", type->name);
+  JacclHostCall call;
+  memset(&call, 0, sizeof call);
+  call.kind = kind;
+  call.device = my_device(c);
+  call.groups = c->devices;
+  call.groups_len = (size_t)c->size;
+  call.group_size = c->size;
+  call.dtype = type->code;
+  call.op = op;
+  call.in = in;
+  call.out = out;
+  call.in_count = count * (size_t)type->parts;
+  call.out_count = out_count * (size_t)type->parts;
+  call.outer_in = call.outer_out = 1;
+  return run(&call);
+}
+
+/* ---- initialisation ---- */
+
+JMPI_EXPORT int MPIABI_Init(int* argc, char*** argv) {
+  atomic_store(&initialized, 1);
+  return JMPI_SUCCESS;
+}
+
+JMPI_EXPORT int MPIABI_Init_thread(int* argc, char*** argv, int required, int* provided) {
+  atomic_store(&initialized, 1);
+  if (provided != NULL) *provided = JMPI_THREAD_MULTIPLE;
+  return JMPI_SUCCESS;
+}
+
+/* XLA frees its communicators after MPI_Finalize (when the CPU client dies): allowed here. */
+JMPI_EXPORT int MPIABI_Finalize(void) {
+  atomic_store(&finalized, 1);
+  return JMPI_SUCCESS;
+}
+
+JMPI_EXPORT int MPIABI_Initialized(int* flag) {
+  *flag = atomic_load(&initialized);
+  return JMPI_SUCCESS;
+}
+
+JMPI_EXPORT int MPIABI_Finalized(int* flag) {
+  *flag = atomic_load(&finalized);
+  return JMPI_SUCCESS;
+}
+
+/* Every thread may call (the engine routes by communicator and rank): XLA's thread check. */
+JMPI_EXPORT int MPIABI_Is_thread_main(int* flag) {
+  *flag = 1;
+  return JMPI_SUCCESS;
+}
+
+JMPI_EXPORT int MPIABI_Query_thread(int* provided) {
+  *provided = JMPI_THREAD_MULTIPLE;
+  return JMPI_SUCCESS;
+}
+
+JMPI_EXPORT int MPIABI_Get_version(int* version, int* subversion) {
+  *version = 3;
+  *subversion = 1;
+  return JMPI_SUCCESS;
+}
+
+JMPI_EXPORT int MPIABI_Get_library_version(char* version, int* length) {
+  *length = snprintf(version, 8192, "jaccl's MPI shim %d.%d.%d (MPI ABI %d.%d.%d): XLA:CPU's "
+                     "collectives on jax_jaccl's engine", JMPI_VERSION_MPIWRAPPER_VERSION_MAJOR,
+                     JMPI_VERSION_MPIWRAPPER_VERSION_MINOR, JMPI_VERSION_MPIWRAPPER_VERSION_PATCH,
+                     JMPI_VERSION_MPIABI_VERSION_MAJOR, JMPI_VERSION_MPIABI_VERSION_MINOR,
+                     JMPI_VERSION_MPIABI_VERSION_PATCH);
+  return JMPI_SUCCESS;
+}
+
+JMPI_EXPORT double MPIABI_Wtime(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+JMPI_EXPORT double MPIABI_Wtick(void) { return 1e-9; }
+
+JMPI_EXPORT intptr_t MPIABI_Aint_add(intptr_t base, intptr_t disp) { return base + disp; }
+JMPI_EXPORT intptr_t MPIABI_Aint_diff(intptr_t a, intptr_t b) { return a - b; }
+
+JMPI_EXPORT int MPIABI_Type_size(uintptr_t datatype, int* size) {
+  const JmpiType* type = type_of(datatype);
+  if (type == NULL) return last_code;
+  *size = type->size;
+  return JMPI_SUCCESS;
+}
+
+JMPI_EXPORT int MPIABI_Error_class(int code, int* error_class) {
+  *error_class = code;
+  return JMPI_SUCCESS;
+}
+
+JMPI_EXPORT int MPIABI_Error_string(int code, char* text, int* length) {
+  if (code == last_code && last_message[0] != '\0') {
+    *length = snprintf(text, kMessageBytes, "%s", last_message);
+  } else {
+    *length = snprintf(text, kMessageBytes, "jaccl: MPI error %d", code);
+  }
+  if (*length >= kMessageBytes) *length = kMessageBytes - 1;
+  return JMPI_SUCCESS;
+}
+
+/* ---- communicators ---- */
+
+JMPI_EXPORT int MPIABI_Comm_rank(uintptr_t comm, int* rank) {
+  if (comm == JMPI_COMM_WORLD && atomic_load(&engine) == NULL) {
+    *rank = expected_rank;  /* XLA asks right after MPI_Init_thread, for its logs */
+    return JMPI_SUCCESS;
+  }
+  JmpiComm* c = comm_of(comm);
+  if (c == NULL) return last_code;
+  *rank = c->rank;
+  return JMPI_SUCCESS;
+}
+
+JMPI_EXPORT int MPIABI_Comm_size(uintptr_t comm, int* size) {
+  if (comm == JMPI_COMM_WORLD && atomic_load(&engine) == NULL) {
+    *size = expected_size;
+    return JMPI_SUCCESS;
+  }
+  JmpiComm* c = comm_of(comm);
+  if (c == NULL) return last_code;
+  *size = c->size;
+  return JMPI_SUCCESS;
+}
+
+/* Collective over `comm`: everyone's (color, key) goes to everyone; the ranks of my color, by
+ * key (ties by their rank in `comm`), make the new communicator. */
+JMPI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t* newcomm) {
+  JmpiComm* parent = comm_of(comm);
+  if (parent == NULL) return last_code;
+  const int n = parent->size;
+  int64_t mine[2] = {color, key};
+  int64_t* all = malloc(2 * (size_t)n * sizeof(int64_t));
+  int* order = malloc((size_t)n * sizeof(int));
+  if (all == NULL || order == NULL) {
+    free(all);
+    free(order);
+    return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
+  }
+  int rc = collective(atomic_load(&engine)->kind_all_gather, parent, type_of(JMPI_INT64_T), 0,
+                      mine, all, 2, 2 * (size_t)n);
+  int members = 0;
+  for (int j = 0; rc == JMPI_SUCCESS && j < n; ++j) {
+    if (all[2 * j] != color) continue;
+    int at = members++;  /* insertion by (key, parent rank): stable */
+    while (at > 0 && all[2 * order[at - 1] + 1] > all[2 * j + 1]) {
+      order[at] = order[at - 1];
+      --at;
+    }
+    order[at] = j;
+  }
+  if (rc == JMPI_SUCCESS) {
+    *newcomm = 0;
+    if (color != JMPI_UNDEFINED) {
+      JmpiComm* c = new_comm(0, members);
+      if (c == NULL) {
+        rc = fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
+      } else {
+        for (int i = 0; i < members; ++i) {
+          c->devices[i] = parent->devices[order[i]];
+          if (order[i] == parent->rank) c->rank = i;
+        }
+        *newcomm = (uintptr_t)c;
+      }
+    }
+  }
+  free(all);
+  free(order);
+  return rc;
+}
+
+JMPI_EXPORT int MPIABI_Comm_dup(uintptr_t comm, uintptr_t* newcomm) {
+  JmpiComm* c = comm_of(comm);
+  if (c == NULL) return last_code;
+  JmpiComm* d = new_comm(c->rank, c->size);
+  if (d == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_dup");
+  memcpy(d->devices, c->devices, (size_t)c->size * sizeof(int64_t));
+  *newcomm = (uintptr_t)d;
+  return JMPI_SUCCESS;
+}
+
+JMPI_EXPORT int MPIABI_Comm_free(uintptr_t* comm) {
+  if (*comm != JMPI_COMM_WORLD && *comm != JMPI_COMM_SELF && *comm != 0) {
+    JmpiComm* c = (JmpiComm*)*comm;
+    if (*comm < 0x10000 || c->magic != kCommMagic) {
+      return fail(JMPI_ERR_COMM, "jaccl: MPI_Comm_free of %#lx, not a communicator",
+                  (unsigned long)*comm);
+    }
+    c->magic = 0;
+    free(c);
+  }
+  *comm = 0;
+  return JMPI_SUCCESS;
+}
+
+/* ---- collectives (out of place, as XLA calls them) ---- */
+
+JMPI_EXPORT int MPIABI_Allreduce(const void* send, void* recv, int count, uintptr_t datatype,
+                                 uintptr_t op, uintptr_t comm) {
+  JmpiComm* c = comm_of(comm);
+  const JmpiType* type = c ? type_of(datatype) : NULL;
+  int32_t code;
+  if (type == NULL || op_of(op, type, &code) != JMPI_SUCCESS) return last_code;
+  const void* in = send == JMPI_IN_PLACE ? recv : send;
+  return collective(atomic_load(&engine)->kind_all_reduce, c, type, code, in, recv,
+                    (size_t)count, (size_t)count);
+}
+
+static int reduce_scatter(const char* name, const void* send, void* recv, int count,
+                          uintptr_t datatype, uintptr_t op, uintptr_t comm) {
+  JmpiComm* c = comm_of(comm);
+  const JmpiType* type = c ? type_of(datatype) : NULL;
+  int32_t code;
+  if (type == NULL || op_of(op, type, &code) != JMPI_SUCCESS) return last_code;
+  if (send == JMPI_IN_PLACE) return fail(JMPI_ERR_ARG, "jaccl: %s with MPI_IN_PLACE", name);
+  return collective(atomic_load(&engine)->kind_reduce_scatter, c, type, code, send, recv,
+                    (size_t)count * (size_t)c->size, (size_t)count);
+}
+
+JMPI_EXPORT int MPIABI_Reduce_scatter_block(const void* send, void* recv, int count,
+                                            uintptr_t datatype, uintptr_t op, uintptr_t comm) {
+  return reduce_scatter("MPI_Reduce_scatter_block", send, recv, count, datatype, op, comm);
+}
+
+/* XLA's counts are all equal (a reduce-scatter of equal blocks); others are refused. */
+JMPI_EXPORT int MPIABI_Reduce_scatter(const void* send, void* recv, const int counts[],
+                                      uintptr_t datatype, uintptr_t op, uintptr_t comm) {
+  JmpiComm* c = comm_of(comm);
+  if (c == NULL) return last_code;
+  for (int r = 1; r < c->size; ++r) {
+    if (counts[r] != counts[0]) {
+      return fail(JMPI_ERR_COUNT, "jaccl: MPI_Reduce_scatter with unequal counts (%d for rank 0, "
+                  "%d for rank %d) is not supported", counts[0], counts[r], r);
+    }
+  }
+  return reduce_scatter("MPI_Reduce_scatter", send, recv, counts[0], datatype, op, comm);
+}
+
+JMPI_EXPORT int MPIABI_Allgather(const void* send, int send_count, uintptr_t send_type,
+                                 void* recv, int recv_count, uintptr_t recv_type, uintptr_t comm) {
+  JmpiComm* c = comm_of(comm);
+  const JmpiType* type = c ? type_of(send_type) : NULL;
+  if (type == NULL) return last_code;
+  if (send_type != recv_type || send_count != recv_count || send == JMPI_IN_PLACE) {
+    return fail(JMPI_ERR_ARG, "jaccl: MPI_Allgather needs equal send and receive types and "
+                "counts, out of place (got %d and %d elements)", send_count, recv_count);
+  }
+  return collective(atomic_load(&engine)->kind_all_gather, c, type, 0, send, recv,
+                    (size_t)send_count, (size_t)send_count * (size_t)c->size);
+}
+
+JMPI_EXPORT int MPIABI_Barrier(uintptr_t comm) {
+  JmpiComm* c = comm_of(comm);
+  if (c == NULL) return last_code;
+  int32_t in = 0, out = 0;
+  return collective(atomic_load(&engine)->kind_all_reduce, c, type_of(JMPI_INT32_T), ops[0].code,
+                    &in, &out, 1, 1);
+}
+
+/* ---- point to point ---- */
+
+typedef struct JmpiStatus {  /* MPItrampoline's MPIABI_Status: 24 opaque bytes, then these */
+  unsigned char opaque[24];
+  int source, tag, error, reserved;
+} JmpiStatus;
+
+static void set_status(void* status, int source, int tag) {
+  if (status == NULL || status == JMPI_STATUS_IGNORE) return;
+  JmpiStatus* s = status;
+  s->source = source;
+  s->tag = tag;
+  s->error = JMPI_SUCCESS;
+}
+
+/* Runs sends and receives of this thread together; peers are ranks of `c`. */
+static int transfer(const JmpiComm* c, const struct JacclTransfer* sends, size_t num_sends,
+                    const struct JacclTransfer* receives, size_t num_receives) {
+  JacclHostP2p call = {my_device(c), c->devices, (size_t)c->size, sends, num_sends, receives,
+                       num_receives};
+  char error[kMessageBytes];
+  if (atomic_load(&engine)->run_p2p(&call, error, sizeof error) != 0) {
+    return fail(JMPI_ERR_OTHER, "%s", error);
+  }
+  return JMPI_SUCCESS;
+}
+
+static int bytes_of(uintptr_t datatype, int count, uint64_t* bytes) {
+  const JmpiType* type = type_of(datatype);
+  if (type == NULL) return last_code;
+  if (count < 0) return fail(JMPI_ERR_COUNT, "jaccl: negative count %d", count);
+  *bytes = (uint64_t)count * (uint64_t)type->size;
+  return JMPI_SUCCESS;
+}
+
+static int check_peer(const JmpiComm* c, int peer, const char* what) {
+  if (peer == JMPI_PROC_NULL || (peer >= 0 && peer < c->size)) return JMPI_SUCCESS;
+  return fail(JMPI_ERR_RANK, "jaccl: %s rank %d in a communicator of %d (MPI_ANY_SOURCE is not "
+              "supported)", what, peer, c->size);
+}
+
+JMPI_EXPORT int MPIABI_Sendrecv(const void* send, int send_count, uintptr_t send_type, int dest,
+                                int send_tag, void* recv, int recv_count, uintptr_t recv_type,
+                                int source, int recv_tag, uintptr_t comm, void* status) {
+  JmpiComm* c = comm_of(comm);
+  uint64_t send_bytes, recv_bytes;
+  if (c == NULL || bytes_of(send_type, send_count, &send_bytes) != JMPI_SUCCESS ||
+      bytes_of(recv_type, recv_count, &recv_bytes) != JMPI_SUCCESS ||
+      check_peer(c, dest, "MPI_Sendrecv to") != JMPI_SUCCESS ||
+      check_peer(c, source, "MPI_Sendrecv from") != JMPI_SUCCESS) {
+    return last_code;
+  }
+  if (dest == c->rank || source == c->rank) {
+    if (dest != source || send_bytes != recv_bytes) {
+      return fail(JMPI_ERR_ARG, "jaccl: MPI_Sendrecv to rank %d from rank %d on rank %d: a "
+                  "message to itself needs the same rank and size both ways", dest, source,
+                  c->rank);
+    }
+    memmove(recv, send, send_bytes);
+    set_status(status, source, send_tag);
+    return JMPI_SUCCESS;
+  }
+  struct JacclTransfer s = {dest, (void*)send, send_bytes};
+  struct JacclTransfer r = {source, recv, recv_bytes};
+  int rc = transfer(c, &s, dest == JMPI_PROC_NULL ? 0 : 1, &r, source == JMPI_PROC_NULL ? 0 : 1);
+  if (rc == JMPI_SUCCESS) set_status(status, source, recv_tag);
+  return rc;
+}
+
+/* A queued Isend or Irecv; the thread's queue runs at its first Wait. */
+typedef struct JmpiRequest {
+  uint32_t magic;
+  int is_send, peer, tag, done, code;
+  const JmpiComm* comm;
+  struct JacclTransfer transfer;
+  struct JmpiRequest* next;  /* this thread's queue */
+} JmpiRequest;
+
+static __thread JmpiRequest* queue;
+
+static int post(int is_send, void* buf, int count, uintptr_t datatype, int peer, int tag,
+                uintptr_t comm, uintptr_t* request) {
+  JmpiComm* c = comm_of(comm);
+  uint64_t bytes;
+  if (c == NULL || bytes_of(datatype, count, &bytes) != JMPI_SUCCESS ||
+      check_peer(c, peer, is_send ? "MPI_Isend to" : "MPI_Irecv from") != JMPI_SUCCESS) {
+    return last_code;
+  }
+  if (peer == c->rank) {
+    return fail(JMPI_ERR_RANK, "jaccl: MPI_I%s to itself (rank %d) is not supported",
+                is_send ? "send" : "recv", peer);
+  }
+  JmpiRequest* r = calloc(1, sizeof *r);
+  if (r == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in a point-to-point call");
+  r->magic = kRequestMagic;
+  r->is_send = is_send;
+  r->peer = peer;
+  r->tag = tag;
+  r->comm = c;
+  r->transfer = (struct JacclTransfer){peer, buf, bytes};
+  r->done = peer == JMPI_PROC_NULL;
+  if (!r->done) {  /* append: transfers keep their posting order */
+    JmpiRequest** tail = &queue;
+    while (*tail != NULL) tail = &(*tail)->next;
+    *tail = r;
+  }
+  *request = (uintptr_t)r;
+  return JMPI_SUCCESS;
+}
+
+JMPI_EXPORT int MPIABI_Isend(const void* buf, int count, uintptr_t datatype, int dest, int tag,
+                             uintptr_t comm, uintptr_t* request) {
+  return post(1, (void*)buf, count, datatype, dest, tag, comm, request);
+}
+
+JMPI_EXPORT int MPIABI_Irecv(void* buf, int count, uintptr_t datatype, int source, int tag,
+                             uintptr_t comm, uintptr_t* request) {
+  return post(0, buf, count, datatype, source, tag, comm, request);
+}
+
+/* Runs every queued request of this thread on `comm` in one point-to-point call. */
+static void run_queue(const JmpiComm* comm) {
+  size_t n = 0;
+  for (JmpiRequest* r = queue; r != NULL; r = r->next) n += r->comm == comm;
+  struct JacclTransfer* sends = malloc((n + 1) * sizeof *sends);
+  struct JacclTransfer* receives = malloc((n + 1) * sizeof *receives);
+  size_t num_sends = 0, num_receives = 0;
+  int code = JMPI_ERR_NO_MEM;
+  if (sends != NULL && receives != NULL) {
+    for (JmpiRequest* r = queue; r != NULL; r = r->next) {
+      if (r->comm != comm) continue;
+      if (r->is_send) sends[num_sends++] = r->transfer;
+      else receives[num_receives++] = r->transfer;
+    }
+    code = transfer(comm, sends, num_sends, receives, num_receives);
+  } else {
+    fail(code, "jaccl: out of memory in MPI_Wait");
+  }
+  free(sends);
+  free(receives);
+  for (JmpiRequest** at = &queue; *at != NULL;) {
+    JmpiRequest* r = *at;
+    if (r->comm != comm) {
+      at = &r->next;
+      continue;
+    }
+    r->done = 1;
+    r->code = code;
+    *at = r->next;
+  }
+}
+
+JMPI_EXPORT int MPIABI_Wait(uintptr_t* request, void* status) {
+  if (*request == 0) return JMPI_SUCCESS;
+  JmpiRequest* r = (JmpiRequest*)*request;
+  if (*request < 0x10000 || r->magic != kRequestMagic) {
+    return fail(JMPI_ERR_REQUEST, "jaccl: MPI_Wait on %#lx, not a request", (unsigned long)*request);
+  }
+  if (!r->done) run_queue(r->comm);
+  const int code = r->code;
+  if (code == JMPI_SUCCESS && !r->is_send) set_status(status, r->peer, r->tag);
+  r->magic = 0;
+  free(r);
+  *request = 0;
+  return code == JMPI_SUCCESS ? JMPI_SUCCESS : (last_code = code);
+}
+
+JMPI_EXPORT int MPIABI_Waitall(int count, uintptr_t requests[], void* statuses) {
+  int rc = JMPI_SUCCESS;
+  for (int i = 0; i < count; ++i) {
+    void* status = (statuses == NULL || statuses == JMPI_STATUSES_IGNORE)
+                       ? JMPI_STATUS_IGNORE : (char*)statuses + (size_t)i * sizeof(JmpiStatus);
+    const int code = MPIABI_Wait(&requests[i], status);
+    if (rc == JMPI_SUCCESS) rc = code;
+  }
+  return rc;
+}
