@@ -2,7 +2,7 @@
 
     jaccl-bench collectives [--nprocs 2] [--devices-per-process 1] [--sizes 4K,64K,1M,16M,64M]
                             [--ops all_reduce,reduce_scatter,all_gather,ppermute,ragged_all_to_all]
-                            [--vs lax,mpi4jax,mpi,shm]
+                            [--vs lax,lax_on_jaccl,mpi4jax,mpi,shm]
                             [--runs 3] [--algorithm auto] [--plot FILE.png] [--json FILE]
     jaccl-bench collectives --emulate-hosts 4 --link-rate 200mbit --topology mesh
                             [--transports tcp,ofi] [--sizes ...] [--runs 1] [--plot FILE.png]
@@ -11,7 +11,8 @@
     jaccl-bench moe [...]   (see jax_jaccl/bench/moe.py)
     jaccl-bench kernels     (a GPU: see jax_jaccl/bench/kernels.py)
 
-Each run starts one jaccl-run job (jax_jaccl, and jax's own collectives for --vs lax) and,
+Each run starts one jaccl-run job (jax_jaccl, and jax's own collectives for --vs lax), for
+--vs lax_on_jaccl one more whose jax.lax collectives run on jaccl (--xla-collectives jaccl), and,
 for --vs mpi4jax/mpi, one mpirun job (Open MPI from apt; mpi4py and mpi4jax from the bench
 extra), alternating so that both see the same machine; --vs shm adds, for ppermute between
 2 processes, a plain shared-memory copy of the same bytes (shm_copy.py). The table shows
@@ -65,10 +66,12 @@ def collectives(args) -> None:
 
         return emulate.run(args)
     peers = [p for p in args.vs.split(",") if p] if args.vs else []
-    unknown = set(peers) - {"lax", "mpi4jax", "mpi", "shm"}
+    unknown = set(peers) - {"lax", "lax_on_jaccl", "mpi4jax", "mpi", "shm"}
     if unknown:
-        raise SystemExit(f"jaccl-bench: unknown --vs {sorted(unknown)} (use lax, mpi4jax, mpi, "
-                         "shm)")
+        raise SystemExit(f"jaccl-bench: unknown --vs {sorted(unknown)} (use lax, lax_on_jaccl, "
+                         "mpi4jax, mpi, shm)")
+    if "lax_on_jaccl" in peers and args.devices_per_process != 1:
+        raise SystemExit("jaccl-bench: lax_on_jaccl runs one device per process")
     ops = [op for op in args.ops.split(",") if op]
     unknown = set(ops) - set(EVERY_OP)
     if unknown:
@@ -96,6 +99,15 @@ def collectives(args) -> None:
                   "--output", out], args.timeout)
             with open(out) as f:
                 records += json.load(f)
+            if "lax_on_jaccl" in peers:
+                out = os.path.join(tmp, f"lax_on_jaccl{run}.json")
+                _run([sys.executable, "-m", "jax_jaccl.launch", "-n", str(args.nprocs),
+                      "--xla-collectives", "jaccl", "--", sys.executable, "-m",
+                      "jax_jaccl.bench.collectives_worker", "--sizes", args.sizes, "--ops",
+                      args.ops,
+                      "--impls", "lax_on_jaccl", "--output", out], args.timeout)
+                with open(out) as f:
+                    records += json.load(f)
             if mpi_impls:
                 out = os.path.join(tmp, f"mpi{run}.json")
                 mpirun = ["mpirun", "-n", str(args.nprocs)]
@@ -110,7 +122,7 @@ def collectives(args) -> None:
             if shm:
                 records += shm_records(args.sizes)
             print(f"run {run + 1}/{args.runs} done", file=sys.stderr, flush=True)
-    impls = ["jaccl"] + [p for p in peers if p in jax_impls + mpi_impls] + \
+    impls = ["jaccl"] + [p for p in peers if p in jax_impls + mpi_impls + ["lax_on_jaccl"]] + \
         (["jaccl_padded"] if "jaccl_padded" in jax_impls else []) + (["shm"] if shm else [])
     ranks = args.nprocs * args.devices_per_process
     print(f"# jaccl-bench collectives: {args.nprocs} processes x {args.devices_per_process} "
@@ -134,7 +146,7 @@ def main(argv=None) -> None:
     c.add_argument("--devices-per-process", type=int, default=1)
     c.add_argument("--sizes", default=DEFAULT_SIZES)
     c.add_argument("--ops", default=",".join(OPS))
-    c.add_argument("--vs", default="", help="comma list of lax, mpi4jax, mpi, shm")
+    c.add_argument("--vs", default="", help="comma list of lax, lax_on_jaccl, mpi4jax, mpi, shm")
     c.add_argument("--runs", type=int, default=3)
     c.add_argument("--algorithm", default="auto")
     c.add_argument("--plot", default=None)

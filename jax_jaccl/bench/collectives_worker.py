@@ -27,13 +27,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", required=True)
     parser.add_argument("--ops", required=True)
-    parser.add_argument("--impls", required=True, help="comma list of jaccl, lax, local")
+    parser.add_argument("--impls", required=True,
+                        help="comma list of jaccl, lax, local; lax_on_jaccl: jax.lax's ops in a "
+                             "job whose XLA collectives run on jaccl (--xla-collectives jaccl)")
     parser.add_argument("--algorithm", default="auto")
     parser.add_argument("--output", required=True)
     parser.add_argument("--budget-mb", type=int, default=1024,
                         help="about this many MiB moved per measurement")
     args = parser.parse_args()
     index, count = jax_jaccl.distributed.initialize()
+    from jax_jaccl import _transparent
+
+    if "lax_on_jaccl" in args.impls.split(","):
+        assert _transparent.active(), f"lax_on_jaccl needs --xla-collectives jaccl: {_transparent.problem()}"
 
     import jax
     import jax.numpy as jnp

@@ -12,7 +12,8 @@ import statistics
 from .sizes import EVERY_OP, bus_factor, human
 
 NAMES = {"jaccl": "jaccl", "lax": "jax gloo", "mpi4jax": "mpi4jax", "mpi": "mpi4py (numpy)",
-         "local": "jit x+1", "shm": "shm copy (numpy)", "jaccl_padded": "jaccl padded"}
+         "local": "jit x+1", "shm": "shm copy (numpy)", "jaccl_padded": "jaccl padded",
+         "lax_on_jaccl": "lax on jaccl"}
 
 # What each implementation runs where the op's name alone does not say it.
 NOTES = {"ragged_all_to_all": "jaccl: ragged_all_to_all of the filled rows; jaccl padded and "

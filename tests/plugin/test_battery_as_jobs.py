@@ -18,7 +18,7 @@ from jax.experimental import multihost_utils
 
 import jax_jaccl as jaccl
 from job_layouts import OFI, OFI_MESSAGES, expected, layout, needs_ofi
-from process_battery import assert_equal_shards, run_battery
+from process_battery import ALL_DTYPES, TRANSPORT_DTYPES, assert_equal_shards, run_battery
 
 
 def same_on_every_process(digests: dict) -> None:
@@ -34,16 +34,23 @@ def same_on_every_process(digests: dict) -> None:
 # emulated hosts jaccl's TCP with the hierarchical algorithms (4x1 on 2 hosts) and with several
 # devices per process (2x2 on 2 hosts), libfabric with writes (2x2) and with messages (4 hosts);
 # network namespaces (real veth links) over TCP on 4 hosts and libfabric on 2; ranks dealt
-# round-robin over namespace hosts, 4 processes x 2 devices.
-@pytest.mark.parametrize("nprocs, devices, hosts, transport", [
+# round-robin over namespace hosts, 4 processes x 2 devices. Those there for a transport or a
+# placement (libfabric, network namespaces, round-robin) run the battery's transport types.
+FOR_THEIR_TRANSPORT = {"2x2-2hosts-lo-ofi", "4x1-4hosts-lo-ofi-messages", "4x1-4hosts-netns-tcp",
+                       "4x1-2hosts-netns-ofi", "4x2-2hosts-netns-tcp-rr"}
+LAYOUTS = [
     layout(2, 2), layout(4, 1),
     layout(4, 1, 2), layout(2, 2, 2),
     layout(2, 2, 2, OFI, marks=needs_ofi), layout(4, 1, 4, OFI_MESSAGES, marks=needs_ofi),
     layout(4, 1, 4, network="namespaces"),
     layout(4, 1, 2, OFI, network="namespaces", marks=needs_ofi),
     layout(4, 2, 2, network="namespaces", ranks="round-robin"),
-])
-def test_collectives_match_lax(jax_job, nprocs, devices, hosts, transport):
+]
+assert FOR_THEIR_TRANSPORT <= {p.id for p in LAYOUTS}, "a name above is not a layout's"
+
+
+@pytest.mark.parametrize("nprocs, devices, hosts, transport", LAYOUTS)
+def test_collectives_match_lax(jax_job, request, nprocs, devices, hosts, transport):
     assert (jax_job.process_count, jax_job.local_device_count) == (nprocs, devices)
     assert (jax_job.host_count, jaccl.init().host_count) == (hosts, hosts)
     assert jaccl.init().transport == (expected(transport) if hosts > 1 else "none")
@@ -62,6 +69,7 @@ def test_collectives_match_lax(jax_job, nprocs, devices, hosts, transport):
             digests[name] = hashes.pop()
         checked.append(name)
 
-    run_battery(compare, hierarchical=hosts > 1 and jax.device_count() // hosts > 1)
+    dtypes = TRANSPORT_DTYPES if request.node.callspec.id in FOR_THEIR_TRANSPORT else ALL_DTYPES
+    run_battery(compare, hierarchical=hosts > 1 and jax.device_count() // hosts > 1, dtypes=dtypes)
     assert len(checked) > 100 and len(digests) > 20
     same_on_every_process(digests)

@@ -18,6 +18,7 @@ import numpy as np
 
 CPU_DEVICES = 8  # reference devices; set before JAX starts its backends
 
+# The last shape is large (4-byte types only): several JACCL_CUDA_BUFFER_MB chunks of a message.
 SHAPES = [(7,), (65_537,), (6, 40), (1024, 1024)]
 
 
@@ -54,9 +55,10 @@ def battery(impl, devices, shape, dtype):
             for name, a in out.items()}
 
 
-def check_all(verbose=True, devices=None, reference=None, lax_on_devices=None):
+def check_all(verbose=True, devices=None, reference=None, lax_on_devices=None, shapes=SHAPES):
     """Runs the battery on `devices` (default: every GPU of the job) against jax.lax on
-    `reference` (default: as many CPU devices of this process); returns the checks made."""
+    `reference` (default: as many CPU devices of this process); returns the checks made.
+    `shapes`: SHAPES, or a list of the same kind (the last one large)."""
     import jax
 
     from suite import Jaccl, Lax
@@ -70,8 +72,8 @@ def check_all(verbose=True, devices=None, reference=None, lax_on_devices=None):
         lax_on_devices = jax.process_count() == 1
     checked = 0
     for dtype in dtypes():
-        for shape in SHAPES:
-            if shape == (1024, 1024) and np.dtype(dtype).itemsize != 4:
+        for shape in shapes:
+            if shape == shapes[-1] and np.dtype(dtype).itemsize != 4:
                 continue
             got = battery(Jaccl, devices, shape, dtype)
             references = [battery(Lax, reference, shape, dtype)]
