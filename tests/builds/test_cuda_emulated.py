@@ -44,6 +44,9 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ comp
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("emulated_gpus")
+    JOB_ENV.update({"JAX_COMPILATION_CACHE_DIR": str(tmp_path_factory.mktemp("compile_cache")),
+                    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"})
     return emulation.build(out)
 
 
@@ -57,7 +60,10 @@ def test_kernels_and_peer_schedules_on_emulated_gpus(built):
     assert "PASSED: 0 failures" in report
 
 
-INFO = {"JACCL_DEBUG": "INFO"}
+# Every job here: JACCL_DEBUG=INFO, and (once `built` ran) one JAX compilation cache, so the
+# peer and the staged runs of a battery compile its programs once (the path is chosen at run
+# time, the programs are the same).
+JOB_ENV = {"JACCL_DEBUG": "INFO"}
 # A GPU handler's INFO line (cuda_handlers.cc's log_path), numbers and all.
 GPU_INFO_LINE = re.compile(r"INFO [a-z_]+ \d+ B \(<= 2\^\d+\) on GPU device \d+, group of \d+: \w")
 
@@ -68,7 +74,7 @@ def assert_info_whole(output):
 
 def run_jax(module, *args, timeout=600):
     result = subprocess.run([sys.executable, str(HERE / "jax_on_emulated_gpus.py"), str(module), *args],
-                            capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **INFO))
+                            capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **JOB_ENV))
     return result.returncode, result.stdout + result.stderr
 
 
@@ -108,7 +114,7 @@ def test_gpu_batteries_in_two_processes(built, suite, path):
     done = subprocess.run([sys.executable, "-m", "jax_jaccl.launch", "-n", "2", "--", sys.executable,
                            str(HERE / "jax_on_emulated_gpus.py"), str(built[1]), suite, "--job",
                            "--path", path], capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, **INFO))
+                          env=dict(os.environ, **JOB_ENV))
     output = done.stdout + done.stderr
     assert done.returncode == 0, clean(output)[-6000:]
     assert len(re.findall(r"OK \d+ (MoE )?checks on 2 cpu device\(s\), process [01] of 2", output)) == 2, \
@@ -121,8 +127,10 @@ def test_gpu_batteries_in_two_processes(built, suite, path):
 def test_layouts_choose_each_group_its_path(built, nprocs, devices, hosts):
     """tests/processes/workers' layout battery on emulated GPUs with JACCL_CUDA_PATH=auto: groups
     whose members all read each other take the peer path, the others (across hosts, or a
-    process's second GPU with another process's) are staged; all against jax.lax."""
-    env = {"JACCL_TEST_EMULATED_CUDA": str(built[1]), "JACCL_CUDA_PATH": "auto", **INFO}
+    process's second GPU with another process's) are staged; all against jax.lax. The battery's
+    transport types: every dtype already ran both paths in the batteries above."""
+    env = {"JACCL_TEST_EMULATED_CUDA": str(built[1]), "JACCL_CUDA_PATH": "auto",
+           "JACCL_TEST_BATTERY_DTYPES": "transport", **JOB_ENV}
     if hosts:
         env["JACCL_TEST_FAKE_HOSTS"] = str(hosts)
     job = run_job("collectives.py", nprocs, devices, env=env, timeout=600)
@@ -135,7 +143,7 @@ def test_layouts_choose_each_group_its_path(built, nprocs, devices, hosts):
 
 def fault_job(built, mode, nprocs, path, grace=None):
     env = {"JACCL_TEST_EMULATED_CUDA": str(built[1]), "JACCL_CUDA_PATH": path,
-           "JACCL_TIMEOUT": str(FAULT_TIMEOUT), **INFO}
+           "JACCL_TIMEOUT": str(FAULT_TIMEOUT), **JOB_ENV}
     return run_job("faults.py", nprocs, args=[mode], env=env, timeout=300, grace=grace)
 
 

@@ -7,13 +7,17 @@ a JAX error carrying jaccl's message on the survivor, within the deadline."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from transports import BOTH
 
 WORKER = Path(__file__).parent / "workers" / "xla_collectives.py"
 
@@ -34,6 +38,24 @@ def test_an_unchanged_program_runs_its_collectives_on_jaccl(processes):
         assert f"[{rank}] XLA COLLECTIVES jaccl CHECKED 19 ON {processes}" in out, out[-4000:]
     for op in ("all_reduce", "all_gather", "reduce_scatter", "point_to_point"):
         assert f"INFO {op} " in out, f"no engine log line for {op}: {out[-3000:]}"
+
+
+@BOTH
+def test_across_emulated_hosts(tmp_path, transport):
+    """4 processes on 2 emulated hosts (loopback, one JACCL_HOST_ID each): XLA's collectives
+    take jaccl's network transport (the engine's log names it) between the hosts."""
+    hosts = [{"processes": 2, "env": {"JACCL_HOST_ID": f"{tmp_path.name}-host{h}", **transport}}
+             for h in range(2)]
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_text(json.dumps({"hosts": hosts}))
+    done = jaccl_run("--hostfile", str(hostfile), "--xla-collectives", "jaccl", "--",
+                     sys.executable, str(WORKER), "jaccl", env={"JACCL_DEBUG": "info"})
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-6000:]
+    for rank in range(4):
+        assert f"[{rank}] XLA COLLECTIVES jaccl CHECKED 19 ON 4" in out, out[-4000:]
+    wanted = "ofi" if transport.get("JACCL_TRANSPORT") == "ofi" else "tcp"
+    assert re.search(rf"INFO all_reduce .*transports [a-z,]*{wanted}", out), out[-4000:]
 
 
 def test_gloo_stays_the_default():
