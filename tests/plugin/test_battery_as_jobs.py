@@ -34,11 +34,12 @@ def same_on_every_process(digests: dict) -> None:
 # emulated hosts jaccl's TCP with the hierarchical algorithms (4x1 on 2 hosts) and with several
 # devices per process (2x2 on 2 hosts), libfabric with writes (2x2) and with messages (4 hosts);
 # network namespaces (real veth links) over TCP on 4 hosts and libfabric on 2; ranks dealt
-# round-robin over namespace hosts, 4 processes x 2 devices. The dtypes run in full within a
-# host (2x2, 4x1); the layouts between hosts are there for a transport, an algorithm or a
-# placement, which move and reduce every dtype alike: they run the battery's transport types
-# (the forced algorithms, hierarchical included, and the frame-spanning sizes stay).
-FOR_THEIR_TRANSPORT = {"4x1-2hosts-lo-tcp", "2x2-2hosts-lo-tcp", "2x2-2hosts-lo-ofi",
+# round-robin over namespace hosts, 4 processes x 2 devices. The dtypes run in full on 2x2
+# (groups within a process and across processes); the other layouts are there for a
+# transport, an algorithm or a placement, which move and reduce every dtype alike: they run
+# the battery's transport types (the forced algorithms, hierarchical included, and the
+# frame-spanning sizes stay).
+FOR_THEIR_TRANSPORT = {"4x1", "4x1-2hosts-lo-tcp", "2x2-2hosts-lo-tcp", "2x2-2hosts-lo-ofi",
                        "4x1-4hosts-lo-ofi-messages", "4x1-4hosts-netns-tcp",
                        "4x1-2hosts-netns-ofi", "4x2-2hosts-netns-tcp-rr"}
 LAYOUTS = [

@@ -55,10 +55,12 @@ def battery(impl, devices, shape, dtype):
             for name, a in out.items()}
 
 
-def check_all(verbose=True, devices=None, reference=None, lax_on_devices=None, shapes=SHAPES):
+def check_all(verbose=True, devices=None, reference=None, lax_on_devices=None, shapes=SHAPES,
+              types=None):
     """Runs the battery on `devices` (default: every GPU of the job) against jax.lax on
     `reference` (default: as many CPU devices of this process); returns the checks made.
-    `shapes`: SHAPES, or a list of the same kind (the last one large)."""
+    `shapes`: SHAPES, or a list of the same kind (the last one large); `types`: dtypes() or
+    some of them."""
     import jax
 
     from suite import Jaccl, Lax
@@ -71,7 +73,7 @@ def check_all(verbose=True, devices=None, reference=None, lax_on_devices=None, s
     if lax_on_devices is None:
         lax_on_devices = jax.process_count() == 1
     checked = 0
-    for dtype in dtypes():
+    for dtype in types or dtypes():
         for shape in shapes:
             if shape == shapes[-1] and np.dtype(dtype).itemsize != 4:
                 continue

@@ -251,7 +251,8 @@ const DeviceInfo& World::device(int64_t id) const {
 }
 
 std::recursive_mutex& World::device_lock(int64_t id) const {
-  const auto& lock = device_locks_[device_index_.at((device(id), id))];
+  device(id);  // throws for a device of no process
+  const auto& lock = device_locks_[device_index_.at(id)];
   if (!lock) throw_error(ErrorKind::kInvalidArgument, "device ", id, " is not a device of this process");
   return *lock;
 }

@@ -112,10 +112,22 @@ def main():
     import gpu_moe
 
     if args.suite == "collectives":
+        import jax.numpy as jnp
+        import numpy as np
+
+        # Across processes (the IPC-mapped peer path, the staging) a 4-, 2- and 1-byte type:
+        # every dtype ran both paths in one process.
         gpu_collectives.check_all(devices=gpus, reference=reference, lax_on_devices=False,
-                                  shapes=EMULATED_SHAPES)
+                                  shapes=EMULATED_SHAPES,
+                                  types=(np.float32, jnp.bfloat16, np.int8) if args.job else None)
     elif args.suite == "moe":
-        gpu_moe.check_moe(devices=gpus, reference=reference)
+        import jax.numpy as jnp
+        import numpy as np
+
+        # Across processes the point is the IPC-mapped peer path and the staging: the row
+        # types all ran in one process, so one 4-byte and one 2-byte type here.
+        gpu_moe.check_moe(devices=gpus, reference=reference,
+                          dtypes=(np.float32, jnp.bfloat16) if args.job else None)
     elif args.suite == "bad-expert":
         gpu_moe.provoke_bad_expert(devices=gpus)
         return
