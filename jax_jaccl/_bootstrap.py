@@ -134,7 +134,7 @@ def _start() -> WorldInfo:
     devices = jax.devices()
     me, count = jax.process_index(), jax.process_count()
     device_table = [(int(d.id), int(d.process_index)) for d in devices]
-    xla_collectives = "jaccl" if _transparent.active() else "jax's own"
+    xla_collectives = "jaccl" if _transparent.active() else "gloo"
     mine = {"pid": os.getpid(), "host": host_id(),
             "settings": dict(settings.agreed(), JACCL_XLA_COLLECTIVES=xla_collectives),
             "gpus": len(_cuda_peers.local_gpus())}

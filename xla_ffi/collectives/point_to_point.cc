@@ -49,8 +49,7 @@ void point_to_point(Call& call, const std::vector<Transfer>& sends,
   if (log_level() >= LogLevel::kInfo) {
     size_t bytes = 0;
     for (const Transfer& t : sends) bytes += t.bytes;
-    int size_class = 0;
-    while ((size_t{1} << size_class) < bytes) ++size_class;
+    const int size_class = jaccl::size_class(bytes);
     if (first_time(text(call.comm->id(), "/p2p/", size_class, '/', m.rank))) {
       log(LogLevel::kInfo, "point_to_point ", bytes, " B (<= 2^", size_class, ") sent by rank ",
           m.rank, "/", m.size, " of communicator ", hex(call.comm->id()), " in ", sends.size(),

@@ -15,8 +15,7 @@ namespace {
 // Logs the transport and algorithm once per communicator, op and size class.
 void log_choice(const Call& call, size_t bytes) {
   if (log_level() < LogLevel::kInfo) return;
-  int size_class = 0;
-  while ((size_t{1} << size_class) < bytes) ++size_class;
+  const int size_class = jaccl::size_class(bytes);
   if (!first_time(text(call.comm->id(), '/', static_cast<int>(call.kind), '/', size_class, '/',
                        call.member->rank))) {
     return;

@@ -251,8 +251,9 @@ const DeviceInfo& World::device(int64_t id) const {
 }
 
 std::recursive_mutex& World::device_lock(int64_t id) const {
-  device(id);  // throws for a device of no process
-  const auto& lock = device_locks_[device_index_.at(id)];
+  auto it = device_index_.find(id);
+  if (it == device_index_.end()) device(id);  // throws naming the device
+  const auto& lock = device_locks_[it->second];
   if (!lock) throw_error(ErrorKind::kInvalidArgument, "device ", id, " is not a device of this process");
   return *lock;
 }

@@ -8,6 +8,8 @@
 // Thread-safe; lines go to stderr with a "jaccl <pid>" prefix. Parts are text.h's.
 #pragma once
 
+#include <cstddef>
+
 #include <string>
 
 #include "common/text.h"
@@ -22,6 +24,13 @@ LogLevel parse_log_level(const std::string& name);  // none, warn, info, trace (
 void log_line(LogLevel level, const std::string& line);
 // Returns true the first time it sees `key` (so the caller logs once).
 bool first_time(const std::string& key);
+
+// The size class INFO lines are logged once per: the smallest k with 2^k >= bytes.
+inline int size_class(size_t bytes) {
+  int k = 0;
+  while ((size_t{1} << k) < bytes) ++k;
+  return k;
+}
 
 template <typename... Parts>
 void log(LogLevel level, const Parts&... parts) {

@@ -108,22 +108,19 @@ def main():
         gpus = install(args.module, args.path, gpus_per_process=GPUS)
         reference = jax.local_devices()[GPUS:2 * GPUS]
 
+    import jax.numpy as jnp
+    import numpy as np
+
     import gpu_collectives
     import gpu_moe
 
     if args.suite == "collectives":
-        import jax.numpy as jnp
-        import numpy as np
-
         # Across processes (the IPC-mapped peer path, the staging) a 4-, 2- and 1-byte type:
         # every dtype ran both paths in one process.
         gpu_collectives.check_all(devices=gpus, reference=reference, lax_on_devices=False,
                                   shapes=EMULATED_SHAPES,
                                   types=(np.float32, jnp.bfloat16, np.int8) if args.job else None)
     elif args.suite == "moe":
-        import jax.numpy as jnp
-        import numpy as np
-
         # Across processes the point is the IPC-mapped peer path and the staging: the row
         # types all ran in one process, so one 4-byte and one 2-byte type here.
         gpu_moe.check_moe(devices=gpus, reference=reference,

@@ -64,8 +64,7 @@ bool shapes_agree(CollectiveKind kind, size_t in, size_t out, size_t n, size_t o
 
 void log_path(CollectiveKind kind, size_t bytes, int64_t device, size_t n, const char* path) {
   if (log_level() < LogLevel::kInfo) return;
-  int size_class = 0;
-  while ((size_t{1} << size_class) < bytes) ++size_class;
+  const int size_class = jaccl::size_class(bytes);
   if (!first_time(text("cuda/", static_cast<int>(kind), "/", size_class, "/", device, "/", path))) {
     return;
   }
