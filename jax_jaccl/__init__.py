@@ -9,16 +9,36 @@ Use inside jax.shard_map, like the jax.lax collectives they replace:
 or, with jax.lax's names and semantics: `from jax_jaccl import lax`.
 """
 
-from . import _ext  # noqa: F401  (registers the FFI handlers)
-from . import lax
-from ._bootstrap import WorldInfo, init, is_initialized, shutdown
-from ._ops.all_gather import all_gather
-from ._ops.all_reduce import all_reduce
-from ._ops.all_to_all import all_to_all
-from ._ops.moe import MoeHandle, moe_combine, moe_dispatch
-from ._ops.ppermute import ppermute
-from ._ops.ragged_all_to_all import ragged_all_to_all
-from ._ops.reduce_scatter import reduce_scatter
+import importlib
+
+# Public name -> the module that defines it. Imported on first use (PEP 562), so that importing
+# the package, or its pytest plugin (jax_jaccl.testing, loaded by every pytest session where
+# jax_jaccl is installed), does not import jax or load the engine; the first public name used
+# loads the engine and registers its FFI handlers (_ext), before any op can be traced.
+_DEFINED_IN = {
+    "WorldInfo": "._bootstrap", "init": "._bootstrap", "is_initialized": "._bootstrap",
+    "shutdown": "._bootstrap",
+    "all_gather": "._ops.all_gather", "all_reduce": "._ops.all_reduce",
+    "all_to_all": "._ops.all_to_all", "MoeHandle": "._ops.moe", "moe_combine": "._ops.moe",
+    "moe_dispatch": "._ops.moe", "ppermute": "._ops.ppermute",
+    "ragged_all_to_all": "._ops.ragged_all_to_all", "reduce_scatter": "._ops.reduce_scatter",
+    "lax": ".lax",
+}
+
+
+def __getattr__(name):
+    if name not in _DEFINED_IN:
+        raise AttributeError(f"module 'jax_jaccl' has no attribute {name!r}")
+    importlib.import_module("._ext", __name__)
+    module = importlib.import_module(_DEFINED_IN[name], __name__)
+    value = module if name == "lax" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_DEFINED_IN))
+
 
 __version__ = "0.1.0"
 

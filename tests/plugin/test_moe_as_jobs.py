@@ -126,8 +126,10 @@ def check_partly_manual_layer(c: Checks) -> None:
         (_, out), (dx, dw) = g(*args)
         return out, dx, dw
 
+    # The gradients sum terms of up to ~1 that cancel (a dx of 0.0087 differed by 1.2e-6 when
+    # XLA compiled without LLVM's optimisations): float32 rounding of the values' scale.
     for name, a, b in zip(("out", "dx", "dw"), value_and_grads(ours), value_and_grads(theirs)):
-        c.assert_same(f"partly-manual/{name}", a, b, rtol=1e-5, atol=1e-6)
+        c.assert_same(f"partly-manual/{name}", a, b, rtol=1e-5, atol=1e-5)
 
 
 # Within a host (2x2); between emulated hosts over jaccl's TCP (loopback) and over libfabric

@@ -80,7 +80,7 @@ def _ffi_include() -> str:
 def _flags(shared: bool, xla: bool = True) -> list:
     """The compiler's flags; `xla`: with XLA's FFI headers (the handlers; the kernels and the
     GPU engine need none)."""
-    flags = ["-std=c++17", "-O1", "-g", "-pthread", "-ffp-contract=off", "-fsanitize=undefined",
+    flags = ["-std=c++17", "-O1", "-g1", "-pthread", "-ffp-contract=off", "-fsanitize=undefined",
              "-fno-sanitize-recover=undefined", "-Wall", "-Wno-unused-function",
              f"-I{HERE / 'shim'}", f"-I{HERE}", f"-I{ENGINE}"] + (
                  [f"-I{_ffi_include()}"] if xla else [])
