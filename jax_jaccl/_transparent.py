@@ -14,6 +14,10 @@ Contract:
 - expect(process_id, num_processes) runs before the CPU backend exists (XLA asks the shim for
   its world rank right after MPI_Init_thread); attach() runs after jaccl's world is up, raises
   ValueError with the reason when it cannot (e.g. several CPU devices per process).
+- attach_on_first_use() is what the shim runs (on the XLA thread of a process's first
+  collective) when the program never started jaccl: jaccl.init(), which attaches it; a failure
+  is handed back to the shim as that collective's error.
+- too_many_devices(n) is why a process of n CPU devices keeps XLA's collectives on gloo, or "".
 - problem() is why XLA's collectives will not run on jaccl though the launcher asked for it
   (JACCL_XLA_COLLECTIVES=jaccl, _settings.launch()), or None.
 """
@@ -28,15 +32,19 @@ SHIM_NAME = "libjaccl_mpiabi.so"
 
 
 def shim_path() -> str:
-    """Installed beside the _jaccl extension (an editable install keeps both in site-packages)."""
-    from . import _jaccl
+    """Installed beside the _jaccl extension (an editable install keeps both in site-packages);
+    found without loading either (the pytest plugin asks in pytest's own process)."""
+    import importlib.util
 
-    return str(Path(_jaccl.__file__).resolve().parent / SHIM_NAME)
+    return str(Path(importlib.util.find_spec("jax_jaccl._jaccl").origin).resolve().parent / SHIM_NAME)
+
+
+# What environment() sets (jaccl-run passes them to hosts it reaches by ssh).
+VARIABLES = ("MPITRAMPOLINE_LIB", "JAX_CPU_COLLECTIVES_IMPLEMENTATION", "JACCL_XLA_COLLECTIVES")
 
 
 def environment() -> dict:
-    return {"MPITRAMPOLINE_LIB": shim_path(), "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "mpi",
-            "JACCL_XLA_COLLECTIVES": "jaccl"}
+    return dict(zip(VARIABLES, (shim_path(), "mpi", "jaccl")))
 
 
 def _handle():
@@ -74,6 +82,20 @@ def problem() -> str | None:
     return None
 
 
+def too_many_devices(local_devices: int | None) -> str:
+    """Why a process of `local_devices` CPU devices cannot have XLA's collectives on jaccl
+    though the launcher asked for it, or ""; jax_jaccl.distributed.initialize() then keeps
+    them on gloo (the CPU backend does not exist yet)."""
+    if not local_devices or local_devices <= 1 or not loaded():
+        return ""
+    import jax
+
+    if jax.config.jax_cpu_collectives_implementation != "mpi":
+        return ""
+    return (f"this process has {local_devices} CPU devices; jaccl's MPI shim carries XLA's "
+            "collectives for one device per process for now")
+
+
 def expect(process_id: int, num_processes: int) -> None:
     shim = _handle()
     if shim is not None:
@@ -84,3 +106,16 @@ def attach() -> None:
     from . import _ext
 
     _ext.engine.mpiabi_attach(shim_path())
+
+
+def attach_on_first_use() -> None:
+    from . import _bootstrap
+
+    try:
+        _bootstrap.init()
+        _bootstrap.engine.log_info("XLA's first collective started jaccl's engine (the program "
+                                   "had not called jaccl.init())")
+    except BaseException as e:  # noqa: BLE001 - it becomes the collective's error
+        shim = _handle()
+        if shim is not None:
+            shim.jaccl_mpiabi_refuse(f"{type(e).__name__}: {e}".encode(errors="replace"))

@@ -7,7 +7,8 @@ calls jax.distributed.initialize() with them (and sets jax_num_cpu_devices); und
 Open MPI it lets jax.distributed.initialize() find its settings by itself; alone, it only sets
 the local device count. Where jaccl-run's --xla-collectives jaccl put jaccl's MPI shim in place
 (_transparent), it also runs jaccl.init(), so the collectives XLA emits run on jaccl from the
-first computation on; where it could not, it says why (a warning). With JACCL_IFNAME set, jax.lax's own CPU collectives (gloo) use that
+first computation on; where it could not (e.g. the program asks for several CPU devices per
+process: those stay on gloo), it says why (a warning). With JACCL_IFNAME set, jax.lax's own CPU collectives (gloo) use that
 interface too: they otherwise take the address the host name resolves to, 127.0.0.1 inside a
 network namespace. Returns (process_index, process_count).
 """
@@ -42,6 +43,9 @@ def initialize(local_devices: int | None = None) -> tuple[int, int]:
         local_devices = job.local_devices
     if local_devices:
         jax.config.update("jax_num_cpu_devices", local_devices)
+    several = _transparent.too_many_devices(local_devices)
+    if several:  # the shim carries one device per process: JAX's own collectives instead
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
     if job.coordinator:
         _transparent.expect(job.process_id, job.num_processes)
         jax.distributed.initialize(
@@ -54,8 +58,8 @@ def initialize(local_devices: int | None = None) -> tuple[int, int]:
         )
     elif any(k in os.environ for k in _CLUSTER_MARKERS):
         jax.distributed.initialize()
-    why_not = _transparent.problem()
-    if why_not is not None:
+    why_not = several or _transparent.problem()
+    if why_not:
         warnings.warn(f"jaccl: XLA's own collectives stay on JAX's gloo: {why_not}", stacklevel=2)
     elif _transparent.active() and jax.process_count() > 1:
         from . import init

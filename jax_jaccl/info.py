@@ -1,6 +1,7 @@
 """jaccl-info: what a jax_jaccl job on this machine would use.
 
     jaccl-info [--json]
+    export $(jaccl-info --xla-collectives-env)   # XLA's own collectives on jaccl (SLURM, Open MPI)
 
 Prints the package and what it was built with (CUDA, libfabric), JAX's devices, the transport
 between hosts that JACCL_TRANSPORT and JACCL_OFI_PROVIDER select here and why, the RDM
@@ -134,7 +135,15 @@ def render(info: dict) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="jaccl-info", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    parser.add_argument("--xla-collectives-env", action="store_true",
+                        help="print the variables that put XLA's own collectives on jaccl, as "
+                             "NAME=value words for `export` (under SLURM or Open MPI)")
     args = parser.parse_args(argv)
+    if args.xla_collectives_env:
+        from . import _transparent
+
+        print(" ".join(f"{k}={v}" for k, v in _transparent.environment().items()))
+        return
     info = gather()
     print(json.dumps(info, indent=2) if args.json else render(info))
 

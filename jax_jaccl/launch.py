@@ -8,9 +8,10 @@ Starts the processes, each with JACCL_COORDINATOR, JACCL_NUM_PROCESSES, JACCL_PR
 JACCL_LOCAL_DEVICES and JACCL_JOB_ID set for jax_jaccl.distributed.initialize(). Each line of
 output is prefixed with "[rank] ". When a process fails, the others get `--grace` seconds to
 report their own errors and are then killed; jaccl-run exits with the first failure's code
-(0 if all succeed). With --xla-collectives jaccl the collectives XLA emits itself (jit with
-shardings, jax.lax in shard_map) run on jaccl's engine too (one CPU device per process for
-now; docs/transparent.md); gloo, JAX's own, is the default. On exit it kills whatever is left and removes the job's shared-memory
+(0 if all succeed). The collectives XLA emits itself (jit with shardings, jax.lax in
+shard_map) run on jaccl's engine too (docs/transparent.md), by default whenever the job has
+several processes of one CPU device each (several devices per process stay on gloo for now);
+`--xla-collectives gloo` keeps JAX's own. On exit it kills whatever is left and removes the job's shared-memory
 names from /dev/shm.
 
 A hostfile lists the hosts in rank order:
@@ -56,8 +57,9 @@ def parse(argv):
                         help="CPU devices per process (jax_num_cpu_devices)")
     parser.add_argument("--grace", type=float, default=None,
                         help="seconds the others may run after one fails (default: JACCL_TIMEOUT + 5)")
-    parser.add_argument("--xla-collectives", choices=("gloo", "jaccl"), default="gloo",
-                        help="what carries the collectives XLA emits itself (default: gloo)")
+    parser.add_argument("--xla-collectives", choices=("gloo", "jaccl"), default=None,
+                        help="what carries the collectives XLA emits itself (default: jaccl with "
+                             "one CPU device per process, else gloo)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="command to run (after --)")
     args = parser.parse_args(argv)
     if args.command and args.command[0] == "--":
@@ -80,6 +82,8 @@ def parse(argv):
     if args.xla_collectives == "jaccl" and args.devices_per_process != 1:
         parser.error("--xla-collectives jaccl runs one CPU device per process for now "
                      "(--devices-per-process 1)")
+    if args.xla_collectives is None:
+        args.xla_collectives = "jaccl" if args.devices_per_process == 1 and args.nprocs > 1 else "gloo"
     if args.grace is None:
         args.grace = _settings.read().timeout_s + 5
     return args
@@ -119,7 +123,8 @@ def _address(host: dict) -> str:
 def _command(host: dict, env: dict, command: list) -> tuple[list, dict]:
     """The command line and local environment that start one process on `host`."""
     if "ssh" in host:
-        job_env = [f"{k}={shlex.quote(v)}" for k, v in env.items() if k.startswith("JACCL_")]
+        job_env = [f"{k}={shlex.quote(v)}" for k, v in env.items()
+                   if k.startswith("JACCL_") or k in _transparent.VARIABLES]
         remote = " ".join(["env", *job_env, "PYTHONUNBUFFERED=1", *map(shlex.quote, command)])
         return ["ssh", "-o", "BatchMode=yes", host["ssh"], remote], dict(os.environ)
     return list(host.get("prefix", [])) + list(command), env

@@ -11,7 +11,7 @@
     jaccl-bench moe [...]   (see jax_jaccl/bench/moe.py)
     jaccl-bench kernels     (a GPU: see jax_jaccl/bench/kernels.py)
 
-Each run starts one jaccl-run job (jax_jaccl, and jax's own collectives for --vs lax), for
+Each run starts one jaccl-run job (jax_jaccl, and jax's own collectives, gloo, for --vs lax), for
 --vs lax_on_jaccl one more whose jax.lax collectives run on jaccl (--xla-collectives jaccl), and,
 for --vs mpi4jax/mpi, one mpirun job (Open MPI from apt; mpi4py and mpi4jax from the bench
 extra), alternating so that both see the same machine; --vs shm adds, for ppermute between
@@ -93,7 +93,8 @@ def collectives(args) -> None:
         for run in range(args.runs):
             out = os.path.join(tmp, f"jax{run}.json")
             _run([sys.executable, "-m", "jax_jaccl.launch", "-n", str(args.nprocs),
-                  "--devices-per-process", str(args.devices_per_process), "--",
+                  "--devices-per-process", str(args.devices_per_process),
+                  "--xla-collectives", "gloo", "--",  # lax: JAX's own collectives
                   sys.executable, "-m", "jax_jaccl.bench.collectives_worker", "--sizes", args.sizes,
                   "--ops", args.ops, "--impls", ",".join(jax_impls), "--algorithm", args.algorithm,
                   "--output", out], args.timeout)

@@ -92,7 +92,8 @@ def plot_schedules(by_schedule, path: str) -> None:
 def run(args) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if not args.emulate_hosts:
-            launch = [sys.executable, "-m", "jax_jaccl.launch", "-n", str(args.nprocs)]
+            launch = [sys.executable, "-m", "jax_jaccl.launch", "-n", str(args.nprocs),
+                      "--xla-collectives", "gloo"]  # the lax baseline: JAX's own collectives
             records = []
             for i in range(args.runs):
                 records += _worker(launch, args, "jaccl,lax", os.path.join(tmp, f"{i}.json"))

@@ -25,6 +25,9 @@ holds ranks 0..n/H-1); `ranks="round-robin"` puts rank k on host k % H instead. 
 the machine, counted over every pytest of the user (xdist workers too): a job waits for its
 slots. `env={...}` adds
 environment variables to every process (e.g. a transport: {"JACCL_TRANSPORT": "tcp"}).
+The collectives XLA emits itself (jit with shardings, jax.lax) run on jaccl's engine as under
+jaccl-run (jobs of n > 1 processes of one CPU device each); `xla_collectives="gloo"` keeps
+JAX's own.
 `jax_processes_compilation_cache = session` (ini) lets the jobs share a JAX compilation
 cache: a program compiled by one job (the same test over several layouts) is loaded by the
 next (compile_cache.py says by which processes).
@@ -61,7 +64,8 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", f"{MARKER}(n, devices_per_process=1, hosts=1, timeout=None, link_rate=None, "
-        "network='auto', env=None, ranks='packed'): run the test in n JAX processes (jax_jaccl.testing)")
+        "network='auto', env=None, ranks='packed', xla_collectives=None): run the test in n JAX processes "
+        "(jax_jaccl.testing)")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -75,7 +79,7 @@ NETWORKS = ("auto", "namespaces", "loopback")
 
 def _job_options(config, marker) -> dict:
     def options(n, devices_per_process=1, hosts=1, timeout=None, link_rate=None, network="auto", env=None,
-                ranks="packed"):
+                ranks="packed", xla_collectives=None):
         usage = f"@pytest.mark.{MARKER}({n}, devices_per_process={devices_per_process}, hosts={hosts}"
         if int(n) < 1 or int(devices_per_process) < 1 or int(hosts) < 1 or int(n) % int(hosts):
             raise pytest.UsageError(f"{usage}): need n >= 1 processes filling the hosts evenly")
@@ -89,9 +93,18 @@ def _job_options(config, marker) -> dict:
         env = dict(env or {})
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise pytest.UsageError(f"{usage}, env={env!r}): env maps names to strings")
+        if xla_collectives not in (None, "jaccl", "gloo"):
+            raise pytest.UsageError(f"{usage}, xla_collectives={xla_collectives!r}): xla_collectives is "
+                                    "'jaccl' or 'gloo'")
+        if xla_collectives == "jaccl" and int(devices_per_process) != 1:
+            raise pytest.UsageError(f"{usage}, xla_collectives='jaccl'): XLA's collectives run on jaccl "
+                                    "with one CPU device per process for now")
+        if xla_collectives is None:  # as jaccl-run chooses
+            xla_collectives = "jaccl" if int(devices_per_process) == 1 and int(n) > 1 else "gloo"
         return dict(processes=int(n), devices_per_process=int(devices_per_process), hosts=int(hosts),
                     timeout=float(timeout if timeout is not None else config.getini("jax_processes_timeout")),
-                    link_rate=link_rate, network=network, env=env, ranks=ranks)
+                    link_rate=link_rate, network=network, env=env, ranks=ranks,
+                    xla_collectives=xla_collectives)
 
     return options(*marker.args, **marker.kwargs)
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from .. import _transparent
 from .compile_cache import cache_env
 from .placement import NoNamespaces, Placement
 from .rank import FAILED_FLAG, class_name
@@ -114,12 +115,13 @@ class JobItem(pytest.Item):
 
     def __init__(self, *, function: pytest.Function, processes: int, devices_per_process: int,
                  hosts: int, timeout: float, link_rate: str | None, network: str, env: dict, ranks: str,
-                 **kwargs):
+                 xla_collectives: str, **kwargs):
         super().__init__(**kwargs)
         self.function = function
         self.processes, self.devices_per_process = processes, devices_per_process
         self.hosts, self.timeout, self.link_rate = hosts, timeout, link_rate
         self.network, self.extra_env, self.rank_order = network, env, ranks
+        self.xla_collectives = xla_collectives
         self.own_markers = list(function.own_markers)
         self.keywords.update(function.keywords)
         self.obj = getattr(function, "obj", None)
@@ -145,6 +147,8 @@ class JobItem(pytest.Item):
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST"))}
         env.update(cache_env(self.config))
+        if self.xla_collectives == "jaccl":  # as jaccl-run sets it, before the rank's Python starts
+            env.update(_transparent.environment())
         env.update(self.extra_env)
         env.update(placement.rank_env(rank))
         env.update(JACCL_LOCAL_DEVICES=str(self.devices_per_process), JACCL_JOB_ID=job_id,

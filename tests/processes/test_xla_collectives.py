@@ -1,9 +1,12 @@
-"""Unchanged JAX programs on jaccl (jaccl-run --xla-collectives jaccl): the collectives XLA:CPU
-emits itself, from the partitioner (jit with shardings) and from jax.lax in shard_map, run on
-jaccl's engine through its MPI shim. The worker (workers/xla_collectives.py) uses jax alone,
-checks every result against numpy on every process, and asserts the shim carried them; the
-engine's own log lines (JACCL_DEBUG=info) show the calls arrived. A peer that dies mid-job is
-a JAX error carrying jaccl's message on the survivor, within the deadline."""
+"""Unchanged JAX programs on jaccl (jaccl-run's default with one CPU device per process): the
+collectives XLA:CPU emits itself, from the partitioner (jit with shardings) and from jax.lax in
+shard_map, run on jaccl's engine through its MPI shim. The worker (workers/xla_collectives.py)
+uses jax alone, checks every result against numpy on every process, and asserts the shim
+carried them; the engine's own log lines (JACCL_DEBUG=info) show the calls arrived. A program
+that never starts jaccl (jax.distributed.initialize() alone) gets the engine at its first
+collective. A peer that dies, stalls or disagrees is a JAX error carrying jaccl's message on
+every survivor, within the deadline. `--xla-collectives gloo`, and a program that asks for
+several CPU devices per process, keep JAX's own."""
 
 from __future__ import annotations
 
@@ -28,10 +31,11 @@ def jaccl_run(*args, timeout=240, env=None):
                           env={**os.environ, "JACCL_TIMEOUT": "30", **(env or {})})
 
 
-@pytest.mark.parametrize("processes", [2, 3])
-def test_an_unchanged_program_runs_its_collectives_on_jaccl(processes):
-    done = jaccl_run("-n", str(processes), "--xla-collectives", "jaccl", "--", sys.executable,
-                     str(WORKER), "jaccl", env={"JACCL_DEBUG": "info"})
+@pytest.mark.parametrize("processes, flag", [(2, []), (3, ["--xla-collectives", "jaccl"])],
+                         ids=["2-by-default", "3-when-asked"])
+def test_an_unchanged_program_runs_its_collectives_on_jaccl(processes, flag):
+    done = jaccl_run("-n", str(processes), *flag, "--", sys.executable, str(WORKER), "jaccl",
+                     env={"JACCL_DEBUG": "info"})
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-6000:]
     for rank in range(processes):
@@ -58,10 +62,95 @@ def test_across_emulated_hosts(tmp_path, transport):
     assert re.search(rf"INFO all_reduce .*transports [a-z,]*{wanted}", out), out[-4000:]
 
 
-def test_gloo_stays_the_default():
-    done = jaccl_run("-n", "2", "--", sys.executable, str(WORKER), "gloo")
+def test_gloo_when_asked():
+    done = jaccl_run("-n", "2", "--xla-collectives", "gloo", "--", sys.executable, str(WORKER), "gloo")
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     assert "[1] XLA COLLECTIVES gloo CHECKED 19 ON 2" in done.stdout
+
+
+# jax alone: jax.distributed.initialize() from jaccl-run's variables, nothing of jaccl's imported.
+NEVER_STARTS_JACCL = """
+import os, sys, numpy as np
+import jax, jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+jax.distributed.initialize(os.environ["JACCL_COORDINATOR"], int(os.environ["JACCL_NUM_PROCESSES"]),
+                           int(os.environ["JACCL_PROCESS_ID"]))
+mesh = Mesh(np.array(jax.devices()), ("x",))
+v = np.arange(12, dtype=np.float32).reshape(4, 3)
+x = jax.make_array_from_callback(v.shape, NamedSharding(mesh, P("x")), lambda i: v[i])
+assert "jax_jaccl" not in sys.modules
+f = jax.jit(lambda a: jnp.sum(a, axis=0), out_shardings=NamedSharding(mesh, P()))
+for _ in range(3):
+    out = f(x)
+np.testing.assert_array_equal(np.asarray(out.addressable_shards[0].data), v.sum(0))
+from jax_jaccl import _bootstrap
+assert _bootstrap.is_initialized(), "the shim did not start jaccl's engine"
+print("SUMMED ON JACCL", flush=True)
+"""
+
+
+def test_a_program_that_never_starts_jaccl_gets_it_at_its_first_collective():
+    done = jaccl_run("-n", "2", "--", sys.executable, "-c", NEVER_STARTS_JACCL, env={"JACCL_DEBUG": "info"})
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    for rank in (0, 1):
+        assert f"[{rank}] SUMMED ON JACCL" in out, out[-4000:]
+    assert "XLA's first collective started jaccl's engine" in out, out[-4000:]
+    assert "INFO all_reduce 12 B" in out, out[-4000:]
+
+
+SEVERAL_DEVICES = """
+import warnings, numpy as np
+import jax_jaccl.distributed
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    jax_jaccl.distributed.initialize(local_devices=2)
+import jax, jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax_jaccl import _transparent
+assert not _transparent.active() and jax.config.jax_cpu_collectives_implementation == "gloo"
+print("WARNED", " | ".join(str(w.message) for w in seen), flush=True)
+mesh = Mesh(np.array(jax.devices()), ("x",))
+v = np.arange(24, dtype=np.float32).reshape(8, 3)
+x = jax.make_array_from_callback(v.shape, NamedSharding(mesh, P("x")), lambda i: v[i])
+out = jax.jit(lambda a: jnp.sum(a, axis=0), out_shardings=NamedSharding(mesh, P()))(x)
+np.testing.assert_array_equal(np.asarray(out.addressable_shards[0].data), v.sum(0))
+print("SUMMED ON GLOO", flush=True)
+"""
+
+
+def test_a_program_with_several_devices_per_process_keeps_gloo_and_says_so():
+    done = jaccl_run("-n", "2", "--", sys.executable, "-c", SEVERAL_DEVICES)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    for rank in (0, 1):
+        assert f"[{rank}] SUMMED ON GLOO" in out, out[-4000:]
+        assert re.search(rf"\[{rank}\] WARNED jaccl: XLA's own collectives stay on JAX's gloo: this "
+                         r"process has 2 CPU devices", out), out[-4000:]
+
+
+FAULT_TIMEOUT = 5
+
+
+@pytest.mark.parametrize("mode", ["stall", "disagree"])
+def test_a_stalled_or_disagreeing_peer_is_a_jax_error_on_every_survivor(mode):
+    done = jaccl_run("-n", "2", "--grace", str(FAULT_TIMEOUT + 10), "--", sys.executable,
+                     str(WORKER.parent / "xla_faults.py"), mode, env={"JACCL_TIMEOUT": str(FAULT_TIMEOUT)},
+                     timeout=120)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out[-4000:]
+    survivors = (0,) if mode == "stall" else (0, 1)
+    for rank in survivors:
+        line = next((l for l in out.splitlines() if l.startswith(f"[{rank}] RAISED ")), None)
+        assert line is not None, out[-4000:]
+        seconds, message = line.split(" ", 3)[2:]
+        assert "MPI error: jaccl" in message, message
+        if mode == "stall":
+            assert FAULT_TIMEOUT - 0.5 < float(seconds) < FAULT_TIMEOUT + 3, line
+            assert re.search(r"timed out|waited", message) and "process 1" in message, message
+        else:
+            assert float(seconds) < FAULT_TIMEOUT + 3, line
+            assert "ranks disagree" in message, message
 
 
 DIES = """
@@ -88,8 +177,8 @@ except Exception as e:
 
 def test_a_dead_peer_is_a_jax_error_with_jaccls_message():
     start = time.monotonic()
-    done = jaccl_run("-n", "2", "--xla-collectives", "jaccl", "--grace", "60", "--",
-                     sys.executable, "-c", DIES, env={"JACCL_TIMEOUT": "10"})
+    done = jaccl_run("-n", "2", "--grace", "60", "--", sys.executable, "-c", DIES,
+                     env={"JACCL_TIMEOUT": "10"})
     out = done.stdout + done.stderr
     assert done.returncode != 0, out[-4000:]
     assert "[0] FIRST 4.0" in out and "[1] FIRST 4.0" in out, out[-4000:]
@@ -127,7 +216,7 @@ print("MIXED OK", flush=True)
 def test_jaccl_ops_and_xla_collectives_in_one_program():
     """A lax.psum feeding a jaccl.all_reduce, and a lax.pmax beside them, twenty times over:
     one world carries both, in the order the data gives them."""
-    done = jaccl_run("-n", "2", "--xla-collectives", "jaccl", "--", sys.executable, "-c", MIXED)
+    done = jaccl_run("-n", "2", "--", sys.executable, "-c", MIXED)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     assert "[0] MIXED OK" in out and "[1] MIXED OK" in out, out[-4000:]

@@ -4,7 +4,8 @@ pytest parameter per layout, carrying its `jax_processes` mark.
 Contract: layout(nprocs, devices, hosts, transport, network, marks, ranks) is a pytest.param of
 (nprocs, devices, hosts, transport) named e.g. "4x1-2hosts-lo-tcp" ("...-rr" with ranks dealt
 round-robin over the hosts); between hosts the job runs over `transport` (jaccl's TCP by
-default), on loopback hosts or in network namespaces."""
+default), on loopback hosts or in network namespaces. jax.lax, the reference, keeps JAX's own
+collectives (gloo): a reference on jaccl's engine would share jaccl's mistakes."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def layout(nprocs, devices, hosts=1, transport=TCP, network="loopback", marks=()
     where = "" if hosts == 1 else f"-{hosts}hosts-{'netns' if network == 'namespaces' else 'lo'}-{name}"
     where += "-rr" if ranks == "round-robin" else ""
     job = pytest.mark.jax_processes(nprocs, devices_per_process=devices, hosts=hosts, network=network,
-                                    env=transport if hosts > 1 else {}, timeout=TIMEOUT_S, ranks=ranks)
+                                    env=transport if hosts > 1 else {}, timeout=TIMEOUT_S, ranks=ranks,
+                                    xla_collectives="gloo")
     return pytest.param(nprocs, devices, hosts, transport, id=f"{nprocs}x{devices}{where}",
                         marks=[job, *([marks] if marks else [])])

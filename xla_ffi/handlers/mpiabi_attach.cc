@@ -40,21 +40,22 @@ void attach_mpiabi(const std::string& path) {
   static std::vector<int64_t> devices;
   static JacclMpiEngine table;
   if (config.devices.size() != processes) {
-    throw_error(ErrorKind::kInvalidArgument, "jaccl: XLA's collectives on jaccl need one CPU "
+    throw_error(ErrorKind::kInvalidArgument, "XLA's collectives on jaccl need one CPU "
                 "device per process for now; this job has ", config.devices.size(),
-                " devices in ", processes, " processes");
+                " devices in ", processes, " processes (jaccl-run --xla-collectives gloo, or "
+                "xla_collectives='gloo' in a jax_processes marker, keeps them on JAX's gloo)");
   }
   devices.assign(processes, -1);
   for (const DeviceInfo& d : config.devices) devices[d.process] = d.id;
   void* shim = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
   if (shim == nullptr) {
-    throw_error(ErrorKind::kInvalidArgument, "jaccl: the MPI shim ", path, " is not loaded (was "
+    throw_error(ErrorKind::kInvalidArgument, "the MPI shim ", path, " is not loaded (was "
                 "MPITRAMPOLINE_LIB set before jax was imported?)");
   }
   auto attach = reinterpret_cast<JacclMpiAttach>(dlsym(shim, "jaccl_mpiabi_attach"));
   if (attach == nullptr) {
     dlclose(shim);
-    throw_error(ErrorKind::kInvalidArgument, "jaccl: ", path, " has no jaccl_mpiabi_attach");
+    throw_error(ErrorKind::kInvalidArgument, path, " has no jaccl_mpiabi_attach");
   }
   table.version = kJacclMpiEngineVersion;
   table.my_process = config.my_process;

@@ -118,9 +118,10 @@ def write_exports(rows, pointers, out):
 
 
 def write_map(rows, out):
-    names = [name for _, _, name in rows] + ["jaccl_mpiabi_attach", "jaccl_mpiabi_expect"]
+    names = [name for _, _, name in rows] + ["jaccl_mpiabi_attach", "jaccl_mpiabi_expect",
+                                             "jaccl_mpiabi_refuse"]
     body = "\n".join(f"    {n};" for n in names)
-    out.write_text("/* Generated: the symbols MPItrampoline resolves, and jaccl's two. */\n"
+    out.write_text("/* Generated: the symbols MPItrampoline resolves, and jaccl's three (attach, expect, refuse). */\n"
                    f"{{\n  global:\n{body}\n  local:\n    *;\n}};\n")
 
 

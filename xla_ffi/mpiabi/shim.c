@@ -6,7 +6,8 @@
  * Init_thread, Finalize, Comm_rank/size, Is_thread_main, Comm_split/dup/free, Allreduce,
  * Allgather, Reduce_scatter(_block), Barrier, Sendrecv, Isend/Irecv/Wait(all), Error_string,
  * and the small helpers around them. It holds no engine: _jaccl attaches its own through
- * jaccl_mpiabi_attach() once the world is up (handlers/mpiabi_table.h), so a process has one engine.
+ * jaccl_mpiabi_attach() once the world is up (handlers/mpiabi_table.h), so a process has one engine;
+ * in a program that never started jaccl, XLA's first collective starts it (attached() below).
  *
  * Communicators are tables of global device ids (one device per process for now), the same
  * tables jaccl's own ops use, so the engine finds the same groups and channels. Comm_split is
@@ -15,6 +16,7 @@
  * together, which is how XLA's collective-permute posts them. A failure returns an MPI error
  * code and keeps jaccl's message for MPI_Error_string (XLA puts it in the JAX exception).
  * Thread-safe: XLA calls from any of its worker threads. */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -75,11 +77,57 @@ static JmpiComm* new_comm(int rank, int size) {
   return c;
 }
 
+/* Attaching on first use. A program that never started jaccl (it called jax.distributed.initialize()
+ * itself and imports nothing of jaccl's) gets its engine at its first collective: the shim asks
+ * the interpreter, through Python's C API found in the process, to run
+ * jax_jaccl._transparent.attach_on_first_use(), which starts jaccl's world (a collective over the
+ * processes, each at its own first collective) and so attaches it. Once per process: the other
+ * threads wait for the first; a failure (its message handed back by jaccl_mpiabi_refuse) is
+ * every later call's error. JAX releases the GIL while it runs a computation, so the XLA thread
+ * can take it. */
+static pthread_mutex_t first_use_lock = PTHREAD_MUTEX_INITIALIZER;
+static int first_use_tried;
+static char first_use_problem[kMessageBytes];
+
+JMPI_EXPORT void jaccl_mpiabi_refuse(const char* why) {
+  snprintf(first_use_problem, sizeof first_use_problem, "%s", why);
+}
+
+typedef int (*PyGilEnsure)(void);
+typedef void (*PyGilRelease)(int);
+typedef int (*PyRunString)(const char*);
+typedef int (*PyIsInitialized)(void);
+
+static void start_engine_through_python(void) {
+  PyIsInitialized is_initialized = (PyIsInitialized)dlsym(RTLD_DEFAULT, "Py_IsInitialized");
+  PyGilEnsure ensure = (PyGilEnsure)dlsym(RTLD_DEFAULT, "PyGILState_Ensure");
+  PyGilRelease release = (PyGilRelease)dlsym(RTLD_DEFAULT, "PyGILState_Release");
+  PyRunString run_string = (PyRunString)dlsym(RTLD_DEFAULT, "PyRun_SimpleString");
+  if (is_initialized == NULL || ensure == NULL || release == NULL || run_string == NULL ||
+      !is_initialized()) {
+    jaccl_mpiabi_refuse("this process has no Python interpreter to start it in");
+    return;
+  }
+  int state = ensure();
+  if (run_string("__import__('jax_jaccl._transparent')._transparent.attach_on_first_use()") != 0) {
+    jaccl_mpiabi_refuse("jax_jaccl._transparent.attach_on_first_use() failed (its traceback is on stderr)");
+  }
+  release(state);
+}
+
 static const JacclMpiEngine* attached(void) {
   const JacclMpiEngine* e = atomic_load(&engine);
+  if (e != NULL) return e;
+  pthread_mutex_lock(&first_use_lock);
+  if (!first_use_tried) {
+    first_use_tried = 1;
+    start_engine_through_python();
+  }
+  pthread_mutex_unlock(&first_use_lock);
+  e = atomic_load(&engine);
   if (e == NULL) {
-    fail(JMPI_ERR_OTHER, "jaccl: XLA ran a collective before jaccl's engine was attached: call "
-         "jax_jaccl.distributed.initialize() (or jaccl.init()) before the first computation");
+    fail(JMPI_ERR_OTHER, "jaccl: XLA ran a collective before jaccl's engine was attached, and "
+         "starting it then failed: %s", first_use_problem[0] ? first_use_problem : "no reason given");
   }
   return e;
 }
@@ -160,7 +208,7 @@ JMPI_EXPORT int jaccl_mpiabi_expect(int rank, int size) {
 
 JMPI_EXPORT int jaccl_mpiabi_attach(const JacclMpiEngine* e, char* error, size_t error_len) {
   if (e == NULL || e->version != kJacclMpiEngineVersion) {
-    snprintf(error, error_len, "jaccl: the MPI shim expects engine table version %d, not %d",
+    snprintf(error, error_len, "the MPI shim expects engine table version %d, not %d",
              kJacclMpiEngineVersion, e == NULL ? -1 : (int)e->version);
     return 1;
   }
@@ -170,7 +218,7 @@ JMPI_EXPORT int jaccl_mpiabi_attach(const JacclMpiEngine* e, char* error, size_t
   JmpiComm* world = new_comm(e->my_process, e->num_processes);
   JmpiComm* self = new_comm(0, 1);
   if (world == NULL || self == NULL) {
-    snprintf(error, error_len, "jaccl: out of memory attaching the MPI shim");
+    snprintf(error, error_len, "out of memory attaching the MPI shim");
     return 1;
   }
   memcpy(world->devices, e->devices, (size_t)e->num_processes * sizeof(int64_t));
