@@ -8,7 +8,8 @@ sends every collective there. jaccl's shim (libjaccl_mpiabi.so, xla_ffi/mpiabi) 
 those calls on the engine _jaccl owns, once attach() has handed it over.
 
 Contract:
-- environment() is what a launcher adds to a process's environment (before Python starts).
+- environment() is what a launcher adds to a process's environment (before Python starts);
+  choose(env, "jaccl" | "gloo") sets a process's environment up for either.
 - loaded() tells whether this process's jaxlib loaded jaccl's shim; active() whether XLA's
   CPU collectives will also use it (the 'mpi' implementation is selected).
 - expect(process_id, num_processes) runs before the CPU backend exists (XLA asks the shim for
@@ -45,6 +46,19 @@ VARIABLES = ("MPITRAMPOLINE_LIB", "JAX_CPU_COLLECTIVES_IMPLEMENTATION", "JACCL_X
 
 def environment() -> dict:
     return dict(zip(VARIABLES, (shim_path(), "mpi", "jaccl")))
+
+
+def choose(env: dict, xla_collectives: str) -> None:
+    """Sets up `env`, a process's environment to be, for XLA's collectives on "jaccl" or on
+    "gloo": for gloo it drops what environment() would have set (inherited, e.g. by a job
+    started from inside another), leaving a user's own MPITRAMPOLINE_LIB alone."""
+    if xla_collectives == "jaccl":
+        env.update(environment())
+        return
+    if env.get("MPITRAMPOLINE_LIB") == shim_path():
+        env.pop("MPITRAMPOLINE_LIB")
+        env.pop("JAX_CPU_COLLECTIVES_IMPLEMENTATION", None)
+    env["JACCL_XLA_COLLECTIVES"] = "gloo"
 
 
 def _handle():

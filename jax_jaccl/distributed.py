@@ -5,10 +5,11 @@ takes JACCL_COORDINATOR, JACCL_NUM_PROCESSES, JACCL_PROCESS_ID and JACCL_LOCAL_D
 (_settings.launch(), read when it runs) and
 calls jax.distributed.initialize() with them (and sets jax_num_cpu_devices); under SLURM or
 Open MPI it lets jax.distributed.initialize() find its settings by itself; alone, it only sets
-the local device count. Where jaccl-run's --xla-collectives jaccl put jaccl's MPI shim in place
-(_transparent), it also runs jaccl.init(), so the collectives XLA emits run on jaccl from the
-first computation on; where it could not (e.g. the program asks for several CPU devices per
-process: those stay on gloo), it says why (a warning). With JACCL_IFNAME set, jax.lax's own CPU collectives (gloo) use that
+the local device count. Where jaccl-run (by default, or `jaccl-info --xla-collectives-env`
+under SLURM / Open MPI) put jaccl's MPI shim in place (_transparent), it also runs
+jaccl.init(), so the collectives XLA emits run on jaccl from the first computation on; where
+it could not (e.g. the program asks for several CPU devices per process: those stay on gloo),
+it says why (a warning). With JACCL_IFNAME set, jax.lax's own CPU collectives (gloo) use that
 interface too: they otherwise take the address the host name resolves to, 127.0.0.1 inside a
 network namespace. Returns (process_index, process_count).
 """

@@ -11,8 +11,8 @@ report their own errors and are then killed; jaccl-run exits with the first fail
 (0 if all succeed). The collectives XLA emits itself (jit with shardings, jax.lax in
 shard_map) run on jaccl's engine too (docs/transparent.md), by default whenever the job has
 several processes of one CPU device each (several devices per process stay on gloo for now);
-`--xla-collectives gloo` keeps JAX's own. On exit it kills whatever is left and removes the job's shared-memory
-names from /dev/shm.
+`--xla-collectives gloo` keeps JAX's own. On exit it kills whatever is left and removes the
+job's shared-memory names from /dev/shm.
 
 A hostfile lists the hosts in rank order:
     {"hosts": [{"ssh": "user@node0", "processes": 2, "ifname": "eth0"},
@@ -147,8 +147,7 @@ def run(args) -> int:
                        JACCL_LOCAL_DEVICES=str(args.devices_per_process),
                        JACCL_JOB_ID=job,
                        PYTHONUNBUFFERED="1")
-            if args.xla_collectives == "jaccl":
-                env.update(_transparent.environment())
+            _transparent.choose(env, args.xla_collectives)
             if "ifname" in host:
                 env["JACCL_IFNAME"] = host["ifname"]
             env.update({k: str(v) for k, v in host.get("env", {}).items()})

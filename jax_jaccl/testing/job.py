@@ -147,8 +147,7 @@ class JobItem(pytest.Item):
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST"))}
         env.update(cache_env(self.config))
-        if self.xla_collectives == "jaccl":  # as jaccl-run sets it, before the rank's Python starts
-            env.update(_transparent.environment())
+        _transparent.choose(env, self.xla_collectives)  # as jaccl-run does, before the rank's Python starts
         env.update(self.extra_env)
         env.update(placement.rank_env(rank))
         env.update(JACCL_LOCAL_DEVICES=str(self.devices_per_process), JACCL_JOB_ID=job_id,

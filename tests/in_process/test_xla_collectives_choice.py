@@ -1,0 +1,40 @@
+"""Who carries the collectives XLA emits itself, as jaccl-run chooses and sets up the
+processes' environment (tests/processes/test_xla_collectives.py runs the jobs): jaccl for a job
+of several processes of one CPU device each, gloo otherwise or when asked; a gloo job drops the
+shim's variables it inherited and keeps a user's own MPI wrapper."""
+
+from __future__ import annotations
+
+import pytest
+
+from jax_jaccl import _transparent, launch
+
+
+@pytest.mark.parametrize("argv, chosen", [
+    (["-n", "2"], "jaccl"),
+    (["-n", "4", "--xla-collectives", "gloo"], "gloo"),
+    (["-n", "2", "--devices-per-process", "2"], "gloo"),
+    (["-n", "1"], "gloo"),
+    (["-n", "3", "--xla-collectives", "jaccl"], "jaccl"),
+])
+def test_jaccl_run_chooses(argv, chosen):
+    assert launch.parse(argv + ["--", "python", "x.py"]).xla_collectives == chosen
+
+
+def test_jaccl_with_several_devices_per_process_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        launch.parse(["-n", "2", "--devices-per-process", "2", "--xla-collectives", "jaccl", "--", "x"])
+    assert "one CPU device per process" in capsys.readouterr().err
+
+
+def test_the_environment_each_choice_gives():
+    env = {"PATH": "/bin"}
+    _transparent.choose(env, "jaccl")
+    assert env == {"PATH": "/bin", "MPITRAMPOLINE_LIB": _transparent.shim_path(),
+                   "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "mpi", "JACCL_XLA_COLLECTIVES": "jaccl"}
+    _transparent.choose(env, "gloo")  # e.g. a gloo job started from inside a jaccl one
+    assert env == {"PATH": "/bin", "JACCL_XLA_COLLECTIVES": "gloo"}
+    own = {"MPITRAMPOLINE_LIB": "/opt/mpiwrapper/libmpiwrapper.so", "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "mpi"}
+    _transparent.choose(own, "gloo")
+    assert own["MPITRAMPOLINE_LIB"] == "/opt/mpiwrapper/libmpiwrapper.so"
+    assert own["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] == "mpi"
