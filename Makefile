@@ -1,5 +1,6 @@
 # setup: a virtual environment with jax_jaccl built and installed (editable)
-# demo:  the main job: 2 processes x 2 CPU devices train a model with jaccl collectives
+# demo:  the main job: 2 processes x 2 CPU devices train a model with jaccl collectives, then 4 x 1
+#        (where the jax.lax reference step's own collectives run on jaccl too)
 # test:  the test suite (test-fast: what runs in the pytest process alone, no jobs, no builds)
 # bench: jaccl-bench collectives, 2 processes x 1 device, against jax's own collectives
 VENV ?= .venv
@@ -25,6 +26,7 @@ $(VENV)/.installed: $(SOURCES)
 
 demo: setup
 	$(VENV)/bin/jaccl-run -n 2 --devices-per-process 2 -- $(PY) examples/train_data_parallel.py
+	$(VENV)/bin/jaccl-run -n 4 -- $(PY) examples/train_data_parallel.py   # jax.lax's step on jaccl too
 
 test: setup
 	$(PY) -m pytest -q tests

@@ -7,6 +7,9 @@ step all-gathers the parameters (jaccl.all_gather), computes the loss and gradie
 device's slice of the batch, reduce-scatters the gradients (jaccl.reduce_scatter) and updates
 its parameter slice with Adam. The same step written with jax.lax collectives runs beside it
 from the same start; the script prints both losses per step and exits non-zero if they differ.
+With one device per process (jaccl-run -n 4 -- python ...) the jax.lax step's own collectives
+run on jaccl's engine too (jaccl-run's default there, docs/transparent.md); the script says
+which carried them.
 """
 
 from __future__ import annotations
@@ -103,8 +106,12 @@ def main():
     xs, ys = sharded(x), sharded(y)
     worst = 0.0
     if process_index == 0:
-        print(f"{process_count} processes x {n // process_count} devices, {num_params} parameters "
-              f"sharded {n} ways, batch {args.batch}")
+        from jax_jaccl import _transparent
+
+        carrier = "jaccl's engine too" if _transparent.active() else "JAX's own (gloo)"
+        local = n // process_count
+        print(f"{process_count} processes x {local} device{'s' if local > 1 else ''}, {num_params} parameters "
+              f"sharded {n} ways, batch {args.batch}; the jax.lax step's collectives: {carrier}")
         print(f"{'step':>4} {'loss (jaccl)':>14} {'loss (jax.lax)':>15} {'|diff|':>10}")
     for t in range(1, args.steps + 1):
         losses = {}

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).parents[2]
 
 
@@ -65,12 +67,15 @@ def test_bad_arguments():
     assert jaccl_run("-n", "2").returncode != 0
 
 
-def test_demo_trains_and_matches_lax():
-    done = jaccl_run("-n", "2", "--devices-per-process", "2", "--", sys.executable,
+@pytest.mark.parametrize("devices, lax_on", [(2, "JAX's own (gloo)"), (1, "jaccl's engine too")])
+def test_demo_trains_and_matches_lax(devices, lax_on):
+    """make demo's two jobs: with one device per process the jax.lax step runs on jaccl too."""
+    done = jaccl_run("-n", "2", "--devices-per-process", str(devices), "--", sys.executable,
                      str(REPO / "examples" / "train_data_parallel.py"), "--steps", "4", timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "[0] OK: jaccl and jax.lax losses agree" in done.stdout
-    assert "2 processes x 2 devices" in done.stdout
+    assert f"2 processes x {devices} device" in done.stdout
+    assert f"the jax.lax step's collectives: {lax_on}" in done.stdout
 
 
 def test_moe_example_trains_and_matches_dense():
