@@ -121,7 +121,7 @@ def write_map(rows, out):
     names = [name for _, _, name in rows] + ["jaccl_mpiabi_attach", "jaccl_mpiabi_expect",
                                              "jaccl_mpiabi_refuse"]
     body = "\n".join(f"    {n};" for n in names)
-    out.write_text("/* Generated: the symbols MPItrampoline resolves, and jaccl's three (attach, expect, refuse). */\n"
+    out.write_text("/* Generated: the symbols MPItrampoline resolves, and jaccl's own three. */\n"
                    f"{{\n  global:\n{body}\n  local:\n    *;\n}};\n")
 
 

@@ -6,8 +6,8 @@
  * Init_thread, Finalize, Comm_rank/size, Is_thread_main, Comm_split/dup/free, Allreduce,
  * Allgather, Reduce_scatter(_block), Barrier, Sendrecv, Isend/Irecv/Wait(all), Error_string,
  * and the small helpers around them. It holds no engine: _jaccl attaches its own through
- * jaccl_mpiabi_attach() once the world is up (handlers/mpiabi_table.h), so a process has one engine;
- * in a program that never started jaccl, XLA's first collective starts it (attached() below).
+ * jaccl_mpiabi_attach() once the world is up (handlers/mpiabi_table.h), so a process has one
+ * engine; in a program that never started jaccl, XLA's first collective starts it (attached()).
  *
  * Communicators are tables of global device ids (one device per process for now), the same
  * tables jaccl's own ops use, so the engine finds the same groups and channels. Comm_split is
@@ -77,8 +77,9 @@ static JmpiComm* new_comm(int rank, int size) {
   return c;
 }
 
-/* Attaching on first use. A program that never started jaccl (it called jax.distributed.initialize()
- * itself and imports nothing of jaccl's) gets its engine at its first collective: the shim asks
+/* Attaching on first use. A program that never started jaccl (it called
+ * jax.distributed.initialize() itself and imports nothing of jaccl's) gets its engine at its
+ * first collective: the shim asks
  * the interpreter, through Python's C API found in the process, to run
  * jax_jaccl._transparent.attach_on_first_use(), which starts jaccl's world (a collective over the
  * processes, each at its own first collective) and so attaches it. Once per process: the other
@@ -110,7 +111,8 @@ static void start_engine_through_python(void) {
   }
   int state = ensure();
   if (run_string("__import__('jax_jaccl._transparent')._transparent.attach_on_first_use()") != 0) {
-    jaccl_mpiabi_refuse("jax_jaccl._transparent.attach_on_first_use() failed (its traceback is on stderr)");
+    jaccl_mpiabi_refuse("jax_jaccl._transparent.attach_on_first_use() failed (its traceback is "
+                        "on stderr)");
   }
   release(state);
 }
@@ -127,7 +129,8 @@ static const JacclMpiEngine* attached(void) {
   e = atomic_load(&engine);
   if (e == NULL) {
     fail(JMPI_ERR_OTHER, "jaccl: XLA ran a collective before jaccl's engine was attached, and "
-         "starting it then failed: %s", first_use_problem[0] ? first_use_problem : "no reason given");
+         "starting it then failed: %s",
+         first_use_problem[0] ? first_use_problem : "no reason given");
   }
   return e;
 }

@@ -23,7 +23,7 @@ namespace {
 constexpr size_t kStackBytes = 128 * 1024;
 
 struct Lane {
-  ucontext_t context;
+  ucontext_t* context = nullptr;
   bool done = false, at_sync = false;
 };
 
@@ -39,6 +39,9 @@ struct Block {
 thread_local Block* running = nullptr;
 thread_local int running_device = 0;
 thread_local std::vector<std::unique_ptr<char[]>> stacks;
+// One context per lane slot and thread, initialised once: getcontext saves the signal mask (a
+// system call, a third of a lane's), makecontext re-aims it at a new lane for every block.
+thread_local std::vector<std::unique_ptr<ucontext_t>> contexts;
 
 void lane_entry() {
   Block* b = running;
@@ -48,7 +51,7 @@ void lane_entry() {
 
 void switch_to_scheduler() {
   Block* b = running;
-  swapcontext(&b->current->context, &b->scheduler);
+  swapcontext(b->current->context, &b->scheduler);
 }
 
 void run_block(unsigned threads, LaneBody body, void* state) {
@@ -57,9 +60,13 @@ void run_block(unsigned threads, LaneBody body, void* state) {
   b.state = state;
   b.lanes.resize(threads);
   while (stacks.size() < threads) stacks.emplace_back(new char[kStackBytes]);
+  while (contexts.size() < threads) {
+    contexts.emplace_back(new ucontext_t);
+    getcontext(contexts.back().get());
+  }
   for (unsigned i = 0; i < threads; ++i) {
-    ucontext_t& c = b.lanes[i].context;
-    getcontext(&c);
+    ucontext_t& c = *contexts[i];
+    b.lanes[i].context = &c;
     c.uc_stack.ss_sp = stacks[i].get();
     c.uc_stack.ss_size = kStackBytes;
     c.uc_link = &b.scheduler;
@@ -73,7 +80,7 @@ void run_block(unsigned threads, LaneBody body, void* state) {
       if (lane.done || lane.at_sync) continue;
       threadIdx = dim3(i);
       b.current = &lane;
-      swapcontext(&b.scheduler, &lane.context);
+      swapcontext(&b.scheduler, lane.context);
       if (b.trapped) {
         mark_lost(running_device);
         running = nullptr;
