@@ -407,8 +407,12 @@ Channel* World::channel(int64_t src, int64_t dst) const {
                   : ": the devices are on different hosts and no network transport is built");
 }
 
-Communicator& World::communicator(const int64_t* table, size_t size, int group_size) {
-  const uint64_t id = hash_table(table, size, group_size);
+Communicator& World::communicator(const int64_t* table, size_t size, int group_size,
+                                  int32_t space) {
+  // Another space, another id: peers check it in every frame header, so calls of different
+  // spaces never pair.
+  const uint64_t id =
+      hash_table(table, size, group_size) + static_cast<uint64_t>(space) * 0x9e3779b97f4a7c15ull;
   std::lock_guard<std::mutex> lock(communicators_mutex_);
   auto it = communicators_.find(id);
   if (it != communicators_.end()) {

@@ -87,7 +87,9 @@ class World {
   std::recursive_mutex& device_lock(int64_t device) const;
   Doorbell* doorbell(int64_t device) const;
 
-  Communicator& communicator(const int64_t* table, size_t size, int group_size);
+  // The communicator of a group table in sequence space `space` (0: jaccl's own ops; others
+  // number their calls apart on the same devices: handlers/host_abi.h), made on first use.
+  Communicator& communicator(const int64_t* table, size_t size, int group_size, int32_t space = 0);
 
   void raise_abort(const std::string& reason);
   // Waits up to `seconds` until the abort notices of raise_abort() left for the other hosts.

@@ -19,6 +19,12 @@
 extern "C" {
 #endif
 
+// Sequence spaces: the collectives XLA hands the MPI shim are numbered apart from jaccl's own
+// ops on the same group of devices (a communicator of their own), so that a jaccl op on one
+// rank never pairs with an XLA collective on another: ranks that take them in different orders
+// get "ranks disagree", never each other's data.
+enum { kJacclOwnOps = 0, kJacclXlaCollectives = 1 };
+
 struct JacclHostCall {
   int32_t kind;           // CollectiveKind
   int64_t device;         // global device id
@@ -39,6 +45,7 @@ struct JacclHostCall {
   const int64_t* ragged[4];
   size_t ragged_len;
   uint64_t in_rows, out_rows, row_elems;
+  int32_t space;          // kJacclOwnOps, or kJacclXlaCollectives (the MPI shim's calls)
 };
 
 typedef struct JacclHostCall JacclHostCall;
@@ -98,6 +105,7 @@ struct JacclHostP2p {
   size_t num_sends;
   const struct JacclTransfer* receives;
   size_t num_receives;
+  int32_t space;          // as JacclHostCall's
 };
 
 typedef struct JacclHostP2p JacclHostP2p;

@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-enum { kJacclMpiEngineVersion = 1 };
+enum { kJacclMpiEngineVersion = 2 };  /* 2: JacclHostCall and JacclHostP2p carry a space */
 
 typedef struct JacclMpiEngine {
   uint32_t version;            /* kJacclMpiEngineVersion */

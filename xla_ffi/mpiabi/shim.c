@@ -10,7 +10,10 @@
  * engine; in a program that never started jaccl, XLA's first collective starts it (attached()).
  *
  * Communicators are tables of global device ids (one device per process for now), the same
- * tables jaccl's own ops use, so the engine finds the same groups and channels. Comm_split is
+ * tables jaccl's own ops use, so the engine finds the same groups and channels; its calls are
+ * numbered in a sequence space of their own (kJacclXlaCollectives), so a rank that takes a
+ * jaccl op where its peer takes an XLA collective gets "ranks disagree", never the peer's
+ * data. Comm_split is
  * an all-gather of (color, key) over the parent. Isend/Irecv only queue; the first Wait on a
  * thread runs everything that thread queued in one point-to-point call, sends and receives
  * together, which is how XLA's collective-permute posts them. A failure returns an MPI error
@@ -258,6 +261,7 @@ static int collective(int32_t kind, const JmpiComm* c, const JmpiType* type, int
   call.in_count = count * (size_t)type->parts;
   call.out_count = out_count * (size_t)type->parts;
   call.outer_in = call.outer_out = 1;
+  call.space = kJacclXlaCollectives;
   return run(&call);
 }
 
@@ -526,7 +530,7 @@ static void set_status(void* status, int source, int tag) {
 static int transfer(const JmpiComm* c, const struct JacclTransfer* sends, size_t num_sends,
                     const struct JacclTransfer* receives, size_t num_receives) {
   JacclHostP2p call = {my_device(c), c->devices, (size_t)c->size, sends, num_sends, receives,
-                       num_receives};
+                       num_receives, kJacclXlaCollectives};
   char error[kMessageBytes];
   if (atomic_load(&engine)->run_p2p(&call, error, sizeof error) != 0) {
     return fail(JMPI_ERR_OTHER, "%s", error);

@@ -1,14 +1,17 @@
 """An unchanged JAX program whose collectives XLA emits (jit with shardings: an all-reduce)
 meets a failure, run by jaccl-run with XLA's collectives on jaccl.
 
-    python xla_faults.py {stall,disagree}
+    python xla_faults.py {stall,disagree,order}
 
-Both processes run the program once (it must agree), print `READY`, then:
+Every process runs the program once (it must agree), print `READY`, then:
 - stall: the last process sleeps for 3 x JACCL_TIMEOUT before its next collective; the others'
   collective must end in an error within the deadline;
-- disagree: the last process sums rows of 5 columns where the others sum rows of 3.
+- disagree: the last process sums rows of 5 columns where the others sum rows of 3;
+- order: a jaccl.all_reduce and a lax.psum of the same shape in one program, the jaccl op first
+  on every process but the last, which takes the psum first: without their own sequence spaces
+  they would pair and each get the other's data.
 Each process prints `RAISED <seconds> <first line of the error>` if its collective failed, or
-`FINISHED` if it completed."""
+`FINISHED <values>` if it completed."""
 
 import os
 import sys
@@ -39,14 +42,36 @@ def summed(columns):
     return jax.jit(lambda a: jnp.sum(a, axis=0), out_shardings=NamedSharding(mesh, P()))(x)
 
 
+def jaccl_and_lax(jaccl_first):
+    import jax_jaccl as jaccl
+    from jax import lax
+
+    def step(a, b):
+        if jaccl_first:
+            s = jaccl.all_reduce(a, "x")
+            return s, lax.psum(b + 0 * s, "x")
+        t = lax.psum(b, "x")
+        return jaccl.all_reduce(a + 0 * t, "x"), t
+
+    ones = jax.make_array_from_callback((n * 3,), NamedSharding(mesh, P("x")),
+                                        lambda i: np.ones(3, np.float32))
+    return jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P("x"), P("x")),
+                                 out_specs=(P("x"), P("x"))))(ones, ones * 100)
+
+
 assert float(summed(3)[0]) == 2 * n
+if MODE == "order":  # both communicators exist before the orders differ
+    assert [float(v.addressable_shards[0].data[0]) for v in jaccl_and_lax(True)] == [n, 100 * n]
 print("READY", flush=True)
 if MODE == "stall" and last:
     time.sleep(3 * float(os.environ["JACCL_TIMEOUT"]))
 start = time.monotonic()
 try:
-    summed(5 if MODE == "disagree" and last else 3).block_until_ready()
-    print("FINISHED", flush=True)
+    if MODE == "order":
+        values = [float(v.addressable_shards[0].data[0]) for v in jaccl_and_lax(not last)]
+    else:
+        values = [float(summed(5 if MODE == "disagree" and last else 3)[0])]
+    print("FINISHED", *values, flush=True)
 except Exception as e:  # noqa: BLE001 - the error is what the test reads
     print(f"RAISED {time.monotonic() - start:.2f} {str(e).splitlines()[0][:600]}", flush=True)
     os._exit(3)
