@@ -24,7 +24,8 @@ if not os.environ.get("JACCL_PYTEST_JOB_DIR"):
 # are the same either way. The pytest process has read its own XLA flags before the variable
 # changes, so it, and every in-process check, keeps XLA's defaults: the code users get.
 _FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-if not os.environ.get("JACCL_PYTEST_JOB_DIR") and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+_FLAGS_SET = "xla_backend_optimization_level" in os.environ.get("XLA_FLAGS", "")
+if not os.environ.get("JACCL_PYTEST_JOB_DIR") and not _FLAGS_SET:
     from jax._src.lib import xla_client  # noqa: E402
 
     xla_client.CompileOptions()  # parses XLA_FLAGS for this process, once

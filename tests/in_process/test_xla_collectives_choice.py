@@ -34,7 +34,8 @@ def test_the_environment_each_choice_gives():
                    "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "mpi", "JACCL_XLA_COLLECTIVES": "jaccl"}
     _transparent.choose(env, "gloo")  # e.g. a gloo job started from inside a jaccl one
     assert env == {"PATH": "/bin", "JACCL_XLA_COLLECTIVES": "gloo"}
-    own = {"MPITRAMPOLINE_LIB": "/opt/mpiwrapper/libmpiwrapper.so", "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "mpi"}
+    own = {"MPITRAMPOLINE_LIB": "/opt/mpiwrapper/libmpiwrapper.so",
+           "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "mpi"}
     _transparent.choose(own, "gloo")
     assert own["MPITRAMPOLINE_LIB"] == "/opt/mpiwrapper/libmpiwrapper.so"
     assert own["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] == "mpi"

@@ -2,9 +2,8 @@
 folder, with nothing but test files (no conftest; an ini file only where a test sets an
 option), run with plain `python -m pytest`. Covers a passing multi-host job, the marker's env=,
 network=, ranks= and xla_collectives= options and the ones refused, xfail(raises=), an
-assertion in one rank, an
-exception at import in one rank, a killed rank, a hang (stacks dumped, job killed in time), -x,
---lf, pytest-xdist (and the cap on processes across its workers), coverage of the ranks, the
+assertion in one rank, an exception at import in one rank, a killed rank, a hang (stacks
+dumped, job killed in time), -x, --lf, pytest-xdist (and the cap on processes across its workers), coverage of the ranks, the
 session's compilation cache, and pytest itself killed mid-job; after each run no rank process,
 shared-memory segment, network namespace or job folder of its jobs is left (passed, failed,
 skipped in the ranks or killed)."""
@@ -326,7 +325,8 @@ def test_options_that_cannot_hold_are_refused(tmp_path):
     bad = {"link_rate on loopback": 'hosts=2, network="loopback", link_rate="1gbit"',
            "link_rate on one host": 'link_rate="1gbit"', "unknown network": 'hosts=2, network="wifi"',
            "env value not a string": 'env={"X": 1}', "uneven hosts": "hosts=3",
-           "unknown rank order": 'hosts=2, ranks="random"', "unknown xla_collectives": 'xla_collectives="nccl"',
+           "unknown rank order": 'hosts=2, ranks="random"',
+           "unknown xla_collectives": 'xla_collectives="nccl"',
            "xla_collectives on jaccl with 2 devices": 'devices_per_process=2, xla_collectives="jaccl"'}
     for why, options in bad.items():
         text = f"import pytest\n\n@pytest.mark.jax_processes(2, {options})\ndef test_x(jax_job):\n    pass\n"
