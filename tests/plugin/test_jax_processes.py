@@ -3,8 +3,9 @@ folder, with nothing but test files (no conftest; an ini file only where a test 
 option), run with plain `python -m pytest`. Covers a passing multi-host job, the marker's env=,
 network=, ranks= and xla_collectives= options and the ones refused, xfail(raises=), an
 assertion in one rank, an exception at import in one rank, a killed rank, a hang (stacks
-dumped, job killed in time), -x, --lf, pytest-xdist (and the cap on processes across its workers), coverage of the ranks, the
-session's compilation cache, and pytest itself killed mid-job; after each run no rank process,
+dumped, job killed in time), -x, --lf, pytest-xdist (and the cap on processes across its
+workers), coverage of the ranks, the session's compilation cache, and pytest itself killed
+mid-job; after each run no rank process,
 shared-memory segment, network namespace or job folder of its jobs is left (passed, failed,
 skipped in the ranks or killed)."""
 
