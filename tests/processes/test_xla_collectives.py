@@ -42,7 +42,8 @@ def test_an_unchanged_program_runs_its_collectives_on_jaccl(processes, flag):
     for rank in range(processes):
         assert f"[{rank}] XLA COLLECTIVES jaccl CHECKED 19 ON {processes}" in out, out[-4000:]
     for op in ("all_reduce", "all_gather", "reduce_scatter", "point_to_point"):
-        assert f"INFO {op} " in out, f"no engine log line for {op}: {out[-3000:]}"
+        assert re.search(rf"INFO {op} .* of communicator [0-9a-f]+ \(XLA's collectives\)", out), \
+            f"no engine log line for {op} from XLA: {out[-3000:]}"
 
 
 @BOTH

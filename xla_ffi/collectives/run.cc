@@ -28,7 +28,7 @@ void log_choice(const Call& call, size_t bytes) {
   }
   log(LogLevel::kInfo, kind_name(call.kind), " ", bytes, " B (<= 2^", size_class, ") on rank ",
       call.member->rank, "/", call.member->size, " of communicator ", hex(call.comm->id()),
-      ": algorithm ", algorithm_name(call.algorithm), ", transports ",
+      call.comm->space_label(), ": algorithm ", algorithm_name(call.algorithm), ", transports ",
       transports.empty() ? "none" : transports);
 }
 

@@ -23,8 +23,8 @@ bool spans_hosts_evenly(const Communicator::Member& m) {
 }  // namespace
 
 Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size_t size,
-                           int group_size)
-    : world_(world), id_(id), group_size_(group_size), table_(table, table + size) {
+                           int group_size, int32_t space)
+    : world_(world), id_(id), space_(space), group_size_(group_size), table_(table, table + size) {
   if (group_size <= 0 || size % group_size != 0) {
     throw_error(ErrorKind::kInvalidArgument, "group table of ", size,
                 " devices does not split into groups of ", group_size);
@@ -75,6 +75,10 @@ Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size
       members_.emplace(device, std::move(m));
     }
   }
+}
+
+const char* Communicator::space_label() const {
+  return space_ != 0 ? " (XLA's collectives)" : "";  // the one other space so far
 }
 
 Communicator::~Communicator() = default;

@@ -46,10 +46,16 @@ class Communicator {
     std::vector<float> accumulator;  // float32 sums of the MoE combine, reused likewise
   };
 
-  Communicator(World& world, uint64_t id, const int64_t* table, size_t size, int group_size);
+  // `space`: the sequence space its calls are numbered in (0: jaccl's own ops; 1: XLA's
+  // collectives through the MPI shim, kJacclXlaCollectives in handlers/host_abi.h).
+  Communicator(World& world, uint64_t id, const int64_t* table, size_t size, int group_size,
+               int32_t space = 0);
   ~Communicator();
 
   uint64_t id() const { return id_; }
+  int32_t space() const { return space_; }
+  // " (XLA's collectives)" for the MPI shim's space, else "": for log lines after the id.
+  const char* space_label() const;
   bool matches(const int64_t* table, size_t size, int group_size) const;
   // The view of a local device; throws if the device is in no group.
   Member& member(int64_t device);
@@ -58,6 +64,7 @@ class Communicator {
  private:
   World& world_;
   uint64_t id_;
+  int32_t space_;
   int group_size_;
   std::vector<int64_t> table_;
   std::unordered_map<int64_t, Member> members_;

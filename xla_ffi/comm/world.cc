@@ -421,7 +421,7 @@ Communicator& World::communicator(const int64_t* table, size_t size, int group_s
     }
     return *it->second;
   }
-  auto comm = std::make_unique<Communicator>(*this, id, table, size, group_size);
+  auto comm = std::make_unique<Communicator>(*this, id, table, size, group_size, space);
   Communicator& ref = *comm;
   communicators_[id] = std::move(comm);
   return ref;
