@@ -53,8 +53,7 @@ void point_to_point(Call& call, const std::vector<Transfer>& sends,
     if (first_time(text(call.comm->id(), "/p2p/", size_class, '/', m.rank))) {
       log(LogLevel::kInfo, "point_to_point ", bytes, " B (<= 2^", size_class, ") sent by rank ",
           m.rank, "/", m.size, " of communicator ", hex(call.comm->id()), call.comm->space_label(),
-          " in ", sends.size(),
-          " sends, ", receives.size(), " receives");
+          " in ", sends.size(), " sends, ", receives.size(), " receives");
     }
   }
   std::vector<Phase> phases{std::move(phase)};

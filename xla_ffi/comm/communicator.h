@@ -53,7 +53,6 @@ class Communicator {
   ~Communicator();
 
   uint64_t id() const { return id_; }
-  int32_t space() const { return space_; }
   // " (XLA's collectives)" for the MPI shim's space, else "": for log lines after the id.
   const char* space_label() const;
   bool matches(const int64_t* table, size_t size, int group_size) const;
