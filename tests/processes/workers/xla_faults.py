@@ -3,7 +3,7 @@ meets a failure, run by jaccl-run with XLA's collectives on jaccl.
 
     python xla_faults.py {stall,disagree,order}
 
-Every process runs the program once (it must agree), print `READY`, then:
+Every process runs the program once (it must agree), prints `READY`, then:
 - stall: the last process sleeps for 3 x JACCL_TIMEOUT before its next collective; the others'
   collective must end in an error within the deadline;
 - disagree: the last process sums rows of 5 columns where the others sum rows of 3;
