@@ -8,6 +8,8 @@ sends every collective there. jaccl's shim (libjaccl_mpiabi.so, xla_ffi/mpiabi) 
 those calls on the engine _jaccl owns, once attach() has handed it over.
 
 Contract:
+- resolve(requested, processes, devices_per_process) is "jaccl" or "gloo" for a job (a
+  launcher's default when `requested` is None); ValueError when jaccl cannot carry it.
 - environment() is what a launcher adds to a process's environment (before Python starts);
   choose(env, "jaccl" | "gloo") sets a process's environment up for either.
 - loaded() tells whether this process's jaxlib loaded jaccl's shim; active() whether XLA's
@@ -46,6 +48,21 @@ VARIABLES = ("MPITRAMPOLINE_LIB", "JAX_CPU_COLLECTIVES_IMPLEMENTATION", "JACCL_X
 
 def environment() -> dict:
     return dict(zip(VARIABLES, (shim_path(), "mpi", "jaccl")))
+
+
+def resolve(requested: str | None, processes: int, devices_per_process: int) -> str:
+    """What carries XLA's collectives in a job of `processes` x `devices_per_process` CPU
+    devices, as jaccl-run and the pytest plugin choose: `requested` ("jaccl" or "gloo"), or by
+    default jaccl where the shim can (several processes of one device each), else gloo.
+    ValueError for another name, or jaccl with several devices per process."""
+    if requested not in (None, "jaccl", "gloo"):
+        raise ValueError(f"XLA's collectives run on 'jaccl' or 'gloo', not {requested!r}")
+    if requested == "jaccl" and devices_per_process != 1:
+        raise ValueError(f"XLA's collectives run on jaccl with one CPU device per process for "
+                         f"now, not {devices_per_process}")
+    if requested is None:
+        return "jaccl" if devices_per_process == 1 and processes > 1 else "gloo"
+    return requested
 
 
 def choose(env: dict, xla_collectives: str) -> None:
@@ -100,11 +117,7 @@ def too_many_devices(local_devices: int | None) -> str:
     """Why a process of `local_devices` CPU devices cannot have XLA's collectives on jaccl
     though the launcher asked for it, or ""; jax_jaccl.distributed.initialize() then keeps
     them on gloo (the CPU backend does not exist yet)."""
-    if not local_devices or local_devices <= 1 or not loaded():
-        return ""
-    import jax
-
-    if jax.config.jax_cpu_collectives_implementation != "mpi":
+    if not local_devices or local_devices <= 1 or not active():
         return ""
     return (f"this process has {local_devices} CPU devices; jaccl's MPI shim carries XLA's "
             "collectives for one device per process for now")

@@ -79,11 +79,11 @@ def parse(argv):
         args.hosts = [{"processes": args.nprocs}]
     if args.nprocs < 1 or args.devices_per_process < 1:
         parser.error("-n and --devices-per-process must be positive")
-    if args.xla_collectives == "jaccl" and args.devices_per_process != 1:
-        parser.error("--xla-collectives jaccl runs one CPU device per process for now "
-                     "(--devices-per-process 1)")
-    if args.xla_collectives is None:
-        args.xla_collectives = "jaccl" if args.devices_per_process == 1 and args.nprocs > 1 else "gloo"
+    try:
+        args.xla_collectives = _transparent.resolve(args.xla_collectives, args.nprocs,
+                                                    args.devices_per_process)
+    except ValueError as e:
+        parser.error(f"--xla-collectives: {e}")
     if args.grace is None:
         args.grace = _settings.read().timeout_s + 5
     return args

@@ -44,6 +44,7 @@ import os
 
 import pytest
 
+from .. import _transparent
 from . import rank as _rank
 from .compile_cache import OPTION as OPTION_COMPILATION_CACHE
 from .placement import RANK_ORDERS
@@ -93,14 +94,10 @@ def _job_options(config, marker) -> dict:
         env = dict(env or {})
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise pytest.UsageError(f"{usage}, env={env!r}): env maps names to strings")
-        if xla_collectives not in (None, "jaccl", "gloo"):
-            raise pytest.UsageError(f"{usage}, xla_collectives={xla_collectives!r}): xla_collectives is "
-                                    "'jaccl' or 'gloo'")
-        if xla_collectives == "jaccl" and int(devices_per_process) != 1:
-            raise pytest.UsageError(f"{usage}, xla_collectives='jaccl'): XLA's collectives run on jaccl "
-                                    "with one CPU device per process for now")
-        if xla_collectives is None:  # as jaccl-run chooses
-            xla_collectives = "jaccl" if int(devices_per_process) == 1 and int(n) > 1 else "gloo"
+        try:  # as jaccl-run chooses
+            xla_collectives = _transparent.resolve(xla_collectives, int(n), int(devices_per_process))
+        except ValueError as e:
+            raise pytest.UsageError(f"{usage}, xla_collectives={xla_collectives!r}): {e}") from None
         return dict(processes=int(n), devices_per_process=int(devices_per_process), hosts=int(hosts),
                     timeout=float(timeout if timeout is not None else config.getini("jax_processes_timeout")),
                     link_rate=link_rate, network=network, env=env, ranks=ranks,

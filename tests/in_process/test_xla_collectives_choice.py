@@ -39,3 +39,13 @@ def test_the_environment_each_choice_gives():
     _transparent.choose(own, "gloo")
     assert own["MPITRAMPOLINE_LIB"] == "/opt/mpiwrapper/libmpiwrapper.so"
     assert own["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] == "mpi"
+
+
+@pytest.mark.parametrize("requested, processes, devices, why", [
+    ("nccl", 2, 1, "'jaccl' or 'gloo', not 'nccl'"),
+    ("jaccl", 2, 2, "one CPU device per process for now, not 2"),
+])
+def test_choices_jaccl_cannot_carry_are_refused(requested, processes, devices, why):
+    """The one rule jaccl-run and the pytest plugin's marker both apply."""
+    with pytest.raises(ValueError, match=why):
+        _transparent.resolve(requested, processes, devices)
