@@ -6,7 +6,7 @@
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
-SOURCES := pyproject.toml CMakeLists.txt $(shell find xla_ffi -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name CMakeLists.txt)
+SOURCES := pyproject.toml CMakeLists.txt $(shell find xla_ffi -name '*.cc' -o -name '*.c' -o -name '*.txt' -o -name '*.py' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name CMakeLists.txt)
 
 .PHONY: setup demo test test-fast bench bench-setup clean
 

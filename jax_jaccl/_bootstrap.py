@@ -173,6 +173,8 @@ def _start() -> WorldInfo:
         ofi_provider=transport.provider,
         ofi_why=transport.why,
         ofi_mode=transport.mode,
+        shared_channels=xla_collectives == "jaccl" and _transparent.shares_channels(
+            sum(1 for _, p in device_table if p == me)),
     )
     if transport.transport != "none":
         engine.log_info(f"between hosts: {transport.label} ({transport.why})")

@@ -15,12 +15,16 @@ Contract:
 - loaded() tells whether this process's jaxlib loaded jaccl's shim; active() whether XLA's
   CPU collectives will also use it (the 'mpi' implementation is selected).
 - expect(process_id, num_processes) runs before the CPU backend exists (XLA asks the shim for
-  its world rank right after MPI_Init_thread); attach() runs after jaccl's world is up, raises
-  ValueError with the reason when it cannot (e.g. several CPU devices per process).
+  its world rank right after MPI_Init_thread); attach() runs after jaccl's world is up (made
+  with shared channels when the process has several CPU devices: shares_channels()), raises
+  ValueError with the reason when it cannot.
 - attach_on_first_use() is what the shim runs (on the XLA thread of a process's first
   collective) when the program never started jaccl: jaccl.init(), which attaches it; a failure
   is handed back to the shim as that collective's error.
-- too_many_devices(n) is why a process of n CPU devices keeps XLA's collectives on gloo, or "".
+- unplanned_devices(n) is why a process of n CPU devices keeps XLA's collectives on gloo
+  though its launcher put them on jaccl for another count (resolve()'s default), or "".
+- shares_channels(local_devices) is whether jaccl's world must share its channels among
+  communicators (comm/world.h): XLA's collectives on it with several CPU devices per process.
 - problem() is why XLA's collectives will not run on jaccl though the launcher asked for it
   (JACCL_XLA_COLLECTIVES=jaccl, _settings.launch()), or None.
 """
@@ -53,13 +57,12 @@ def environment() -> dict:
 def resolve(requested: str | None, processes: int, devices_per_process: int) -> str:
     """What carries XLA's collectives in a job of `processes` x `devices_per_process` CPU
     devices, as jaccl-run and the pytest plugin choose: `requested` ("jaccl" or "gloo"), or by
-    default jaccl where the shim can (several processes of one device each), else gloo.
-    ValueError for another name, or jaccl with several devices per process."""
+    default jaccl for several processes of one device each, else gloo. Several devices per
+    process run on jaccl when asked: there XLA caches each process's communicators apart, and
+    a program whose meshes order a process's devices differently fails (docs/transparent.md).
+    ValueError for another name."""
     if requested not in (None, "jaccl", "gloo"):
         raise ValueError(f"XLA's collectives run on 'jaccl' or 'gloo', not {requested!r}")
-    if requested == "jaccl" and devices_per_process != 1:
-        raise ValueError(f"XLA's collectives run on jaccl with one CPU device per process for "
-                         f"now, not {devices_per_process}")
     if requested is None:
         return "jaccl" if devices_per_process == 1 and processes > 1 else "gloo"
     return requested
@@ -113,14 +116,21 @@ def problem() -> str | None:
     return None
 
 
-def too_many_devices(local_devices: int | None) -> str:
-    """Why a process of `local_devices` CPU devices cannot have XLA's collectives on jaccl
-    though the launcher asked for it, or ""; jax_jaccl.distributed.initialize() then keeps
-    them on gloo (the CPU backend does not exist yet)."""
-    if not local_devices or local_devices <= 1 or not active():
+def unplanned_devices(local_devices: int | None) -> str:
+    from . import _settings
+
+    planned = _settings.launch().local_devices
+    if not local_devices or local_devices <= 1 or not planned or planned == local_devices:
         return ""
-    return (f"this process has {local_devices} CPU devices; jaccl's MPI shim carries XLA's "
-            "collectives for one device per process for now")
+    if not active():
+        return ""
+    return (f"this process asks for {local_devices} CPU devices, its launcher planned {planned}; "
+            f"start it with --devices-per-process {local_devices} --xla-collectives jaccl to "
+            "run them on jaccl")
+
+
+def shares_channels(local_devices: int) -> bool:
+    return local_devices > 1 and active()
 
 
 def expect(process_id: int, num_processes: int) -> None:

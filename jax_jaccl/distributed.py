@@ -7,9 +7,10 @@ calls jax.distributed.initialize() with them (and sets jax_num_cpu_devices); und
 Open MPI it lets jax.distributed.initialize() find its settings by itself; alone, it only sets
 the local device count. Where jaccl-run (by default, or `jaccl-info --xla-collectives-env`
 under SLURM / Open MPI) put jaccl's MPI shim in place (_transparent), it also runs
-jaccl.init(), so the collectives XLA emits run on jaccl from the first computation on; where
-it could not (e.g. the program asks for several CPU devices per process: those stay on gloo),
-it says why (a warning). With JACCL_IFNAME set, jax.lax's own CPU collectives (gloo) use that
+jaccl.init(), so the collectives XLA emits run on jaccl from the first computation on (also
+with several CPU devices per process, where the launcher was asked to); where it could not
+(jax imported before the launcher's environment took effect, or a device count other than the
+launcher planned: those stay on gloo), it says why (a warning). With JACCL_IFNAME set, jax.lax's own CPU collectives (gloo) use that
 interface too: they otherwise take the address the host name resolves to, 127.0.0.1 inside a
 network namespace. Returns (process_index, process_count).
 """
@@ -44,8 +45,8 @@ def initialize(local_devices: int | None = None) -> tuple[int, int]:
         local_devices = job.local_devices
     if local_devices:
         jax.config.update("jax_num_cpu_devices", local_devices)
-    several = _transparent.too_many_devices(local_devices)
-    if several:  # the shim carries one device per process: JAX's own collectives instead
+    unplanned = _transparent.unplanned_devices(local_devices)
+    if unplanned:  # the launcher chose jaccl for another device count: JAX's own instead
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     if job.coordinator:
         _transparent.expect(job.process_id, job.num_processes)
@@ -59,7 +60,7 @@ def initialize(local_devices: int | None = None) -> tuple[int, int]:
         )
     elif any(k in os.environ for k in _CLUSTER_MARKERS):
         jax.distributed.initialize()
-    why_not = several or _transparent.problem()
+    why_not = unplanned or _transparent.problem()
     if why_not:
         warnings.warn(f"jaccl: XLA's own collectives stay on JAX's gloo: {why_not}", stacklevel=2)
     elif _transparent.active() and jax.process_count() > 1:

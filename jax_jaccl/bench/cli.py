@@ -70,8 +70,6 @@ def collectives(args) -> None:
     if unknown:
         raise SystemExit(f"jaccl-bench: unknown --vs {sorted(unknown)} (use lax, lax_on_jaccl, "
                          "mpi4jax, mpi, shm)")
-    if "lax_on_jaccl" in peers and args.devices_per_process != 1:
-        raise SystemExit("jaccl-bench: lax_on_jaccl runs one device per process")
     ops = [op for op in args.ops.split(",") if op]
     unknown = set(ops) - set(EVERY_OP)
     if unknown:
@@ -103,6 +101,7 @@ def collectives(args) -> None:
             if "lax_on_jaccl" in peers:
                 out = os.path.join(tmp, f"lax_on_jaccl{run}.json")
                 _run([sys.executable, "-m", "jax_jaccl.launch", "-n", str(args.nprocs),
+                      "--devices-per-process", str(args.devices_per_process),
                       "--xla-collectives", "jaccl", "--", sys.executable, "-m",
                       "jax_jaccl.bench.collectives_worker", "--sizes", args.sizes, "--ops",
                       args.ops,

@@ -26,8 +26,8 @@ the machine, counted over every pytest of the user (xdist workers too): a job wa
 slots. `env={...}` adds
 environment variables to every process (e.g. a transport: {"JACCL_TRANSPORT": "tcp"}).
 The collectives XLA emits itself (jit with shardings, jax.lax) run on jaccl's engine as under
-jaccl-run (jobs of n > 1 processes of one CPU device each); `xla_collectives="gloo"` keeps
-JAX's own.
+jaccl-run (jobs of n > 1 processes of one CPU device each; with several devices per process
+under `xla_collectives="jaccl"`); `xla_collectives="gloo"` keeps JAX's own.
 `jax_processes_compilation_cache = session` (ini) lets the jobs share a JAX compilation
 cache: a program compiled by one job (the same test over several layouts) is loaded by the
 next (compile_cache.py says by which processes).

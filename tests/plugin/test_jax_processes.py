@@ -327,8 +327,7 @@ def test_options_that_cannot_hold_are_refused(tmp_path):
            "link_rate on one host": 'link_rate="1gbit"', "unknown network": 'hosts=2, network="wifi"',
            "env value not a string": 'env={"X": 1}', "uneven hosts": "hosts=3",
            "unknown rank order": 'hosts=2, ranks="random"',
-           "unknown xla_collectives": 'xla_collectives="nccl"',
-           "xla_collectives on jaccl with 2 devices": 'devices_per_process=2, xla_collectives="jaccl"'}
+           "unknown xla_collectives": 'xla_collectives="nccl"'}
     for why, options in bad.items():
         text = f"import pytest\n\n@pytest.mark.jax_processes(2, {options})\ndef test_x(jax_job):\n    pass\n"
         rc, out, _ = run_pytest(tmp_path, {"test_bad.py": text}, "-q")

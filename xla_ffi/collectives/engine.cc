@@ -194,6 +194,9 @@ class PhaseRunner {
       if (e.channel == nullptr) continue;
       Frame* f = e.channel->try_reserve();
       if (f == nullptr) {
+        for (size_t k = 0; k < i; ++k) {  // nothing written yet: a shared channel stays free
+          if (t.sinks[k].channel != nullptr) t.sinks[k].channel->unreserve();
+        }
         blocked_.push_back(e.peer);
         return false;
       }

@@ -2,8 +2,8 @@
 // the CUDA module's staged host jobs through abi/host_abi.h) makes it.
 //
 // Contract: run_call(kind, device, groups, ...) finds the world, the communicator named by
-// the `groups` table (group_size per row) in sequence space `space` (handlers/host_abi.h:
-// XLA's collectives through the MPI shim are numbered apart) and this device's member of it,
+// the `groups` table (group_size per row) in sequence space `space` with `salt` (handlers/
+// host_abi.h: XLA's collectives through the MPI shim are numbered apart) and this device's member of it,
 // numbers the call, and runs body(Call&) with call.world/comm/member/kind/dtype/op_count/seq/
 // timeout set. body throws jaccl::Error (or anything) on failure; run_call never throws: it
 // posts the failure on the abort board (so the peers stop too) and returns it.
@@ -33,16 +33,22 @@ struct Failure {
 template <typename Body>
 std::optional<Failure> run_call(CollectiveKind kind, int64_t device, const int64_t* groups,
                                 size_t groups_len, int64_t group_size, Dtype dtype,
-                                uint64_t op_count, Body&& body, int32_t space = 0) {
+                                uint64_t op_count, Body&& body, int32_t space = 0,
+                                uint64_t salt = 0) {
   World::Use use;  // the world outlives this call, also when the process is exiting
   World* world = use.world();
   Failure failure;
   try {
     if (world == nullptr) World::require();
     if (world->aborted()) world->check_health({});
-    std::lock_guard<std::recursive_mutex> one_call_per_device(world->device_lock(device));
+    // The MPI shim's calls in a world that shares channels need no lock: their member is not
+    // the XLA device's own (the shim places members itself), streams keep channels apart.
+    std::unique_lock<std::recursive_mutex> one_call_per_device;
+    if (space == 0 || !world->shares_channels()) {
+      one_call_per_device = std::unique_lock<std::recursive_mutex>(world->device_lock(device));
+    }
     Communicator& comm =
-        world->communicator(groups, groups_len, static_cast<int>(group_size), space);
+        world->communicator(groups, groups_len, static_cast<int>(group_size), space, salt);
     Communicator::Member& member = comm.member(device);
     Call call;
     call.world = world;

@@ -6,6 +6,7 @@
 #include "comm/world.h"
 #include "common/error.h"
 #include "common/text.h"
+#include "transport/shared_channel.h"
 
 namespace jaccl {
 namespace {
@@ -53,8 +54,8 @@ Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size
       m.from.resize(group_size, nullptr);
       for (int r = 0; r < group_size; ++r) {
         if (r == rank) continue;
-        m.to[r] = world.channel(device, m.devices[r]);
-        m.from[r] = world.channel(m.devices[r], device);
+        m.to[r] = channel(device, m.devices[r], rank);
+        m.from[r] = channel(m.devices[r], device, r);
         int p = world.device(m.devices[r]).process;
         if (p != world.my_process() &&
             std::find(m.processes.begin(), m.processes.end(), p) == m.processes.end()) {
@@ -75,6 +76,16 @@ Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size
       members_.emplace(device, std::move(m));
     }
   }
+}
+
+// The channel from `src` to `dst` that carries frames of this communicator's rank `src_rank`:
+// the transport's own, or a stream of it when the world shares channels.
+Channel* Communicator::channel(int64_t src, int64_t dst, int src_rank) {
+  if (!world_.shares_channels()) return world_.channel(src, dst);
+  const uint64_t stream = SharedChannel::stream_of(static_cast<uint32_t>(id_),
+                                                    static_cast<uint32_t>(src_rank));
+  streams_.push_back(world_.shared_channel(src, dst)->stream(stream));
+  return streams_.back().get();
 }
 
 const char* Communicator::space_label() const {

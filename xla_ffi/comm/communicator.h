@@ -7,6 +7,9 @@
 // group through a Member view: its rank, the channels to and from every other
 // rank, and its collective sequence number. A Member is used only by the
 // thread running that device's program, so it needs no lock.
+// In a world that shares channels, a member's channels are streams of them
+// (transport/shared_channel.h), so members of several communicators may use
+// one pair of devices at once.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +64,8 @@ class Communicator {
   std::string describe_rank(const Member& member, int rank) const;
 
  private:
+  Channel* channel(int64_t src, int64_t dst, int src_rank);
+
   World& world_;
   uint64_t id_;
   int32_t space_;
@@ -68,6 +73,7 @@ class Communicator {
   std::vector<int64_t> table_;
   std::unordered_map<int64_t, Member> members_;
   std::vector<std::unique_ptr<DirectGroup>> direct_groups_;
+  std::vector<std::unique_ptr<Channel>> streams_;  // when the world shares channels
 };
 
 }  // namespace jaccl

@@ -21,6 +21,7 @@
 #include "common/process.h"
 #include "common/text.h"
 #include "transport/ring_channel.h"
+#include "transport/shared_channel.h"
 #ifdef JACCL_HAVE_OFI
 #include "transport/ofi/ofi_transport.h"
 #include "transport/ofi/wire.h"
@@ -323,6 +324,14 @@ void World::attach_peers() {
     }
   }
   connect_network();
+  if (config_.shared_channels) {
+    for (const auto& [src, row] : channels_) {
+      for (const auto& [dst, channel] : row) {
+        shared_[channel] = std::make_unique<SharedChannel>(
+            channel, is_local(src) ? doorbell(src) : nullptr, is_local(dst) ? doorbell(dst) : nullptr);
+      }
+    }
+  }
   attached_ = true;
 }
 
@@ -407,12 +416,19 @@ Channel* World::channel(int64_t src, int64_t dst) const {
                   : ": the devices are on different hosts and no network transport is built");
 }
 
+SharedChannel* World::shared_channel(int64_t src, int64_t dst) const {
+  auto it = shared_.find(channel(src, dst));
+  JACCL_CHECK(it != shared_.end(), "no shared channel (the world does not share channels)");
+  return it->second.get();
+}
+
 Communicator& World::communicator(const int64_t* table, size_t size, int group_size,
-                                  int32_t space) {
-  // Another space, another id: peers check it in every frame header, so calls of different
-  // spaces never pair.
-  const uint64_t id =
-      hash_table(table, size, group_size) + static_cast<uint64_t>(space) * 0x9e3779b97f4a7c15ull;
+                                  int32_t space, uint64_t salt) {
+  // Another space or salt, another id: peers check it in every frame header, so calls of
+  // different spaces never pair.
+  const uint64_t id = hash_table(table, size, group_size) +
+                      static_cast<uint64_t>(space) * 0x9e3779b97f4a7c15ull +
+                      salt * 0xc2b2ae3d27d4eb4full;
   std::lock_guard<std::mutex> lock(communicators_mutex_);
   auto it = communicators_.find(id);
   if (it != communicators_.end()) {
@@ -420,6 +436,14 @@ Communicator& World::communicator(const int64_t* table, size_t size, int group_s
       throw_error(ErrorKind::kInternal, "communicator id collision");
     }
     return *it->second;
+  }
+  if (shares_channels()) {  // a shared channel's streams are named by the id's low 32 bits
+    for (const auto& [other, comm] : communicators_) {
+      if (static_cast<uint32_t>(other) == static_cast<uint32_t>(id)) {
+        throw_error(ErrorKind::kInternal, "communicators ", hex(other), " and ", hex(id),
+                    " share the low 32 bits of their ids, which name streams of shared channels");
+      }
+    }
   }
   auto comm = std::make_unique<Communicator>(*this, id, table, size, group_size, space);
   Communicator& ref = *comm;

@@ -17,6 +17,8 @@
 //   ofi_local_info() and adds every other's with ofi_add_peer().
 // - raise_abort() records the first failure of this process; check_health()
 //   throws if this process or any listed peer has aborted or died.
+// - With config.shared_channels, every communicator's member reads and writes streams of a
+//   SharedChannel (transport/shared_channel.h) instead of the channel itself.
 // - A device's call holds a World::Use while it runs; destroy() waits until no call uses the
 //   world (each ends within its deadline), so an exit that races with device programs still
 //   in flight never frees the world under them. A call that starts after destroy() finds none.
@@ -38,6 +40,7 @@
 namespace jaccl {
 
 class Communicator;
+class SharedChannel;
 namespace ofi {
 class OfiTransport;
 }
@@ -81,6 +84,10 @@ class World {
   std::string describe_device(int64_t id) const;
 
   Channel* channel(int64_t src, int64_t dst) const;
+  // With config.shared_channels, every communicator talks through streams of these (one per
+  // channel): calls of several communicators may use one pair of devices at once.
+  bool shares_channels() const { return config_.shared_channels; }
+  SharedChannel* shared_channel(int64_t src, int64_t dst) const;
   // Held by every call of a local device while it runs (collectives/run.h): a device's channels
   // have one producer and one consumer, also when XLA runs two of its calls at once on two
   // threads (jaccl's ops and XLA's own collectives). Throws for a device of another process.
@@ -89,7 +96,10 @@ class World {
 
   // The communicator of a group table in sequence space `space` (0: jaccl's own ops; others
   // number their calls apart on the same devices: handlers/host_abi.h), made on first use.
-  Communicator& communicator(const int64_t* table, size_t size, int group_size, int32_t space = 0);
+  // `salt` tells apart communicators of one table that must not share members (the MPI shim's
+  // split rounds with several devices per process: handlers/host_abi.h).
+  Communicator& communicator(const int64_t* table, size_t size, int group_size, int32_t space = 0,
+                             uint64_t salt = 0);
 
   void raise_abort(const std::string& reason);
   // Waits up to `seconds` until the abort notices of raise_abort() left for the other hosts.
@@ -118,6 +128,7 @@ class World {
   std::unique_ptr<ofi::OfiTransport> ofi_;
   std::vector<std::unique_ptr<Channel>> owned_channels_;
   std::unordered_map<int64_t, std::unordered_map<int64_t, Channel*>> channels_;
+  std::unordered_map<const Channel*, std::unique_ptr<SharedChannel>> shared_;  // shares_channels()
   bool attached_ = false;
 
   std::vector<std::unique_ptr<std::recursive_mutex>> device_locks_;  // by device index, local only

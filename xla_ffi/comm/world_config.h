@@ -36,6 +36,10 @@ struct WorldConfig {
   int num_slots = 4;            // frames in flight per channel
   double timeout_s = 120.0;     // JACCL_TIMEOUT
   int spin_us = 50;             // busy-wait before sleeping on a doorbell
+  // Several streams per channel (transport/shared_channel.h): XLA's collectives through the MPI
+  // shim with several CPU devices per process, where two communicators' calls may use one pair
+  // of devices at once. Costs a copy of every frame received.
+  bool shared_channels = false;
 };
 
 }  // namespace jaccl

@@ -39,7 +39,7 @@ extern "C" int jaccl_run_host_call(const JacclHostCall* c, char* error, size_t e
                                    c->out_rows);
     }
     run_host_collective(call, kind, buffers, c->op, c->algorithm);
-  }, c->space), error, error_len);
+  }, c->space, c->salt), error, error_len);
 }
 
 extern "C" int jaccl_run_host_moe(const JacclHostMoeCall* c, char* error, size_t error_len) {
@@ -86,7 +86,7 @@ extern "C" int jaccl_run_host_p2p(const JacclHostP2p* c, char* error, size_t err
     };
     point_to_point(call, transfers(c->sends, c->num_sends),
                    transfers(c->receives, c->num_receives));
-  }, c->space), error, error_len);
+  }, c->space, c->salt), error, error_len);
 }
 
 extern "C" void jaccl_raise_abort(const char* why) {

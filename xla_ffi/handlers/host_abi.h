@@ -46,6 +46,9 @@ struct JacclHostCall {
   size_t ragged_len;
   uint64_t in_rows, out_rows, row_elems;
   int32_t space;          // kJacclOwnOps, or kJacclXlaCollectives (the MPI shim's calls)
+  // Tells apart communicators of equal tables whose members must not be shared: the MPI
+  // shim's, with several devices per process, numbers its split rounds (0: none).
+  uint64_t salt;
 };
 
 typedef struct JacclHostCall JacclHostCall;
@@ -106,6 +109,7 @@ struct JacclHostP2p {
   const struct JacclTransfer* receives;
   size_t num_receives;
   int32_t space;          // as JacclHostCall's
+  uint64_t salt;          // as JacclHostCall's
 };
 
 typedef struct JacclHostP2p JacclHostP2p;

@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -39,14 +40,23 @@ void attach_mpiabi(const std::string& path) {
   // Lives until exit: the shim keeps pointers into it.
   static std::vector<int64_t> devices;
   static JacclMpiEngine table;
-  if (config.devices.size() != processes) {
-    throw_error(ErrorKind::kInvalidArgument, "XLA's collectives on jaccl need one CPU "
-                "device per process for now; this job has ", config.devices.size(),
-                " devices in ", processes, " processes (jaccl-run --xla-collectives gloo, or "
-                "xla_collectives='gloo' in a jax_processes marker, keeps them on JAX's gloo)");
+  std::vector<std::vector<int64_t>> of_process(processes);
+  for (const DeviceInfo& d : config.devices) of_process[d.process].push_back(d.id);
+  const size_t per_process = of_process[0].size();
+  for (size_t p = 0; p < processes; ++p) {
+    if (of_process[p].size() != per_process || per_process == 0) {
+      throw_error(ErrorKind::kInvalidArgument, "XLA's collectives on jaccl need the same number "
+                  "of CPU devices in every process; process 0 has ", per_process, ", process ", p,
+                  " has ", of_process[p].size());
+    }
+    std::sort(of_process[p].begin(), of_process[p].end());
   }
-  devices.assign(processes, -1);
-  for (const DeviceInfo& d : config.devices) devices[d.process] = d.id;
+  if (per_process > 1 && !world.shares_channels()) {
+    throw_error(ErrorKind::kInternal, "XLA's collectives on ", per_process, " devices per "
+                "process need a world that shares channels");
+  }
+  devices.clear();
+  for (const auto& ids : of_process) devices.insert(devices.end(), ids.begin(), ids.end());
   void* shim = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
   if (shim == nullptr) {
     throw_error(ErrorKind::kInvalidArgument, "the MPI shim ", path, " is not loaded (was "
@@ -60,7 +70,9 @@ void attach_mpiabi(const std::string& path) {
   table.version = kJacclMpiEngineVersion;
   table.my_process = config.my_process;
   table.num_processes = static_cast<int32_t>(processes);
+  table.devices_per_process = static_cast<int32_t>(per_process);
   table.devices = devices.data();
+  table.timeout_s = config.timeout_s;
   table.kind_all_reduce = static_cast<int32_t>(CollectiveKind::kAllReduce);
   table.kind_reduce_scatter = static_cast<int32_t>(CollectiveKind::kReduceScatter);
   table.kind_all_gather = static_cast<int32_t>(CollectiveKind::kAllGather);

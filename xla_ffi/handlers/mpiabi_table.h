@@ -5,7 +5,10 @@
  * Contract: _jaccl's mpiabi_attach() opens the already loaded shim (RTLD_NOLOAD) and calls its
  * jaccl_mpiabi_attach(&table) once the world is up; the table and what it points to live until
  * the process exits. Each function returns 0, or non-zero with jaccl's message in `error`. The
- * world here is one device per process: devices[p] is process p's device. Plain C: the shim is
+ * world has devices_per_process devices in every process: devices[p * devices_per_process + i]
+ * is process p's i-th (by id). With more than one, the world shares channels
+ * (transport/shared_channel.h) and the shim places each communicator's members on devices of
+ * its choosing (it cannot tell which XLA device calls). Plain C: the shim is
  * C only (it is loaded with RTLD_DEEPBIND, where a second C++ runtime would be trouble). */
 #ifndef JACCL_HANDLERS_MPIABI_TABLE_H
 #define JACCL_HANDLERS_MPIABI_TABLE_H
@@ -19,13 +22,16 @@
 extern "C" {
 #endif
 
-enum { kJacclMpiEngineVersion = 2 };  /* 2: JacclHostCall and JacclHostP2p carry a space */
+/* 2: JacclHostCall and JacclHostP2p carry a space; 3: and a salt, devices per process */
+enum { kJacclMpiEngineVersion = 3 };
 
 typedef struct JacclMpiEngine {
   uint32_t version;            /* kJacclMpiEngineVersion */
   int32_t my_process;
   int32_t num_processes;
-  const int64_t* devices;      /* devices[p]: the device of process p */
+  int32_t devices_per_process;
+  const int64_t* devices;      /* num_processes * devices_per_process, process by process */
+  double timeout_s;            /* JACCL_TIMEOUT: how long a split waits for this process's devices */
   int32_t kind_all_reduce, kind_reduce_scatter, kind_all_gather;   /* CollectiveKind codes */
   int32_t (*dtype_code)(const char* name);   /* "float32" -> Dtype; -1 if unknown */
   int32_t (*reduce_code)(const char* name);  /* "sum" -> ReduceOp; -1 if unknown */

@@ -9,8 +9,9 @@
  * jaccl_mpiabi_attach() once the world is up (handlers/mpiabi_table.h), so a process has one
  * engine; in a program that never started jaccl, XLA's first collective starts it (attached()).
  *
- * Communicators are tables of global device ids (one device per process for now), the same
- * tables jaccl's own ops use, so the engine finds the same groups and channels; its calls are
+ * Communicators are tables of global device ids, the same tables jaccl's own ops use, so the
+ * engine finds the same groups and channels (with several devices per process, the shim places
+ * members on devices itself: split_world() below); its calls are
  * numbered in a sequence space of their own (kJacclXlaCollectives), so a rank that takes a
  * jaccl op where its peer takes an XLA collective gets "ranks disagree", never the peer's
  * data. Comm_split is
@@ -31,6 +32,7 @@
 #include "handlers/mpiabi_table.h"
 #include "mpiabi_values.h"
 #include "shim.h"
+#include "split_round.h"
 
 #define JMPI_EXPORT __attribute__((visibility("default")))
 enum { kMessageBytes = 1024, kCommMagic = 0x4a434f4d, kRequestMagic = 0x4a524551 };
@@ -64,11 +66,14 @@ static atomic_int initialized, finalized;
 typedef struct JmpiComm {
   uint32_t magic;
   int rank, size;
+  int local_devices;  /* MPI_COMM_WORLD with several devices per process: how many; else 1 */
+  uint64_t salt;      /* the split round that made it, with several devices per process */
   int64_t devices[];  /* the group in rank order */
 } JmpiComm;
 
 static JmpiComm* world_comm;
 static JmpiComm* self_comm;
+static JmpiComm* processes_comm;  /* one device per process: where split rounds exchange */
 
 static JmpiComm* new_comm(int rank, int size) {
   JmpiComm* c = malloc(sizeof(JmpiComm) + (size_t)size * sizeof(int64_t));
@@ -76,6 +81,8 @@ static JmpiComm* new_comm(int rank, int size) {
     c->magic = kCommMagic;
     c->rank = rank;
     c->size = size;
+    c->local_devices = 1;
+    c->salt = 0;
   }
   return c;
 }
@@ -138,9 +145,27 @@ static const JacclMpiEngine* attached(void) {
   return e;
 }
 
+/* XLA ignores MPI_Comm_split's result and uses the null handle it leaves: a failed split's
+ * message is what such a handle's every use reports. */
+static pthread_mutex_t split_failure_lock = PTHREAD_MUTEX_INITIALIZER;
+static char split_failure[kMessageBytes];
+
+static void remember_split_failure(void) {
+  pthread_mutex_lock(&split_failure_lock);
+  if (split_failure[0] == '\0') snprintf(split_failure, sizeof split_failure, "%s", last_message);
+  pthread_mutex_unlock(&split_failure_lock);
+}
+
 static JmpiComm* comm_of(uintptr_t handle) {
   if (handle == JMPI_COMM_WORLD) return attached() ? world_comm : NULL;
   if (handle == JMPI_COMM_SELF) return attached() ? self_comm : NULL;
+  if (handle == 0) {
+    pthread_mutex_lock(&split_failure_lock);
+    if (split_failure[0] != '\0') fail(JMPI_ERR_COMM, "%s", split_failure);
+    else fail(JMPI_ERR_COMM, "jaccl: a collective on MPI_COMM_NULL");
+    pthread_mutex_unlock(&split_failure_lock);
+    return NULL;
+  }
   JmpiComm* c = (JmpiComm*)handle;
   if (handle < 0x10000 || c->magic != kCommMagic) {
     fail(JMPI_ERR_COMM, "jaccl: %#lx is not a communicator", (unsigned long)handle);
@@ -221,16 +246,21 @@ JMPI_EXPORT int jaccl_mpiabi_attach(const JacclMpiEngine* e, char* error, size_t
   if (atomic_load(&engine) != NULL) return 0;
   for (size_t i = 0; i < sizeof types / sizeof types[0]; ++i) types[i].code = e->dtype_code(types[i].name);
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; ++i) ops[i].code = e->reduce_code(ops[i].name);
-  JmpiComm* world = new_comm(e->my_process, e->num_processes);
+  const int per_process = e->devices_per_process;
+  JmpiComm* world = new_comm(e->my_process * per_process, e->num_processes * per_process);
   JmpiComm* self = new_comm(0, 1);
-  if (world == NULL || self == NULL) {
+  JmpiComm* processes = new_comm(e->my_process, e->num_processes);
+  if (world == NULL || self == NULL || processes == NULL) {
     snprintf(error, error_len, "out of memory attaching the MPI shim");
     return 1;
   }
-  memcpy(world->devices, e->devices, (size_t)e->num_processes * sizeof(int64_t));
-  self->devices[0] = e->devices[e->my_process];
+  memcpy(world->devices, e->devices, (size_t)world->size * sizeof(int64_t));
+  world->local_devices = per_process;
+  self->devices[0] = e->devices[e->my_process * per_process];
+  for (int p = 0; p < e->num_processes; ++p) processes->devices[p] = e->devices[p * per_process];
   world_comm = world;
   self_comm = self;
+  processes_comm = processes;
   atomic_store(&engine, e);
   return 0;
 }
@@ -244,8 +274,17 @@ static int run(const JacclHostCall* call) {
 }
 
 /* A collective on `c` of `count` MPI elements of `type` in and `out_count` out. */
+/* With several devices per process, MPI_COMM_WORLD's rank is not known from a call: XLA only
+ * splits it, and the shim runs nothing else on it. */
+static int refuse_world(const JmpiComm* c) {
+  return fail(JMPI_ERR_COMM, "jaccl: a collective or transfer on MPI_COMM_WORLD with %d CPU "
+              "devices per process (the shim supports splitting it, as XLA does)",
+              c->local_devices);
+}
+
 static int collective(int32_t kind, const JmpiComm* c, const JmpiType* type, int32_t op,
                       const void* in, void* out, size_t count, size_t out_count) {
+  if (c->local_devices > 1) return refuse_world(c);
   if (type->code < 0) return fail(JMPI_ERR_TYPE, "jaccl: no engine type %s", type->name);
   JacclHostCall call;
   memset(&call, 0, sizeof call);
@@ -262,6 +301,7 @@ static int collective(int32_t kind, const JmpiComm* c, const JmpiType* type, int
   call.out_count = out_count * (size_t)type->parts;
   call.outer_in = call.outer_out = 1;
   call.space = kJacclXlaCollectives;
+  call.salt = c->salt;
   return run(&call);
 }
 
@@ -377,11 +417,131 @@ JMPI_EXPORT int MPIABI_Comm_size(uintptr_t comm, int* size) {
   return JMPI_SUCCESS;
 }
 
+/* A split round's exchange (split_round.h): every process's sorted (color, key) pairs. */
+static int exchange_pairs(const int64_t* mine, int64_t* all, void* context, char* error,
+                          size_t error_len) {
+  const JmpiComm* processes = context;
+  const size_t per_process = (size_t)world_comm->local_devices;
+  const int rc = collective(atomic_load(&engine)->kind_all_gather, processes,
+                            type_of(JMPI_INT64_T), 0, mine, all, 2 * per_process,
+                            2 * per_process * (size_t)processes->size);
+  if (rc != JMPI_SUCCESS) snprintf(error, error_len, "%s", last_message);
+  return rc != JMPI_SUCCESS;
+}
+
+/* A split round's groups as XLA makes them for one collective: every color's keys are 0..n-1
+ * with the same n >= 2 for all, and key 0 (XLA's color is the group's first device) sits in
+ * the process that has that device. Anything else means the processes made communicators for
+ * different collectives in one round: XLA caches communicators per process, so a group made
+ * earlier on one process (one that lies inside it, when two meshes order a process's devices
+ * differently) is new on another, whose devices then split alone. Returns 0, or fails naming
+ * the first broken group. */
+static int check_groups(const int64_t* all, int n, int per_process) {
+  const JacclMpiEngine* e = atomic_load(&engine);
+  int size = -1;
+  for (int j = 0; j < n; ++j) {
+    const int64_t color = all[2 * j];
+    if (color == JMPI_UNDEFINED) continue;
+    int members = 0, key0 = -1;
+    uint64_t keys_seen = 0;  /* for groups of up to 64 */
+    int duplicate = 0;
+    for (int i = 0; i < n; ++i) {
+      if (all[2 * i] != color) continue;
+      const int64_t key = all[2 * i + 1];
+      ++members;
+      if (key == 0) key0 = i;
+      if (key >= 0 && key < 64) {
+        duplicate |= (keys_seen >> key) & 1;
+        keys_seen |= 1ull << key;
+      }
+    }
+    const int contiguous = members <= 64 && !duplicate &&
+                           keys_seen == (members == 64 ? ~0ull : (1ull << members) - 1);
+    int home = -1;  /* the process of device `color` */
+    for (int i = 0; i < n; ++i) {
+      if (e->devices[i] == color) home = i / per_process;
+    }
+    const char* why = NULL;
+    if (!contiguous) why = "its ranks are not 0..n-1";
+    else if (members < 2) why = "it has one device";
+    else if (size >= 0 && members != size) why = "other groups of the round have another size";
+    else if (key0 < 0 || home != key0 / per_process) why = "its first device is elsewhere";
+    if (why != NULL) {
+      return fail(JMPI_ERR_OTHER, "jaccl: MPI_Comm_split: the processes made communicators for "
+                  "different collectives at once (group of device %lld, %d members seen: %s). "
+                  "With several CPU devices per process, every collective must find its groups "
+                  "new on all processes or on none; XLA caches communicators per process, which "
+                  "breaks this when meshes order a process's devices differently. Keep such "
+                  "programs on gloo (jaccl-run --xla-collectives gloo)",
+                  (long long)color, members, why);
+    }
+    size = members;
+  }
+  return JMPI_SUCCESS;
+}
+
+/* MPI_COMM_WORLD with several devices per process: this process's devices meet in a split
+ * round; each caller is given the device at its pair's place among the process's (so one
+ * communicator never has a device twice), and the communicator of its color is everyone of
+ * that color by key, with the round as its salt: an equal table made in another round, whose
+ * devices may stand for other XLA devices, is another communicator. */
+static int split_world(const JmpiComm* world, int color, int key, uintptr_t* newcomm) {
+  const JacclMpiEngine* e = atomic_load(&engine);
+  const int per_process = world->local_devices, n = world->size;
+  int64_t* all = malloc(2 * (size_t)n * sizeof(int64_t));
+  int* members = malloc((size_t)n * sizeof(int));
+  if (all == NULL || members == NULL) {
+    free(all);
+    free(members);
+    return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
+  }
+  int slot = 0, count = 0, rc = JMPI_SUCCESS;
+  uint64_t round = 0;
+  char error[kMessageBytes];
+  if (jmpi_split_round(per_process, e->num_processes, e->timeout_s, color, key, exchange_pairs,
+                       processes_comm, all, &slot, &round, error, sizeof error) != 0) {
+    e->raise_abort(error);  /* the other processes stop too */
+    rc = fail(JMPI_ERR_OTHER, "%s", error);
+  } else if (check_groups(all, n, per_process) != JMPI_SUCCESS) {
+    e->raise_abort(last_message);  /* every process finds the same from the same round */
+    rc = last_code;
+  }
+  const int me = e->my_process * per_process + slot;
+  for (int j = 0; rc == JMPI_SUCCESS && j < n; ++j) {
+    if (all[2 * j] != color) continue;
+    int at = count++;  /* by key, ties by place: stable */
+    while (at > 0 && all[2 * members[at - 1] + 1] > all[2 * j + 1]) {
+      members[at] = members[at - 1];
+      --at;
+    }
+    members[at] = j;
+  }
+  *newcomm = 0;
+  if (rc == JMPI_SUCCESS && color != JMPI_UNDEFINED) {
+    JmpiComm* c = new_comm(0, count);
+    if (c == NULL) {
+      rc = fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
+    } else {
+      for (int i = 0; i < count; ++i) {
+        c->devices[i] = e->devices[members[i]];
+        if (members[i] == me) c->rank = i;
+      }
+      c->salt = round;
+      *newcomm = (uintptr_t)c;
+    }
+  }
+  free(all);
+  free(members);
+  if (rc != JMPI_SUCCESS) remember_split_failure();
+  return rc;
+}
+
 /* Collective over `comm`: everyone's (color, key) goes to everyone; the ranks of my color, by
  * key (ties by their rank in `comm`), make the new communicator. */
 JMPI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t* newcomm) {
   JmpiComm* parent = comm_of(comm);
   if (parent == NULL) return last_code;
+  if (parent->local_devices > 1) return split_world(parent, color, key, newcomm);
   const int n = parent->size;
   int64_t mine[2] = {color, key};
   int64_t* all = malloc(2 * (size_t)n * sizeof(int64_t));
@@ -414,12 +574,14 @@ JMPI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t*
           c->devices[i] = parent->devices[order[i]];
           if (order[i] == parent->rank) c->rank = i;
         }
+        c->salt = parent->salt;
         *newcomm = (uintptr_t)c;
       }
     }
   }
   free(all);
   free(order);
+  if (rc != JMPI_SUCCESS) remember_split_failure();
   return rc;
 }
 
@@ -429,6 +591,8 @@ JMPI_EXPORT int MPIABI_Comm_dup(uintptr_t comm, uintptr_t* newcomm) {
   JmpiComm* d = new_comm(c->rank, c->size);
   if (d == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_dup");
   memcpy(d->devices, c->devices, (size_t)c->size * sizeof(int64_t));
+  d->local_devices = c->local_devices;
+  d->salt = c->salt;
   *newcomm = (uintptr_t)d;
   return JMPI_SUCCESS;
 }
@@ -529,8 +693,9 @@ static void set_status(void* status, int source, int tag) {
 /* Runs sends and receives of this thread together; peers are ranks of `c`. */
 static int transfer(const JmpiComm* c, const struct JacclTransfer* sends, size_t num_sends,
                     const struct JacclTransfer* receives, size_t num_receives) {
+  if (c->local_devices > 1) return refuse_world(c);
   JacclHostP2p call = {my_device(c), c->devices, (size_t)c->size, sends, num_sends, receives,
-                       num_receives, kJacclXlaCollectives};
+                       num_receives, kJacclXlaCollectives, c->salt};
   char error[kMessageBytes];
   if (atomic_load(&engine)->run_p2p(&call, error, sizeof error) != 0) {
     return fail(JMPI_ERR_OTHER, "%s", error);

@@ -39,6 +39,11 @@ class Channel {
   virtual Frame* try_reserve() = 0;
   // Producer: publishes the reserved frame; wakes the consumer.
   virtual void commit() = 0;
+  // Producer: keeps the reserved frame unpublished (nothing was written that must be sent);
+  // the next try_reserve() may return it again. A producer that cannot use every frame it
+  // reserved this round gives the others back, so a channel shared by several streams
+  // (shared_channel.h) is not held while it waits.
+  virtual void unreserve() {}
 
   // Consumer: the oldest published frame, or nullptr. Calling it again before
   // release() returns the same frame.

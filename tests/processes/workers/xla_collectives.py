@@ -22,8 +22,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 from jax_jaccl import _transparent  # noqa: E402
 
 MODE = sys.argv[1]
-n = jax.process_count()
-assert n > 1, "this program checks a job of several processes"
+n, processes = jax.device_count(), jax.process_count()
+assert processes > 1, "this program checks a job of several processes"
 assert _transparent.active() == (MODE == "jaccl"), (MODE, _transparent.problem())
 mesh = Mesh(np.array(jax.devices()), ("x",))
 checked = 0
@@ -108,4 +108,57 @@ bf = blocks.astype(jnp.bfloat16)
 check("psum bfloat16", spmd(lambda t: lax.psum(t, "x"), bf),
       np.tile(np.asarray(bf, np.float32).reshape(n, -1, 3).sum(0), (n, 1)).astype(jnp.bfloat16))
 
-print(f"XLA COLLECTIVES {MODE} CHECKED {checked} ON {n}", flush=True)
+# Several devices per process, on a 2-D mesh (processes x local devices) in the order argv[2]
+# names: "by_process", or "twisted", which pairs device i of one process with the other's
+# device local - 1 - i (XLA names a group by its first device and a device by its rank, so the
+# shim cannot tell which of a process's devices calls). Groups inside processes, across them,
+# then all of them in turn, many times in one program, so that a process's devices run
+# collectives of different groups at the same moment. One mesh per job: with two that order a
+# process's devices differently, XLA's per-process caching of communicators defeats the shim
+# (workers/xla_faults.py "meshes").
+local = jax.local_device_count()
+if local > 1:
+    by_process = np.array(jax.devices()).reshape(processes, local)
+    twisted = np.array([row if p % 2 == 0 else row[::-1] for p, row in enumerate(by_process)])
+    order = sys.argv[2] if len(sys.argv) > 2 else "by_process"
+    for name, grid in ((order, {"by_process": by_process, "twisted": twisted}[order]),):
+        mesh2 = Mesh(grid, ("p", "l"))
+        value = rng.integers(-50, 50, (processes * 4, local * 3)).astype(np.float32)
+        blocks2 = value.reshape(processes, 4, local, 3)
+        spec = P("p", "l")
+
+        def spmd2(f, v=value):
+            sharding = NamedSharding(mesh2, spec)
+            arg = jax.make_array_from_callback(v.shape, sharding, lambda index: v[index])
+            out = jax.jit(jax.shard_map(f, mesh=mesh2, in_specs=spec, out_specs=spec))(arg)
+            return out
+
+        def tile(summed, axis):  # the sum over a mesh axis, back at every member's place
+            return np.broadcast_to(summed, blocks2.shape).reshape(value.shape)
+
+        check(f"psum within processes, {name}", spmd2(lambda t: lax.psum(t, "l")),
+              tile(blocks2.sum(2, keepdims=True), 2))
+        check(f"psum across processes, {name}", spmd2(lambda t: lax.psum(t, "p")),
+              tile(blocks2.sum(0, keepdims=True), 0))
+        check(f"ppermute across processes, {name}",
+              spmd2(lambda t: lax.ppermute(t, "p", [(i, (i + 1) % processes)
+                                                    for i in range(processes)])),
+              np.roll(blocks2, 1, axis=0).reshape(value.shape))
+
+        turns = (("p", (0,), 0.5), (("p", "l"), (0, 2), 0.25), ("l", (2,), 1.0))
+
+        def alternate(t):
+            for _ in range(10):
+                for axes, _, scale in turns:
+                    t = lax.psum(t, axes) * scale - t
+            return t
+
+        expected = blocks2.astype(np.float64)
+        for _ in range(10):
+            for _, dims, scale in turns:
+                expected = expected.sum(dims, keepdims=True) * scale - expected
+        check(f"groups in turn, {name}", spmd2(alternate), expected.reshape(value.shape),
+              exact=False)
+
+print(f"XLA COLLECTIVES {MODE} CHECKED {checked} ON {processes} x {jax.local_device_count()}",
+      flush=True)

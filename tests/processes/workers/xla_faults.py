@@ -1,7 +1,7 @@
 """An unchanged JAX program whose collectives XLA emits (jit with shardings: an all-reduce)
 meets a failure, run by jaccl-run with XLA's collectives on jaccl.
 
-    python xla_faults.py {stall,disagree,order}
+    python xla_faults.py {stall,disagree,order,meshes}
 
 Every process runs the program once (it must agree), prints `READY`, then:
 - stall: the last process sleeps for 3 x JACCL_TIMEOUT before its next collective; the others'
@@ -9,7 +9,12 @@ Every process runs the program once (it must agree), prints `READY`, then:
 - disagree: the last process sums rows of 5 columns where the others sum rows of 3;
 - order: a jaccl.all_reduce and a lax.psum of the same shape in one program, the jaccl op first
   on every process but the last, which takes the psum first: without their own sequence spaces
-  they would pair and each get the other's data.
+  they would pair and each get the other's data;
+- meshes (2 devices per process): a psum over the devices of each process on a mesh in process
+  order, then the same on a mesh whose odd processes list their devices in reverse, then one
+  across processes on that mesh. The second's group is known (cached by XLA) on even processes
+  and new on odd ones, so their devices split apart: the shim must say so on every process,
+  never hand a process a communicator missing its peers.
 Each process prints `RAISED <seconds> <first line of the error>` if its collective failed, or
 `FINISHED <values>` if it completed."""
 
@@ -32,6 +37,7 @@ from jax_jaccl import _transparent  # noqa: E402
 MODE = sys.argv[1]
 n, me = jax.process_count(), jax.process_index()
 assert n > 1 and _transparent.active(), _transparent.problem()
+assert (jax.local_device_count() > 1) == (MODE == "meshes")
 mesh = Mesh(np.array(jax.devices()), ("x",))
 last = me == n - 1
 
@@ -59,7 +65,26 @@ def jaccl_and_lax(jaccl_first):
                                  out_specs=(P("x"), P("x"))))(ones, ones * 100)
 
 
-assert float(summed(3)[0]) == 2 * n
+def psums_on_two_meshes():
+    from jax import lax
+
+    local = jax.local_device_count()
+    by_process = np.array(jax.devices()).reshape(n, local)
+    twisted = np.array([row if p % 2 == 0 else row[::-1] for p, row in enumerate(by_process)])
+    values = []
+    for grid, axis in ((by_process, "l"), (twisted, "l"), (twisted, "p")):
+        mesh2 = Mesh(grid, ("p", "l"))
+        sharding = NamedSharding(mesh2, P("p", "l"))
+        v = np.ones((n, local), np.float32)
+        x = jax.make_array_from_callback(v.shape, sharding, lambda i: v[i])
+        out = jax.jit(jax.shard_map(lambda t: lax.psum(t, axis), mesh=mesh2,
+                                    in_specs=P("p", "l"), out_specs=P("p", "l")))(x)
+        values.append(float(out.addressable_shards[0].data[0, 0]))
+    return values
+
+
+if MODE != "meshes":
+    assert float(summed(3)[0]) == 2 * n
 if MODE == "order":  # both communicators exist before the orders differ
     assert [float(v.addressable_shards[0].data[0]) for v in jaccl_and_lax(True)] == [n, 100 * n]
 print("READY", flush=True)
@@ -69,6 +94,8 @@ start = time.monotonic()
 try:
     if MODE == "order":
         values = [float(v.addressable_shards[0].data[0]) for v in jaccl_and_lax(not last)]
+    elif MODE == "meshes":
+        values = psums_on_two_meshes()
     else:
         values = [float(summed(5 if MODE == "disagree" and last else 3)[0])]
     print("FINISHED", *values, flush=True)
