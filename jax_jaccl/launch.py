@@ -5,13 +5,15 @@
     jaccl-run --hostfile hosts.json [--devices-per-process L] [--] python script.py args...
 
 Starts the processes, each with JACCL_COORDINATOR, JACCL_NUM_PROCESSES, JACCL_PROCESS_ID,
-JACCL_LOCAL_DEVICES and JACCL_JOB_ID set for jax_jaccl.distributed.initialize(). Each line of
+JACCL_LOCAL_DEVICES and JACCL_JOB_ID set for jax_jaccl.distributed.initialize(), which a
+script may also leave out: jax.distributed.initialize() with no arguments finds them
+(jax_jaccl/_cluster.py), and JAX_NUM_CPU_DEVICES gives it the devices. Each line of
 output is prefixed with "[rank] ". When a process fails, the others get `--grace` seconds to
 report their own errors and are then killed; jaccl-run exits with the first failure's code
 (0 if all succeed). The collectives XLA emits itself (jit with shardings, jax.lax in
 shard_map) run on jaccl's engine too (docs/transparent.md), by default whenever the job has
-several processes of one CPU device each (several devices per process stay on gloo for now);
-`--xla-collectives gloo` keeps JAX's own. On exit it kills whatever is left and removes the
+several processes of one CPU device each, and with several devices per process when
+`--xla-collectives jaccl` asks; `--xla-collectives gloo` keeps JAX's own. On exit it kills whatever is left and removes the
 job's shared-memory names from /dev/shm.
 
 A hostfile lists the hosts in rank order:
@@ -124,7 +126,8 @@ def _command(host: dict, env: dict, command: list) -> tuple[list, dict]:
     """The command line and local environment that start one process on `host`."""
     if "ssh" in host:
         job_env = [f"{k}={shlex.quote(v)}" for k, v in env.items()
-                   if k.startswith("JACCL_") or k in _transparent.VARIABLES]
+                   if k.startswith("JACCL_") or k in _transparent.VARIABLES or
+                   k == "JAX_NUM_CPU_DEVICES"]
         remote = " ".join(["env", *job_env, "PYTHONUNBUFFERED=1", *map(shlex.quote, command)])
         return ["ssh", "-o", "BatchMode=yes", host["ssh"], remote], dict(os.environ)
     return list(host.get("prefix", [])) + list(command), env
@@ -145,6 +148,7 @@ def run(args) -> int:
                        JACCL_NUM_PROCESSES=str(args.nprocs),
                        JACCL_PROCESS_ID=str(rank),
                        JACCL_LOCAL_DEVICES=str(args.devices_per_process),
+                       JAX_NUM_CPU_DEVICES=str(args.devices_per_process),  # for jax alone
                        JACCL_JOB_ID=job,
                        PYTHONUNBUFFERED="1")
             _transparent.choose(env, args.xla_collectives)

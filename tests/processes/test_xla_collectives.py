@@ -91,17 +91,19 @@ def test_gloo_when_asked():
     assert "[1] XLA COLLECTIVES gloo CHECKED 19 ON 2 x 1" in done.stdout
 
 
-# jax alone: jax.distributed.initialize() from jaccl-run's variables, nothing of jaccl's imported.
+# jax alone: jax.distributed.initialize() from jaccl-run's variables, or with no arguments
+# (jaccl-run's cluster environment, jax_jaccl/_cluster.py, finds them); the program imports
+# nothing of jaccl's (only the start-up hook's two small modules are loaded).
 NEVER_STARTS_JACCL = """
 import os, sys, numpy as np
 import jax, jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-jax.distributed.initialize(os.environ["JACCL_COORDINATOR"], int(os.environ["JACCL_NUM_PROCESSES"]),
-                           int(os.environ["JACCL_PROCESS_ID"]))
+jax.distributed.initialize(%s)
+assert jax.process_count() == 2 and jax.local_device_count() == %d
 mesh = Mesh(np.array(jax.devices()), ("x",))
-v = np.arange(12, dtype=np.float32).reshape(4, 3)
+v = np.arange(12 * %d, dtype=np.float32).reshape(4 * %d, 3)
 x = jax.make_array_from_callback(v.shape, NamedSharding(mesh, P("x")), lambda i: v[i])
-assert "jax_jaccl" not in sys.modules
+assert sorted(m for m in sys.modules if m.startswith("jax_jaccl")) == ["jax_jaccl", "jax_jaccl._cluster"]
 f = jax.jit(lambda a: jnp.sum(a, axis=0), out_shardings=NamedSharding(mesh, P()))
 for _ in range(3):
     out = f(x)
@@ -112,8 +114,17 @@ print("SUMMED ON JACCL", flush=True)
 """
 
 
-def test_a_program_that_never_starts_jaccl_gets_it_at_its_first_collective():
-    done = jaccl_run("-n", "2", "--", sys.executable, "-c", NEVER_STARTS_JACCL, env={"JACCL_DEBUG": "info"})
+EXPLICIT = ('os.environ["JACCL_COORDINATOR"], int(os.environ["JACCL_NUM_PROCESSES"]), '
+            'int(os.environ["JACCL_PROCESS_ID"])')
+
+
+@pytest.mark.parametrize("arguments, devices", [(EXPLICIT, 1), ("", 1), ("", 2)],
+                         ids=["jaccl-runs-variables", "no-arguments", "no-arguments-2-devices"])
+def test_a_program_that_never_starts_jaccl_gets_it_at_its_first_collective(arguments, devices):
+    flags = ["--devices-per-process", "2", "--xla-collectives", "jaccl"] if devices == 2 else []
+    program = NEVER_STARTS_JACCL % (arguments, devices, devices, devices)
+    done = jaccl_run("-n", "2", *flags, "--", sys.executable, "-c", program,
+                     env={"JACCL_DEBUG": "info"})
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     for rank in (0, 1):
