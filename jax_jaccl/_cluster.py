@@ -17,15 +17,20 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
-import os
 import sys
+
+from . import _settings
 
 _CLUSTERS = "jax._src.clusters"
 VARIABLES = ("JACCL_COORDINATOR", "JACCL_NUM_PROCESSES", "JACCL_PROCESS_ID")
 
 
 def present() -> bool:
-    return all(os.environ.get(name) for name in VARIABLES)
+    try:
+        job = _settings.launch()
+    except ValueError:  # a bad value: jax_jaccl.distributed.initialize() says which
+        return False
+    return bool(job.coordinator) and job.num_processes > 0
 
 
 def define(clusters) -> type:
@@ -40,15 +45,15 @@ def define(clusters) -> type:
 
         @classmethod
         def get_coordinator_address(cls, *args, **kwargs) -> str:
-            return os.environ["JACCL_COORDINATOR"]
+            return _settings.launch().coordinator
 
         @classmethod
         def get_process_count(cls) -> int:
-            return int(os.environ["JACCL_NUM_PROCESSES"])
+            return _settings.launch().num_processes
 
         @classmethod
         def get_process_id(cls) -> int:
-            return int(os.environ["JACCL_PROCESS_ID"])
+            return _settings.launch().process_id
 
         @classmethod
         def get_local_process_id(cls) -> int | None:

@@ -21,7 +21,7 @@ def test_the_environment_finds_jaccl_runs_job_first(monkeypatch):
         found = clusters.ClusterEnv.auto_detect_unset_distributed_params(
             None, None, None, None, None, 10)
         assert found == ("10.0.0.1:4321", 3, 2, None)
-        monkeypatch.delenv("JACCL_PROCESS_ID")
+        monkeypatch.delenv("JACCL_COORDINATOR")
         assert not kind.is_env_present()
     finally:
         clusters.ClusterEnv._cluster_types.remove(kind)
