@@ -273,7 +273,6 @@ static int run(const JacclHostCall* call) {
   return JMPI_SUCCESS;
 }
 
-/* A collective on `c` of `count` MPI elements of `type` in and `out_count` out. */
 /* With several devices per process, MPI_COMM_WORLD's rank is not known from a call: XLA only
  * splits it, and the shim runs nothing else on it. */
 static int refuse_world(const JmpiComm* c) {
@@ -282,6 +281,7 @@ static int refuse_world(const JmpiComm* c) {
               c->local_devices);
 }
 
+/* A collective on `c` of `count` MPI elements of `type` in and `out_count` out. */
 static int collective(int32_t kind, const JmpiComm* c, const JmpiType* type, int32_t op,
                       const void* in, void* out, size_t count, size_t out_count) {
   if (c->local_devices > 1) return refuse_world(c);
@@ -438,25 +438,25 @@ static int exchange_pairs(const int64_t* mine, int64_t* all, void* context, char
  * the first broken group. */
 static int check_groups(const int64_t* all, int n, int per_process) {
   const JacclMpiEngine* e = atomic_load(&engine);
+  unsigned char* seen = malloc((size_t)n);
+  if (seen == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
   int size = -1;
   for (int j = 0; j < n; ++j) {
     const int64_t color = all[2 * j];
-    if (color == JMPI_UNDEFINED) continue;
-    int members = 0, key0 = -1;
-    uint64_t keys_seen = 0;  /* for groups of up to 64 */
-    int duplicate = 0;
+    int first = color != JMPI_UNDEFINED;  /* each color once, at its first place */
+    for (int i = 0; first && i < j; ++i) first = all[2 * i] != color;
+    if (!first) continue;
+    int members = 0, key0 = -1, contiguous = 1;
+    memset(seen, 0, (size_t)n);
     for (int i = 0; i < n; ++i) {
       if (all[2 * i] != color) continue;
       const int64_t key = all[2 * i + 1];
       ++members;
       if (key == 0) key0 = i;
-      if (key >= 0 && key < 64) {
-        duplicate |= (keys_seen >> key) & 1;
-        keys_seen |= 1ull << key;
-      }
+      if (key < 0 || key >= n || seen[key]) contiguous = 0;
+      else seen[key] = 1;
     }
-    const int contiguous = members <= 64 && !duplicate &&
-                           keys_seen == (members == 64 ? ~0ull : (1ull << members) - 1);
+    for (int k = 0; contiguous && k < members; ++k) contiguous = seen[k];
     int home = -1;  /* the process of device `color` */
     for (int i = 0; i < n; ++i) {
       if (e->devices[i] == color) home = i / per_process;
@@ -467,16 +467,19 @@ static int check_groups(const int64_t* all, int n, int per_process) {
     else if (size >= 0 && members != size) why = "other groups of the round have another size";
     else if (key0 < 0 || home != key0 / per_process) why = "its first device is elsewhere";
     if (why != NULL) {
-      return fail(JMPI_ERR_OTHER, "jaccl: MPI_Comm_split: the processes made communicators for "
-                  "different collectives at once (group of device %lld, %d members seen: %s). "
-                  "With several CPU devices per process, every collective must find its groups "
-                  "new on all processes or on none; XLA caches communicators per process, which "
-                  "breaks this when meshes order a process's devices differently. Keep such "
-                  "programs on gloo (jaccl-run --xla-collectives gloo)",
-                  (long long)color, members, why);
+      fail(JMPI_ERR_OTHER, "jaccl: MPI_Comm_split: the processes made communicators for "
+           "different collectives at once (group of device %lld, %d members seen: %s). "
+           "With several CPU devices per process, every collective must find its groups "
+           "new on all processes or on none; XLA caches communicators per process, which "
+           "breaks this when meshes order a process's devices differently. Keep such "
+           "programs on gloo (jaccl-run --xla-collectives gloo)",
+           (long long)color, members, why);
+      free(seen);
+      return JMPI_ERR_OTHER;
     }
     size = members;
   }
+  free(seen);
   return JMPI_SUCCESS;
 }
 
