@@ -120,6 +120,13 @@ VARIABLES = (
              "MoE combine: reduce local rows while the network drains, or in rank order at the end"),
     Variable("moe_local_delay_us", "JACCL_MOE_LOCAL_DELAY_US", "0", _at_least(0), False,
              "benchmarks only: a pause per token of local combine work (a slower host)"),
+    Variable("async_calls", "JACCL_ASYNC", "1", _flag, False,
+             "CPU: collectives of at least JACCL_ASYNC_MIN_KB return to XLA at once and run on "
+             "the device's own thread while XLA computes what does not depend on them; 0: "
+             "every call blocks XLA's thread"),
+    Variable("async_min_kb", "JACCL_ASYNC_MIN_KB", "64", _at_least(0), False,
+             "CPU: smallest asynchronous call, KiB (smaller ones cost more in thread hops than "
+             "they hide)"),
     Variable("cuda_path", "JACCL_CUDA_PATH", "auto", _one_of("auto", "peer", "staged"), True,
              "GPUs: peer (fail where the peer path cannot be used), staged, or auto"),
     Variable("cuda_buffer_mb", "JACCL_CUDA_BUFFER_MB", "64", _at_least(1), True,
@@ -183,6 +190,8 @@ class Settings:
     ofi_mode: str
     moe_schedule: str
     moe_local_delay_us: int
+    async_calls: bool
+    async_min_kb: int
     cuda_path: str
     cuda_buffer_mb: int
     cuda_one_shot_kb: int
@@ -196,7 +205,8 @@ class Settings:
     def engine_part(self) -> dict:
         """The keyword arguments of the CPU engine's configure()."""
         return dict(algorithm=self.algorithm, debug=self.debug, moe_schedule=self.moe_schedule,
-                    moe_local_delay_us=self.moe_local_delay_us)
+                    moe_local_delay_us=self.moe_local_delay_us,
+                    async_min_bytes=self.async_min_kb * 1024 if self.async_calls else -1)
 
     def cuda_part(self) -> dict:
         """The keyword arguments of the CUDA engine's configure()."""

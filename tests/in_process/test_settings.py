@@ -74,16 +74,16 @@ def test_the_docs_table_is_the_settings_table():
 def test_the_engine_checks_its_part_and_a_bad_one_changes_nothing():
     with pytest.raises(ValueError, match="JACCL_ALGO names an unknown algorithm 'tree'"):
         engine.configure(algorithm="all_reduce=tree", debug="warn", moe_schedule="remote_first",
-                         moe_local_delay_us=0)
+                         moe_local_delay_us=0, async_min_bytes=-1)
     with pytest.raises(ValueError, match="JACCL_ALGO: all_gather has no algorithm 'naive'"):
         engine.configure(algorithm="all_gather=naive", debug="warn",
-                         moe_schedule="remote_first", moe_local_delay_us=0)
+                         moe_schedule="remote_first", moe_local_delay_us=0, async_min_bytes=-1)
     with pytest.raises(ValueError, match="JACCL_ALGO names an unknown op 'tree'"):
         engine.configure(algorithm="tree=ring", debug="warn", moe_schedule="remote_first",
-                         moe_local_delay_us=0)
+                         moe_local_delay_us=0, async_min_bytes=-1)
     with pytest.raises(ValueError, match="JACCL_DEBUG must be"):
         engine.configure(algorithm="", debug="loud", moe_schedule="remote_first",
-                         moe_local_delay_us=0)
+                         moe_local_delay_us=0, async_min_bytes=-1)
     _settings.hand_to_engines(_settings.current())  # what the process runs with
 
 

@@ -15,10 +15,12 @@ TIMEOUT = 6  # JACCL_TIMEOUT for these jobs
 
 
 def env(hosts, nprocs=2):
-    """JACCL_TIMEOUT, and `hosts` (None: one host; else a transport) with every process on an
-    emulated host of its own."""
-    if hosts is None:
-        return {"JACCL_TIMEOUT": str(TIMEOUT), "JACCL_TEST_FAKE_HOSTS": "0"}
+    """JACCL_TIMEOUT, and `hosts` (None: one host; "async": one host, every call on the
+    devices' own threads, handlers/cpu/async_call.h; else a transport) with every process on
+    an emulated host of its own."""
+    if hosts in (None, "async"):
+        every_call_async = {"JACCL_ASYNC_MIN_KB": "0"} if hosts == "async" else {}
+        return {"JACCL_TIMEOUT": str(TIMEOUT), "JACCL_TEST_FAKE_HOSTS": "0", **every_call_async}
     return {"JACCL_TIMEOUT": str(TIMEOUT), "JACCL_TEST_FAKE_HOSTS": str(nprocs), **hosts}
 
 
@@ -30,7 +32,8 @@ def raised(job, rank):
 
 
 HOSTS = pytest.mark.parametrize("hosts", [
-    pytest.param(None, id="1host"), pytest.param(TCP, id="hosts-tcp"),
+    pytest.param(None, id="1host"), pytest.param("async", id="1host-every-call-async"),
+    pytest.param(TCP, id="hosts-tcp"),
     pytest.param(OFI, id="hosts-ofi", marks=needs_ofi),
     pytest.param(OFI_MESSAGES, id="hosts-ofi-messages", marks=needs_ofi)])
 

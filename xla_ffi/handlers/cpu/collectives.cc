@@ -1,10 +1,14 @@
 // XLA FFI handlers for the CPU collectives: XLA buffers and attributes in, an engine call
-// (collectives/run.h) on the calling device thread, an ffi::Error out.
+// (collectives/run.h), an ffi::Future out: the call runs on XLA's thread or, from
+// async_min_bytes() up, on the device's call thread while XLA computes on (async_call.h).
 //
 // Contract: one handler per collective, all with the same shape: the device ordinal (XLA's
 // global device id) finds the device's group and rank in the communicator named by the
-// `groups` table; any failure is returned as an ffi::Error (after telling the peers through
-// the abort board), never thrown or aborted.
+// `groups` table; any failure completes the future with an ffi::Error (after telling the
+// peers through the abort board), never thrown or aborted. What a call uses after its handler
+// returns is captured by value (XLA keeps buffers and attributes alive until the future
+// completes).
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -12,6 +16,7 @@
 #include "common/memory.h"
 #include "handlers/buffer_shape.h"
 #include "handlers/call_setup.h"
+#include "handlers/cpu/async_call.h"
 #include "handlers/cpu/symbols.h"
 #include "handlers/order_operand.h"
 #include "handlers/ragged_indices.h"
@@ -23,25 +28,43 @@ namespace ffi = xla::ffi;
 namespace jaccl {
 namespace {
 
-ffi::Error run_collective(CollectiveKind kind, int64_t device, ffi::AnyBuffer in,
-                          ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                          int64_t group_size, int64_t op, int64_t algorithm, int64_t outer_in,
-                          int64_t outer_out) {
+// One engine call for `device` over the communicator of `groups`, as finish() schedules it.
+// XLA keeps the buffers' memory alive until the call completes, not the handler's views of it
+// (ffi::AnyBuffer points into XLA's call frame): bodies capture data pointers and counts, and
+// the table is copied.
+template <typename Body>
+ffi::Future engine_call(CollectiveKind kind, int64_t device, ffi::Span<const int64_t> groups,
+                        int64_t group_size, Dtype dtype, uint64_t op_count, size_t bytes,
+                        Body body) {
+  std::vector<int64_t> table(groups.begin(), groups.end());
+  return finish(device, bytes, [=]() mutable {  // bodies may fill in their Buffers
+    return run_call(kind, device, table.data(), table.size(), group_size, dtype, op_count,
+                    [&](Call& call) { body(call); });
+  });
+}
+
+ffi::Future run_collective(CollectiveKind kind, int64_t device, ffi::AnyBuffer in,
+                           ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
+                           int64_t group_size, int64_t op, int64_t algorithm, int64_t outer_in,
+                           int64_t outer_out) {
   Dtype dtype;
-  if (!dtype_of_xla(in.element_type(), &dtype)) return unsupported_type(kind, in.element_type());
-  return with_call(kind, device, groups, group_size, dtype, in.element_count(), [&](Call& call) {
-    Buffers buffers;
-    buffers.in = in.untyped_data();
-    buffers.out = out->untyped_data();
-    buffers.in_count = in.element_count();
-    buffers.out_count = out->element_count();
-    buffers.outer_in = static_cast<size_t>(outer_in);
-    buffers.outer_out = static_cast<size_t>(outer_out);
+  if (!dtype_of_xla(in.element_type(), &dtype)) {
+    return completed(unsupported_type(kind, in.element_type()));
+  }
+  Buffers buffers;
+  buffers.in = in.untyped_data();
+  buffers.out = out->untyped_data();
+  buffers.in_count = in.element_count();
+  buffers.out_count = out->element_count();
+  buffers.outer_in = static_cast<size_t>(outer_in);
+  buffers.outer_out = static_cast<size_t>(outer_out);
+  return engine_call(kind, device, groups, group_size, dtype, in.element_count(),
+                     std::max(in.size_bytes(), out->size_bytes()), [=](Call& call) {
     run_host_collective(call, kind, buffers, op, algorithm);
   });
 }
 
-ffi::Error AllReduceImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
+ffi::Future AllReduceImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                          ffi::Result<ffi::AnyBuffer> out,
                          ffi::Span<const int64_t> groups, int64_t group_size, int64_t op,
                          int64_t algorithm) {
@@ -49,7 +72,7 @@ ffi::Error AllReduceImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                         algorithm, 1, 1);
 }
 
-ffi::Error ReduceScatterImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
+ffi::Future ReduceScatterImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                              ffi::Result<ffi::AnyBuffer> out,
                              ffi::Span<const int64_t> groups, int64_t group_size, int64_t op,
                              int64_t algorithm, int64_t outer) {
@@ -57,7 +80,7 @@ ffi::Error ReduceScatterImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut
                         algorithm, outer, 1);
 }
 
-ffi::Error AllGatherImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
+ffi::Future AllGatherImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                          ffi::Result<ffi::AnyBuffer> out,
                          ffi::Span<const int64_t> groups, int64_t group_size, int64_t algorithm,
                          int64_t outer) {
@@ -65,7 +88,7 @@ ffi::Error AllGatherImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                         static_cast<int64_t>(ReduceOp::kSum), algorithm, 1, outer);
 }
 
-ffi::Error AllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
+ffi::Future AllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                         ffi::Result<ffi::AnyBuffer> out,
                         ffi::Span<const int64_t> groups, int64_t group_size, int64_t outer_in,
                         int64_t outer_out) {
@@ -73,106 +96,127 @@ ffi::Error AllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                         static_cast<int64_t>(ReduceOp::kSum), 0, outer_in, outer_out);
 }
 
-ffi::Error PermuteImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
+ffi::Future PermuteImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                        ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
                        int64_t group_size, ffi::Span<const int64_t> perm) {
   Dtype dtype;
   if (!dtype_of_xla(x.element_type(), &dtype)) {
-    return unsupported_type(CollectiveKind::kPermute, x.element_type());
+    return completed(unsupported_type(CollectiveKind::kPermute, x.element_type()));
   }
-  return with_call(CollectiveKind::kPermute, device, groups, group_size, dtype, x.element_count(),
-                   [&](Call& call) {
-    Buffers buffers;
-    buffers.in = x.untyped_data();
-    buffers.out = out->untyped_data();
-    buffers.in_count = x.element_count();
-    buffers.out_count = out->element_count();
-    buffers.permutation = permutation_of(call, perm.begin(), perm.size());
+  Buffers buffers;
+  buffers.in = x.untyped_data();
+  buffers.out = out->untyped_data();
+  buffers.in_count = x.element_count();
+  buffers.out_count = out->element_count();
+  std::vector<int64_t> pairs(perm.begin(), perm.end());
+  return engine_call(CollectiveKind::kPermute, device, groups, group_size, dtype,
+                     x.element_count(), x.size_bytes(), [=](Call& call) mutable {
+    buffers.permutation = permutation_of(call, pairs.data(), pairs.size());
     run_host_collective(call, CollectiveKind::kPermute, buffers,
                         static_cast<int64_t>(ReduceOp::kSum), 0);
   });
 }
 
-// One of ragged_all_to_all's offset or size arrays (int32 or int64, a multiple of the group
-// size entries, as many as the others).
-std::vector<int64_t> ragged_entries(const ffi::AnyBuffer& b, const char* name, int n,
+// One of ragged_all_to_all's offset or size arrays (int32 or int64), as a call keeps it.
+struct IndexArray {
+  const void* data;
+  size_t count;
+  ffi::DataType type;
+  explicit IndexArray(const ffi::AnyBuffer& b)
+      : data(b.untyped_data()), count(b.element_count()), type(b.element_type()) {}
+};
+
+// Its entries, widened: a multiple of the group size, as many as the others.
+std::vector<int64_t> ragged_entries(const IndexArray& b, const char* name, int n,
                                     size_t entries) {
-  if (b.element_count() != entries || entries == 0 || entries % n != 0) {
+  if (b.count != entries || entries == 0 || entries % n != 0) {
     throw_error(ErrorKind::kInvalidArgument, "ragged_all_to_all: ", name, " has ",
-                b.element_count(), " entries, input_offsets ", entries,
+                b.count, " entries, input_offsets ", entries,
                 ": they need the same number, a multiple of the group size ", n);
   }
   std::vector<int64_t> v;
-  if (!widen_indices(b.untyped_data(), b.element_type(), entries, &v)) {
+  if (!widen_indices(b.data, b.type, entries, &v)) {
     throw_error(ErrorKind::kInvalidArgument, "ragged_all_to_all: ", name, " must be int32 or int64");
   }
   return v;
 }
 
+// The four index arrays of a ragged_all_to_all: input_offsets, send_sizes, output_offsets,
+// recv_sizes.
+struct RaggedIndices {
+  IndexArray arrays[4];
+};
+
 // ragged_all_to_all into `out`, which holds the output operand's rows already (aliased) or,
 // with zero_unwritten, nothing yet.
-ffi::Error run_ragged(int32_t device, const ffi::AnyBuffer& operand, size_t out_rows,
-                      const ffi::AnyBuffer* const indices[4], ffi::Result<ffi::AnyBuffer>& out,
-                      ffi::Span<const int64_t> groups, int64_t group_size, bool zero_unwritten) {
+ffi::Future run_ragged(int32_t device, ffi::AnyBuffer operand, size_t out_rows,
+                       RaggedIndices indices, ffi::Result<ffi::AnyBuffer> out,
+                       ffi::Span<const int64_t> groups, int64_t group_size, bool zero_unwritten) {
   Dtype dtype;
   if (!dtype_of_xla(operand.element_type(), &dtype) ||
       out->element_type() != operand.element_type()) {
-    return unsupported_type(CollectiveKind::kRaggedAllToAll, operand.element_type());
+    return completed(unsupported_type(CollectiveKind::kRaggedAllToAll, operand.element_type()));
   }
-  return with_call(CollectiveKind::kRaggedAllToAll, device, groups, group_size, dtype,
-                   operand.element_count(), [&](Call& call) {
+  Buffers buffers;
+  buffers.in = operand.untyped_data();
+  buffers.out = out->untyped_data();
+  buffers.in_count = operand.element_count();
+  buffers.out_count = out->element_count();
+  const size_t row_elems = trailing(operand), in_rows = leading(operand);
+  const size_t out_row_elems = trailing(*out);
+  const size_t out_bytes = out->size_bytes();
+  return engine_call(CollectiveKind::kRaggedAllToAll, device, groups, group_size, dtype,
+                     operand.element_count(), std::max(operand.size_bytes(), out_bytes),
+                     [=](Call& call) mutable {
     const int n = call.member->size;
-    const size_t entries = indices[0]->element_count();
+    const size_t entries = indices.arrays[0].count;
     static const char* const names[4] = {"input_offsets", "send_sizes", "output_offsets",
                                          "recv_sizes"};
     std::vector<int64_t> widened[4];
     const int64_t* arrays[4];
     for (int i = 0; i < 4; ++i) {
-      widened[i] = ragged_entries(*indices[i], names[i], n, entries);
+      widened[i] = ragged_entries(indices.arrays[i], names[i], n, entries);
       arrays[i] = widened[i].data();
     }
-    if (trailing(operand) != trailing(*out)) {
+    if (row_elems != out_row_elems) {
       throw_error(ErrorKind::kInvalidArgument, "ragged_all_to_all: the operand's and the "
                   "output's rows differ in length");
     }
-    Buffers buffers;
-    buffers.in = operand.untyped_data();
-    buffers.out = out->untyped_data();
-    buffers.in_count = operand.element_count();
-    buffers.out_count = out->element_count();
-    buffers.ragged = ragged_rows(call, arrays, entries, trailing(operand), leading(operand),
-                                 out_rows);
+    buffers.ragged = ragged_rows(call, arrays, entries, row_elems, in_rows, out_rows);
     buffers.ragged.zero_unwritten = zero_unwritten;
-    if (zero_unwritten) prefer_huge_pages(buffers.out, out->size_bytes());
+    if (zero_unwritten) prefer_huge_pages(buffers.out, out_bytes);
     run_host_collective(call, CollectiveKind::kRaggedAllToAll, buffers,
                         static_cast<int64_t>(ReduceOp::kSum), 0);
   });
 }
 
-ffi::Error RaggedAllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer operand,
+ffi::Future RaggedAllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer operand,
                               ffi::AnyBuffer output, ffi::AnyBuffer input_offsets,
                               ffi::AnyBuffer send_sizes, ffi::AnyBuffer output_offsets,
                               ffi::AnyBuffer recv_sizes, OrderOut, ffi::Result<ffi::AnyBuffer> out,
                               ffi::Span<const int64_t> groups, int64_t group_size) {
   if (output.element_count() != out->element_count() ||
       output.element_type() != out->element_type()) {
-    return ffi::Error::InvalidArgument("jaccl: ragged_all_to_all's output and result differ");
+    return completed(ffi::Error::InvalidArgument(
+        "jaccl: ragged_all_to_all's output and result differ"));
   }
   if (out->untyped_data() != output.untyped_data()) {  // XLA did not alias them: start from output
     std::memcpy(out->untyped_data(), output.untyped_data(), output.size_bytes());
   }
-  const ffi::AnyBuffer* indices[4] = {&input_offsets, &send_sizes, &output_offsets, &recv_sizes};
+  RaggedIndices indices{{IndexArray(input_offsets), IndexArray(send_sizes),
+                         IndexArray(output_offsets), IndexArray(recv_sizes)}};
   return run_ragged(device, operand, leading(output), indices, out, groups, group_size, false);
 }
 
 // The same, when the output operand was zeros: the lowering leaves it out, so XLA neither
 // fills nor page-faults a buffer for it; the engine zeroes the rows nothing arrives at.
-ffi::Error RaggedAllToAllIntoZerosImpl(int32_t device, OrderIn, ffi::AnyBuffer operand,
+ffi::Future RaggedAllToAllIntoZerosImpl(int32_t device, OrderIn, ffi::AnyBuffer operand,
                                        ffi::AnyBuffer input_offsets, ffi::AnyBuffer send_sizes,
                                        ffi::AnyBuffer output_offsets, ffi::AnyBuffer recv_sizes,
                                        OrderOut, ffi::Result<ffi::AnyBuffer> out,
                                        ffi::Span<const int64_t> groups, int64_t group_size) {
-  const ffi::AnyBuffer* indices[4] = {&input_offsets, &send_sizes, &output_offsets, &recv_sizes};
+  RaggedIndices indices{{IndexArray(input_offsets), IndexArray(send_sizes),
+                         IndexArray(output_offsets), IndexArray(recv_sizes)}};
   return run_ragged(device, operand, leading(*out), indices, out, groups, group_size, true);
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "collectives/collectives.h"
+#include "collectives/device_threads.h"
 #include "collectives/kinds.h"
 #include "comm/frame_stream.h"
 #include "comm/world.h"
@@ -92,7 +93,7 @@ void init_world(int my_process, const std::vector<std::tuple<int, int, std::stri
 
 // Settings from jax_jaccl/_settings.py; all are checked before any takes effect.
 void configure(const std::string& algorithm, const std::string& debug,
-               const std::string& moe_schedule, int moe_local_delay_us) {
+               const std::string& moe_schedule, int moe_local_delay_us, int64_t async_min_bytes) {
   try {
     const jaccl::LogLevel level = jaccl::parse_log_level(debug);
     const jaccl::MoeSchedule schedule = jaccl::parse_moe_schedule(moe_schedule);
@@ -100,6 +101,7 @@ void configure(const std::string& algorithm, const std::string& debug,
     jaccl::set_log_level(level);
     jaccl::set_moe_schedule(schedule);
     jaccl::set_moe_local_delay_us(moe_local_delay_us);
+    jaccl::set_async_min_bytes(async_min_bytes);
   } catch (const jaccl::Error& e) {
     throw std::invalid_argument(e.what());
   }
@@ -143,7 +145,7 @@ NB_MODULE(_jaccl, m) {
   });
   m.def("registrations", &registrations);
   m.def("configure", &configure, nb::arg("algorithm"), nb::arg("debug"), nb::arg("moe_schedule"),
-        nb::arg("moe_local_delay_us"));
+        nb::arg("moe_local_delay_us"), nb::arg("async_min_bytes"));
   m.def("codes", &codes);
   // For _jaccl_cuda: the engine's entry point for collectives on host buffers.
   m.def("engine_api", [] { return capsule(jaccl_run_host_call); });

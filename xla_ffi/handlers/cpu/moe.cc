@@ -4,11 +4,15 @@
 // Contract: routing lists arrive as int32 buffers computed in the program; the handlers
 // describe their buffers as a MoeRequest, and moe/run.h validates every list and expert id (a
 // bad value is an error, never a stray access) as it does for the CUDA staged path's host
-// copies (handlers/host_abi.h).
+// copies (handlers/host_abi.h). The request holds only pointers into XLA's buffers, which
+// XLA keeps alive until the call's future completes (async_call.h runs it).
+#include <algorithm>
 #include <initializer_list>
+#include <vector>
 
 #include "handlers/buffer_shape.h"
 #include "handlers/call_setup.h"
+#include "handlers/cpu/async_call.h"
 #include "handlers/cpu/symbols.h"
 #include "handlers/order_operand.h"
 #include "handlers/xla_dtype.h"
@@ -47,33 +51,44 @@ MoeRequest request(CollectiveKind kind, int64_t device, ffi::Span<const int64_t>
   return r;
 }
 
-ffi::Error ExchangeImpl(int32_t device, OrderIn, ffi::AnyBuffer src, Ints send_rows,
+// Runs `r` as finish() schedules it. Its buffers are XLA's, alive until the call completes;
+// the group table (an attribute) is copied with the call.
+ffi::Future finish_moe(MoeRequest r, size_t bytes) {
+  std::vector<int64_t> table(r.groups, r.groups + r.groups_len);
+  return finish(r.device, bytes, [r, table]() mutable {
+    r.groups = table.data();
+    return run_moe(r);
+  });
+}
+
+ffi::Future ExchangeImpl(int32_t device, OrderIn, ffi::AnyBuffer src, Ints send_rows,
                         Ints send_offsets, Ints recv_rows, Ints recv_offsets, Ints topk_idx,
                         OrderOut, ffi::Result<ffi::AnyBuffer> dst,
                         ffi::Span<const int64_t> groups, int64_t group_size, int64_t num_experts) {
   Dtype dtype;
   if (!dtype_of_xla(src.element_type(), &dtype)) {
-    return unsupported_type(CollectiveKind::kMoeDispatch, src.element_type());
+    return completed(unsupported_type(CollectiveKind::kMoeDispatch, src.element_type()));
   }
   MoeRequest r = request(CollectiveKind::kMoeDispatch, device, groups, group_size, dtype, src,
                          {send_rows, send_offsets, recv_rows, recv_offsets}, *dst);
   r.topk_idx = topk_idx.typed_data();
   r.topk_count = topk_idx.element_count();
   r.num_experts = num_experts;
-  return to_ffi(run_moe(r));
+  return finish_moe(r, std::max(src.size_bytes(), dst->size_bytes()));
 }
 
-ffi::Error CombineImpl(int32_t device, OrderIn, ffi::AnyBuffer y, Ints send_rows,
+ffi::Future CombineImpl(int32_t device, OrderIn, ffi::AnyBuffer y, Ints send_rows,
                        Ints send_offsets, Ints recv_pairs, Ints recv_offsets,
                        ffi::AnyBuffer weights_or_dout, OrderOut,
                        ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
                        int64_t group_size, int64_t topk, int64_t pair_dot) {
   Dtype dtype, extra_dtype;
   if (!dtype_of_xla(y.element_type(), &dtype)) {
-    return unsupported_type(CollectiveKind::kMoeCombine, y.element_type());
+    return completed(unsupported_type(CollectiveKind::kMoeCombine, y.element_type()));
   }
   if (!dtype_of_xla(weights_or_dout.element_type(), &extra_dtype)) {
-    return unsupported_type(CollectiveKind::kMoeCombine, weights_or_dout.element_type());
+    return completed(
+        unsupported_type(CollectiveKind::kMoeCombine, weights_or_dout.element_type()));
   }
   MoeRequest r = request(CollectiveKind::kMoeCombine, device, groups, group_size, dtype, y,
                          {send_rows, send_offsets, recv_pairs, recv_offsets}, *out);
@@ -82,7 +97,7 @@ ffi::Error CombineImpl(int32_t device, OrderIn, ffi::AnyBuffer y, Ints send_rows
   r.extra_dtype = extra_dtype;
   r.topk = topk;
   r.pair_dot = pair_dot != 0;
-  return to_ffi(run_moe(r));
+  return finish_moe(r, std::max(y.size_bytes(), out->size_bytes()));
 }
 
 }  // namespace

@@ -1,0 +1,83 @@
+#include "collectives/device_threads.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+namespace jaccl {
+namespace {
+std::atomic<int64_t> min_bytes{64 * 1024};
+}  // namespace
+
+// One thread and its queue. The thread is detached and its Lane never freed: it sleeps in
+// wait() when there is nothing to do, and the process's exit ends it.
+struct DeviceThreads::Lane {
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::deque<std::function<void()>> jobs;
+  bool busy = false;
+
+  Lane() {
+    std::thread([this] {
+      std::unique_lock<std::mutex> lock(mutex);
+      for (;;) {
+        ready.wait(lock, [this] { return !jobs.empty(); });
+        std::function<void()> job = std::move(jobs.front());
+        jobs.pop_front();
+        busy = true;
+        lock.unlock();
+        job();
+        lock.lock();
+        busy = false;
+      }
+    }).detach();
+  }
+
+  void push(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      jobs.push_back(std::move(job));
+    }
+    ready.notify_one();
+  }
+
+  bool idle() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return jobs.empty() && !busy;
+  }
+};
+
+struct DeviceThreads::Device {
+  Lane calls, completions;
+};
+
+DeviceThreads& DeviceThreads::get() {
+  static DeviceThreads* threads = new DeviceThreads;  // never freed: its threads outlive exit
+  return *threads;
+}
+
+DeviceThreads::Device& DeviceThreads::device(int64_t id) {
+  static std::mutex mutex;
+  static auto* devices = new std::unordered_map<int64_t, std::unique_ptr<Device>>;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<Device>& d = (*devices)[id];
+  if (!d) d = std::make_unique<Device>();
+  return *d;
+}
+
+void DeviceThreads::run(int64_t id, std::function<void()> job) { device(id).calls.push(std::move(job)); }
+
+void DeviceThreads::complete(int64_t id, std::function<void()> job) {
+  device(id).completions.push(std::move(job));
+}
+
+bool DeviceThreads::idle(int64_t id) { return device(id).calls.idle(); }
+
+void set_async_min_bytes(int64_t bytes) { min_bytes.store(bytes); }
+int64_t async_min_bytes() { return min_bytes.load(); }
+
+}  // namespace jaccl

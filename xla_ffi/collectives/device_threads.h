@@ -1,0 +1,41 @@
+// Where a device's asynchronous calls run: so that XLA computes what does not depend on a
+// collective while the collective waits on its peers, a CPU handler hands its call to the
+// device's call thread and returns at once (handlers/cpu/async_call.h).
+//
+// Contract: every local device has two threads of its own, made on first use and never ended
+// (they sleep between jobs; the process's exit takes them): the call thread runs the jobs
+// run() hands it, one at a time, in the order handed; the completion thread runs complete()'s
+// jobs likewise. A call's job ends by handing its completion to the completion thread, because
+// XLA runs whatever depends on the call on the thread that completes it: the call thread must
+// not be held by that compute while the device's next collective waits behind it. idle(device)
+// tells whether the device has no job handed and unfinished (a caller that runs a call itself
+// keeps the device's order only then). Thread-safe.
+//
+// async_min_bytes(): calls of at least this many bytes go to the call thread; -1: none
+// (JACCL_ASYNC=0, every call blocks XLA's thread as before). Set by configure().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace jaccl {
+
+class DeviceThreads {
+ public:
+  static DeviceThreads& get();
+
+  void run(int64_t device, std::function<void()> job);
+  void complete(int64_t device, std::function<void()> job);
+  bool idle(int64_t device);
+
+ private:
+  DeviceThreads() = default;
+  struct Lane;
+  struct Device;
+  Device& device(int64_t id);
+};
+
+void set_async_min_bytes(int64_t bytes);
+int64_t async_min_bytes();
+
+}  // namespace jaccl

@@ -1,0 +1,63 @@
+// How a CPU handler gives XLA its call: as an ffi::Future, so XLA:CPU's dataflow executor runs
+// every thunk that does not depend on the call while the call waits on its peers.
+//
+// Contract: finish(device, bytes, work) runs `work` (a call of the engine: it returns the
+// failure or nothing, and never throws):
+// - at once, on XLA's thread, when the call is smaller than async_min_bytes() (a thread hop
+//   costs more than such a call; collectives/device_threads.h) or asynchronous calls are off,
+//   provided no earlier call of the device is still queued (the device keeps XLA's order of
+//   its calls); the future it returns is complete;
+// - otherwise on the device's call thread; the future completes from the device's completion
+//   thread (XLA then runs the call's dependents there), with the call's error if it failed.
+// `work` must own everything it uses: XLA keeps the call's buffers and attributes alive until
+// the future completes, and nothing of the handler's frame.
+// completed(error) is the finished future of a call that failed before it started.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <utility>
+
+#include "collectives/device_threads.h"
+#include "collectives/run.h"
+#include "handlers/call_setup.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jaccl {
+
+inline xla::ffi::Future completed(xla::ffi::Error error) {
+  xla::ffi::Promise promise;
+  xla::ffi::Future future(promise);
+  if (error.success()) {
+    promise.SetAvailable();
+  } else {
+    promise.SetError(std::move(error));
+  }
+  return future;
+}
+
+inline xla::ffi::Future finish(int64_t device, size_t bytes,
+                               std::function<std::optional<Failure>()> work) {
+  const int64_t min_bytes = async_min_bytes();
+  DeviceThreads& threads = DeviceThreads::get();
+  if (min_bytes < 0 || (static_cast<int64_t>(bytes) < min_bytes && threads.idle(device))) {
+    return completed(to_ffi(work()));
+  }
+  xla::ffi::Promise promise;
+  xla::ffi::Future future(promise);
+  threads.run(device, [device, promise, work = std::move(work)]() mutable {
+    std::optional<Failure> failure = work();
+    DeviceThreads::get().complete(device, [promise, failure]() mutable {
+      if (failure) {
+        promise.SetError(to_ffi(failure));
+      } else {
+        promise.SetAvailable();
+      }
+    });
+  });
+  return future;
+}
+
+}  // namespace jaccl
