@@ -10,9 +10,10 @@ under SLURM / Open MPI) put jaccl's MPI shim in place (_transparent), it also ru
 jaccl.init(), so the collectives XLA emits run on jaccl from the first computation on (also
 with several CPU devices per process, where the launcher was asked to); where it could not
 (jax imported before the launcher's environment took effect, or a device count other than the
-launcher planned: those stay on gloo), it says why (a warning). With JACCL_IFNAME set, jax.lax's own CPU collectives (gloo) use that
-interface too: they otherwise take the address the host name resolves to, 127.0.0.1 inside a
-network namespace. Returns (process_index, process_count).
+launcher planned: those stay on gloo), it says why (a warning). With JACCL_IFNAME set,
+jax.lax's own CPU collectives (gloo) use that interface too: they otherwise take the address
+the host name resolves to, 127.0.0.1 inside a network namespace. Returns (process_index,
+process_count).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ report their own errors and are then killed; jaccl-run exits with the first fail
 (0 if all succeed). The collectives XLA emits itself (jit with shardings, jax.lax in
 shard_map) run on jaccl's engine too (docs/transparent.md), by default whenever the job has
 several processes of one CPU device each, and with several devices per process when
-`--xla-collectives jaccl` asks; `--xla-collectives gloo` keeps JAX's own. On exit it kills whatever is left and removes the
-job's shared-memory names from /dev/shm.
+`--xla-collectives jaccl` asks; `--xla-collectives gloo` keeps JAX's own. On exit it kills
+whatever is left and removes the job's shared-memory names from /dev/shm.
 
 A hostfile lists the hosts in rank order:
     {"hosts": [{"ssh": "user@node0", "processes": 2, "ifname": "eth0"},
