@@ -9,6 +9,7 @@
     jaccl-bench transport   [--transports tcp,ofi] [--frame-kb 64,512] [--both-ways]
                             [--emulate-hosts --link-rate none]   (see transport.py)
     jaccl-bench moe [...]   (see jax_jaccl/bench/moe.py)
+    jaccl-bench overlap     [--sizes 1M,16M,64M] [--link-rate 400mbit] (see overlap.py)
     jaccl-bench kernels     (a GPU: see jax_jaccl/bench/kernels.py)
 
 Each run starts one jaccl-run job (jax_jaccl, and jax's own collectives, gloo, for --vs lax), for
@@ -195,6 +196,15 @@ def main(argv=None) -> None:
     m.add_argument("--json", default=None)
     m.add_argument("--timeout", type=float, default=3600)
     m.set_defaults(fn=lambda args: __import__("jax_jaccl.bench.moe", fromlist=["run"]).run(args))
+    o = sub.add_parser("overlap", help="compute hidden behind a collective, asynchronous vs "
+                                       "blocking calls, on 2 rate-limited emulated hosts (root)")
+    o.add_argument("--sizes", default="1M,16M,64M")
+    o.add_argument("--link-rate", default="400mbit", help="per direction of the link")
+    o.add_argument("--runs", type=int, default=3)
+    o.add_argument("--iters", type=int, default=5)
+    o.add_argument("--json", default=None)
+    o.add_argument("--timeout", type=float, default=1800)
+    o.set_defaults(fn=lambda args: __import__("jax_jaccl.bench.overlap", fromlist=["run"]).run(args))
     k = sub.add_parser("kernels", help="CUDA reduction and MoE kernels vs copy bandwidth and XLA, device time")
     k.add_argument("--sizes", default="256K,4M,64M,1G", help="reduction sizes (bytes per operand)")
     k.add_argument("--dtypes", default="float32,bfloat16")

@@ -1,9 +1,12 @@
-"""jaccl-bench collectives runs end to end and prints a table with every op and size."""
+"""jaccl-bench collectives, moe and overlap run end to end and print a table with every op
+and size."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+
+import pytest
 
 
 def test_bench_collectives_table(tmp_path):
@@ -49,3 +52,22 @@ def test_bench_moe_table():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [l for l in done.stdout.splitlines() if l.startswith("| 32 | 4 |")]
     assert len(rows) == 2 and all("x |" in r for r in rows), done.stdout
+
+
+def test_bench_overlap_table():
+    """jaccl-bench overlap end to end (2 emulated hosts, both modes): a row per size with every
+    column filled; the numbers themselves are the bench's to show, not a test's."""
+    from jax_jaccl._emulated_hosts import can_emulate
+
+    reason = can_emulate()
+    if reason:
+        pytest.skip(f"2 emulated hosts: {reason}")
+    done = subprocess.run(
+        [sys.executable, "-m", "jax_jaccl.bench.cli", "overlap", "--sizes", "256K",
+         "--link-rate", "1gbit", "--runs", "1", "--iters", "2"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [l for l in done.stdout.splitlines() if l.startswith("| 256 KiB")]
+    assert len(rows) == 1 and rows[0].count(" ms ") == 4, done.stdout
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert all(float(c) == float(c) for c in cells[5:]), rows  # the hidden fractions are numbers

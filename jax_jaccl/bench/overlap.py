@@ -1,0 +1,78 @@
+"""jaccl-bench overlap: how much independent compute a collective hides, blocking vs asynchronous.
+
+    jaccl-bench overlap [--sizes 1M,16M,64M] [--link-rate 400mbit] [--runs 3] [--iters 5]
+
+Two emulated hosts (network namespaces, root) whose link carries --link-rate each way, so the
+collective waits on the link rather than on this machine's cores; one process each. Every run
+starts two jobs, JACCL_ASYNC=1 and JACCL_ASYNC=0 (every call blocks XLA's thread), alternating
+so both see the same machine; each measures, per size S, a jaccl.all_reduce of S bytes alone,
+a matmul chain of about the same duration alone, and a program with both
+(overlap_worker.py). Hidden = (t_comm + t_compute - t_step) / min(t_comm, t_compute): 1 when
+the step takes as long as the longer of the two, 0 when it takes their sum. Medians over runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from .._emulated_hosts import EmulatedHosts, can_emulate
+from .sizes import human
+
+MODES = (("asynchronous", "1"), ("blocking", "0"))
+
+
+def hidden(r: dict) -> float:
+    return (r["comm_s"] + r["compute_s"] - r["step_s"]) / min(r["comm_s"], r["compute_s"])
+
+
+def table(records: dict) -> str:
+    """records[mode] is a list (one per run) of the worker's lists."""
+    lines = ["| size | all_reduce alone | matmuls alone | step, asynchronous | step, blocking | "
+             "hidden, asynchronous | hidden, blocking |", "|---|---|---|---|---|---|---|"]
+    first = records[MODES[0][0]][0]
+    for i, row in enumerate(first):
+        med = {mode: {k: statistics.median(run[i][k] for run in records[mode])
+                      for k in ("comm_s", "compute_s", "step_s")} for mode, _ in MODES}
+        a, b = med["asynchronous"], med["blocking"]
+        lines.append(f"| {human(row['bytes'])} | {a['comm_s'] * 1e3:.1f} ms | "
+                     f"{a['compute_s'] * 1e3:.1f} ms | {a['step_s'] * 1e3:.1f} ms | "
+                     f"{b['step_s'] * 1e3:.1f} ms | {hidden(a):.2f} | {hidden(b):.2f} |")
+    return "\n".join(lines)
+
+
+def run(args) -> None:
+    reason = can_emulate()
+    if reason:
+        raise SystemExit(f"jaccl-bench: {reason}")
+    records = {mode: [] for mode, _ in MODES}
+    with EmulatedHosts(2, rate=args.link_rate) as hosts, tempfile.TemporaryDirectory() as tmp:
+        hostfile = hosts.write_hostfile(os.path.join(tmp, "hosts.json"), 1)
+        for run_index in range(args.runs):
+            for mode, flag in MODES:
+                out = os.path.join(tmp, f"{mode}{run_index}.json")
+                cmd = [sys.executable, "-m", "jax_jaccl.launch", "--hostfile", hostfile,
+                       "--xla-collectives", "gloo", "--", sys.executable, "-m",
+                       "jax_jaccl.bench.overlap_worker", "--sizes", args.sizes, "--iters",
+                       str(args.iters), "--output", out]
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
+                                      env=dict(os.environ, JACCL_ASYNC=flag))
+                if done.returncode != 0:
+                    sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
+                    raise SystemExit(f"jaccl-bench: the {mode} run failed ({done.returncode})")
+                with open(out) as f:
+                    records[mode].append(json.load(f))
+                print(f"run {run_index + 1}/{args.runs}: {mode} done", file=sys.stderr,
+                      flush=True)
+    print(f"# jaccl-bench overlap: 2 emulated hosts, {args.link_rate} each way, 1 process "
+          f"each, float32 all_reduce beside a float32[512, 512] matmul chain of about its "
+          f"duration; medians of {args.runs} runs x {args.iters} rounds")
+    print()
+    print(table(records))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(records, f)
