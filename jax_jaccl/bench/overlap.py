@@ -8,7 +8,8 @@ starts two jobs, JACCL_ASYNC=1 and JACCL_ASYNC=0 (every call blocks XLA's thread
 so both see the same machine; each measures, per size S, a jaccl.all_reduce of S bytes alone,
 a matmul chain of about the same duration alone, and a program with both
 (overlap_worker.py). Hidden = (t_comm + t_compute - t_step) / min(t_comm, t_compute): 1 when
-the step takes as long as the longer of the two, 0 when it takes their sum. Medians over runs.
+the step takes as long as the longer of the two, 0 when it takes their sum. Medians over runs;
+the table's "alone" columns are the asynchronous job's, each hidden fraction uses its own job's.
 """
 
 from __future__ import annotations
