@@ -22,7 +22,6 @@ import sys
 from . import _settings
 
 _CLUSTERS = "jax._src.clusters"
-VARIABLES = ("JACCL_COORDINATOR", "JACCL_NUM_PROCESSES", "JACCL_PROCESS_ID")
 
 
 def present() -> bool:

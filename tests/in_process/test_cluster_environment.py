@@ -30,7 +30,7 @@ def test_the_environment_finds_jaccl_runs_job_first(monkeypatch):
 def test_install_does_nothing_outside_jaccl_run(monkeypatch):
     import sys
 
-    for name in _cluster.VARIABLES:
+    for name in ("JACCL_COORDINATOR", "JACCL_NUM_PROCESSES", "JACCL_PROCESS_ID"):
         monkeypatch.delenv(name, raising=False)
     before = list(sys.meta_path), list(clusters.ClusterEnv._cluster_types)
     _cluster.install()

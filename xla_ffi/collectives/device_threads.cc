@@ -60,22 +60,32 @@ DeviceThreads& DeviceThreads::get() {
   return *threads;
 }
 
-DeviceThreads::Device& DeviceThreads::device(int64_t id) {
+// The device's threads, made on first use; with `make` false, nullptr for a device that has
+// none yet (asking whether it is idle starts no thread).
+DeviceThreads::Device* DeviceThreads::device(int64_t id, bool make) {
   static std::mutex mutex;
   static auto* devices = new std::unordered_map<int64_t, std::unique_ptr<Device>>;
   std::lock_guard<std::mutex> lock(mutex);
-  std::unique_ptr<Device>& d = (*devices)[id];
-  if (!d) d = std::make_unique<Device>();
-  return *d;
+  auto it = devices->find(id);
+  if (it != devices->end()) return it->second.get();
+  if (!make) return nullptr;
+  std::unique_ptr<Device>& made = (*devices)[id];
+  made = std::make_unique<Device>();
+  return made.get();
 }
 
-void DeviceThreads::run(int64_t id, std::function<void()> job) { device(id).calls.push(std::move(job)); }
+void DeviceThreads::run(int64_t id, std::function<void()> job) {
+  device(id, true)->calls.push(std::move(job));
+}
 
 void DeviceThreads::complete(int64_t id, std::function<void()> job) {
-  device(id).completions.push(std::move(job));
+  device(id, true)->completions.push(std::move(job));
 }
 
-bool DeviceThreads::idle(int64_t id) { return device(id).calls.idle(); }
+bool DeviceThreads::idle(int64_t id) {
+  Device* d = device(id, false);
+  return d == nullptr || d->calls.idle();
+}
 
 void set_async_min_bytes(int64_t bytes) { min_bytes.store(bytes); }
 int64_t async_min_bytes() { return min_bytes.load(); }

@@ -2,7 +2,7 @@
 // collective while the collective waits on its peers, a CPU handler hands its call to the
 // device's call thread and returns at once (handlers/cpu/async_call.h).
 //
-// Contract: every local device has two threads of its own, made on first use and never ended
+// Contract: every local device has two threads of its own, made at its first job and never ended
 // (they sleep between jobs; the process's exit takes them): the call thread runs the jobs
 // run() hands it, one at a time, in the order handed; the completion thread runs complete()'s
 // jobs likewise. A call's job ends by handing its completion to the completion thread, because
@@ -32,7 +32,7 @@ class DeviceThreads {
   DeviceThreads() = default;
   struct Lane;
   struct Device;
-  Device& device(int64_t id);
+  Device* device(int64_t id, bool make);
 };
 
 void set_async_min_bytes(int64_t bytes);

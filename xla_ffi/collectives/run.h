@@ -2,9 +2,9 @@
 // the CUDA module's staged host jobs through abi/host_abi.h) makes it.
 //
 // Contract: run_call(kind, device, groups, ...) finds the world, the communicator named by
-// the `groups` table (group_size per row) in sequence space `space` with `salt` (handlers/
-// host_abi.h: XLA's collectives through the MPI shim are numbered apart) and this device's member of it,
-// numbers the call, and runs body(Call&) with call.world/comm/member/kind/dtype/op_count/seq/
+// the `groups` table (group_size per row) in sequence space `space` with `salt`
+// (handlers/host_abi.h: XLA's collectives through the MPI shim are numbered apart) and this
+// device's member of it, numbers the call, and runs body(Call&) with call.world/comm/member/kind/dtype/op_count/seq/
 // timeout set. body throws jaccl::Error (or anything) on failure; run_call never throws: it
 // posts the failure on the abort board (so the peers stop too) and returns it.
 // run_host_collective() resolves the algorithm and runs one collective on host buffers

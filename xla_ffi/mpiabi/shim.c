@@ -483,6 +483,41 @@ static int check_groups(const int64_t* all, int n, int per_process) {
   return JMPI_SUCCESS;
 }
 
+/* The end of every split: the communicator of `color` out of the (color, key) of each of the
+ * parent's n places, `all`: the places of that color by key (ties by place), their devices,
+ * the caller's rank where its place `me` lands, `salt`. MPI_COMM_NULL (0) for MPI_UNDEFINED. */
+static int comm_of_color(const JmpiComm* parent, const int64_t* all, int color, int me,
+                         uint64_t salt, uintptr_t* newcomm) {
+  *newcomm = 0;
+  if (color == JMPI_UNDEFINED) return JMPI_SUCCESS;
+  const int n = parent->size;
+  int* order = malloc((size_t)n * sizeof(int));
+  if (order == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
+  int members = 0;
+  for (int j = 0; j < n; ++j) {
+    if (all[2 * j] != color) continue;
+    int at = members++;  /* insertion by (key, place): stable */
+    while (at > 0 && all[2 * order[at - 1] + 1] > all[2 * j + 1]) {
+      order[at] = order[at - 1];
+      --at;
+    }
+    order[at] = j;
+  }
+  JmpiComm* c = new_comm(0, members);
+  if (c == NULL) {
+    free(order);
+    return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
+  }
+  for (int i = 0; i < members; ++i) {
+    c->devices[i] = parent->devices[order[i]];
+    if (order[i] == me) c->rank = i;
+  }
+  c->salt = salt;
+  *newcomm = (uintptr_t)c;
+  free(order);
+  return JMPI_SUCCESS;
+}
+
 /* MPI_COMM_WORLD with several devices per process: this process's devices meet in a split
  * round; each caller is given the device at its pair's place among the process's (so one
  * communicator never has a device twice), and the communicator of its color is everyone of
@@ -492,15 +527,11 @@ static int split_world(const JmpiComm* world, int color, int key, uintptr_t* new
   const JacclMpiEngine* e = atomic_load(&engine);
   const int per_process = world->local_devices, n = world->size;
   int64_t* all = malloc(2 * (size_t)n * sizeof(int64_t));
-  int* members = malloc((size_t)n * sizeof(int));
-  if (all == NULL || members == NULL) {
-    free(all);
-    free(members);
-    return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
-  }
-  int slot = 0, count = 0, rc = JMPI_SUCCESS;
+  if (all == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
+  int slot = 0, rc = JMPI_SUCCESS;
   uint64_t round = 0;
   char error[kMessageBytes];
+  *newcomm = 0;
   if (jmpi_split_round(per_process, e->num_processes, e->timeout_s, color, key, exchange_pairs,
                        processes_comm, all, &slot, &round, error, sizeof error) != 0) {
     e->raise_abort(error);  /* the other processes stop too */
@@ -508,33 +539,10 @@ static int split_world(const JmpiComm* world, int color, int key, uintptr_t* new
   } else if (check_groups(all, n, per_process) != JMPI_SUCCESS) {
     e->raise_abort(last_message);  /* every process finds the same from the same round */
     rc = last_code;
-  }
-  const int me = e->my_process * per_process + slot;
-  for (int j = 0; rc == JMPI_SUCCESS && j < n; ++j) {
-    if (all[2 * j] != color) continue;
-    int at = count++;  /* by key, ties by place: stable */
-    while (at > 0 && all[2 * members[at - 1] + 1] > all[2 * j + 1]) {
-      members[at] = members[at - 1];
-      --at;
-    }
-    members[at] = j;
-  }
-  *newcomm = 0;
-  if (rc == JMPI_SUCCESS && color != JMPI_UNDEFINED) {
-    JmpiComm* c = new_comm(0, count);
-    if (c == NULL) {
-      rc = fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
-    } else {
-      for (int i = 0; i < count; ++i) {
-        c->devices[i] = e->devices[members[i]];
-        if (members[i] == me) c->rank = i;
-      }
-      c->salt = round;
-      *newcomm = (uintptr_t)c;
-    }
+  } else {
+    rc = comm_of_color(world, all, color, e->my_process * per_process + slot, round, newcomm);
   }
   free(all);
-  free(members);
   if (rc != JMPI_SUCCESS) remember_split_failure();
   return rc;
 }
@@ -548,42 +556,14 @@ JMPI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t*
   const int n = parent->size;
   int64_t mine[2] = {color, key};
   int64_t* all = malloc(2 * (size_t)n * sizeof(int64_t));
-  int* order = malloc((size_t)n * sizeof(int));
-  if (all == NULL || order == NULL) {
-    free(all);
-    free(order);
-    return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
-  }
+  if (all == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
   int rc = collective(atomic_load(&engine)->kind_all_gather, parent, type_of(JMPI_INT64_T), 0,
                       mine, all, 2, 2 * (size_t)n);
-  int members = 0;
-  for (int j = 0; rc == JMPI_SUCCESS && j < n; ++j) {
-    if (all[2 * j] != color) continue;
-    int at = members++;  /* insertion by (key, parent rank): stable */
-    while (at > 0 && all[2 * order[at - 1] + 1] > all[2 * j + 1]) {
-      order[at] = order[at - 1];
-      --at;
-    }
-    order[at] = j;
-  }
+  *newcomm = 0;
   if (rc == JMPI_SUCCESS) {
-    *newcomm = 0;
-    if (color != JMPI_UNDEFINED) {
-      JmpiComm* c = new_comm(0, members);
-      if (c == NULL) {
-        rc = fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
-      } else {
-        for (int i = 0; i < members; ++i) {
-          c->devices[i] = parent->devices[order[i]];
-          if (order[i] == parent->rank) c->rank = i;
-        }
-        c->salt = parent->salt;
-        *newcomm = (uintptr_t)c;
-      }
-    }
+    rc = comm_of_color(parent, all, color, parent->rank, parent->salt, newcomm);
   }
   free(all);
-  free(order);
   if (rc != JMPI_SUCCESS) remember_split_failure();
   return rc;
 }

@@ -28,19 +28,32 @@ namespace ffi = xla::ffi;
 namespace jaccl {
 namespace {
 
-// One engine call for `device` over the communicator of `groups`, as finish() schedules it.
-// XLA keeps the buffers' memory alive until the call completes, not the handler's views of it
-// (ffi::AnyBuffer points into XLA's call frame): bodies capture data pointers and counts, and
-// the table is copied.
+// One engine call for `device` over the communicator of `groups`: at once, or queued on the
+// device's thread (async_call.h). Bodies capture data pointers and counts, never XLA's views;
+// a queued call takes a copy of the table.
 template <typename Body>
 ffi::Future engine_call(CollectiveKind kind, int64_t device, ffi::Span<const int64_t> groups,
                         int64_t group_size, Dtype dtype, uint64_t op_count, size_t bytes,
                         Body body) {
+  if (runs_now(device, bytes)) {
+    return completed(to_ffi(run_call(kind, device, groups.begin(), groups.size(), group_size,
+                                     dtype, op_count, body)));
+  }
   std::vector<int64_t> table(groups.begin(), groups.end());
-  return finish(device, bytes, [=]() mutable {  // bodies may fill in their Buffers
+  return queue(device, [=]() mutable {  // bodies may fill in their Buffers
     return run_call(kind, device, table.data(), table.size(), group_size, dtype, op_count,
                     [&](Call& call) { body(call); });
   });
+}
+
+// The input and output of a call, as the engine takes them.
+Buffers in_and_out(const ffi::AnyBuffer& in, ffi::Result<ffi::AnyBuffer>& out) {
+  Buffers buffers;
+  buffers.in = in.untyped_data();
+  buffers.out = out->untyped_data();
+  buffers.in_count = in.element_count();
+  buffers.out_count = out->element_count();
+  return buffers;
 }
 
 ffi::Future run_collective(CollectiveKind kind, int64_t device, ffi::AnyBuffer in,
@@ -51,11 +64,7 @@ ffi::Future run_collective(CollectiveKind kind, int64_t device, ffi::AnyBuffer i
   if (!dtype_of_xla(in.element_type(), &dtype)) {
     return completed(unsupported_type(kind, in.element_type()));
   }
-  Buffers buffers;
-  buffers.in = in.untyped_data();
-  buffers.out = out->untyped_data();
-  buffers.in_count = in.element_count();
-  buffers.out_count = out->element_count();
+  Buffers buffers = in_and_out(in, out);
   buffers.outer_in = static_cast<size_t>(outer_in);
   buffers.outer_out = static_cast<size_t>(outer_out);
   return engine_call(kind, device, groups, group_size, dtype, in.element_count(),
@@ -103,11 +112,7 @@ ffi::Future PermuteImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
   if (!dtype_of_xla(x.element_type(), &dtype)) {
     return completed(unsupported_type(CollectiveKind::kPermute, x.element_type()));
   }
-  Buffers buffers;
-  buffers.in = x.untyped_data();
-  buffers.out = out->untyped_data();
-  buffers.in_count = x.element_count();
-  buffers.out_count = out->element_count();
+  Buffers buffers = in_and_out(x, out);
   std::vector<int64_t> pairs(perm.begin(), perm.end());
   return engine_call(CollectiveKind::kPermute, device, groups, group_size, dtype,
                      x.element_count(), x.size_bytes(), [=](Call& call) mutable {
@@ -144,6 +149,10 @@ std::vector<int64_t> ragged_entries(const IndexArray& b, const char* name, int n
 // The four index arrays of a ragged_all_to_all: input_offsets, send_sizes, output_offsets,
 // recv_sizes.
 struct RaggedIndices {
+  RaggedIndices(const ffi::AnyBuffer& input_offsets, const ffi::AnyBuffer& send_sizes,
+                const ffi::AnyBuffer& output_offsets, const ffi::AnyBuffer& recv_sizes)
+      : arrays{IndexArray(input_offsets), IndexArray(send_sizes), IndexArray(output_offsets),
+               IndexArray(recv_sizes)} {}
   IndexArray arrays[4];
 };
 
@@ -157,11 +166,7 @@ ffi::Future run_ragged(int32_t device, ffi::AnyBuffer operand, size_t out_rows,
       out->element_type() != operand.element_type()) {
     return completed(unsupported_type(CollectiveKind::kRaggedAllToAll, operand.element_type()));
   }
-  Buffers buffers;
-  buffers.in = operand.untyped_data();
-  buffers.out = out->untyped_data();
-  buffers.in_count = operand.element_count();
-  buffers.out_count = out->element_count();
+  Buffers buffers = in_and_out(operand, out);
   const size_t row_elems = trailing(operand), in_rows = leading(operand);
   const size_t out_row_elems = trailing(*out);
   const size_t out_bytes = out->size_bytes();
@@ -203,8 +208,7 @@ ffi::Future RaggedAllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer operand,
   if (out->untyped_data() != output.untyped_data()) {  // XLA did not alias them: start from output
     std::memcpy(out->untyped_data(), output.untyped_data(), output.size_bytes());
   }
-  RaggedIndices indices{{IndexArray(input_offsets), IndexArray(send_sizes),
-                         IndexArray(output_offsets), IndexArray(recv_sizes)}};
+  RaggedIndices indices(input_offsets, send_sizes, output_offsets, recv_sizes);
   return run_ragged(device, operand, leading(output), indices, out, groups, group_size, false);
 }
 
@@ -215,8 +219,7 @@ ffi::Future RaggedAllToAllIntoZerosImpl(int32_t device, OrderIn, ffi::AnyBuffer 
                                        ffi::AnyBuffer output_offsets, ffi::AnyBuffer recv_sizes,
                                        OrderOut, ffi::Result<ffi::AnyBuffer> out,
                                        ffi::Span<const int64_t> groups, int64_t group_size) {
-  RaggedIndices indices{{IndexArray(input_offsets), IndexArray(send_sizes),
-                         IndexArray(output_offsets), IndexArray(recv_sizes)}};
+  RaggedIndices indices(input_offsets, send_sizes, output_offsets, recv_sizes);
   return run_ragged(device, operand, leading(*out), indices, out, groups, group_size, true);
 }
 

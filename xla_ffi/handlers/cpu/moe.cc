@@ -5,7 +5,7 @@
 // describe their buffers as a MoeRequest, and moe/run.h validates every list and expert id (a
 // bad value is an error, never a stray access) as it does for the CUDA staged path's host
 // copies (handlers/host_abi.h). The request holds only pointers into XLA's buffers, which
-// XLA keeps alive until the call's future completes (async_call.h runs it).
+// XLA keeps alive until the call's future completes (async_call.h).
 #include <algorithm>
 #include <initializer_list>
 #include <vector>
@@ -51,11 +51,12 @@ MoeRequest request(CollectiveKind kind, int64_t device, ffi::Span<const int64_t>
   return r;
 }
 
-// Runs `r` as finish() schedules it. Its buffers are XLA's, alive until the call completes;
-// the group table (an attribute) is copied with the call.
+// Runs `r` at once or queued on the device's thread (async_call.h). Its buffers are XLA's,
+// alive until the call completes; a queued call takes a copy of the group table.
 ffi::Future finish_moe(MoeRequest r, size_t bytes) {
+  if (runs_now(r.device, bytes)) return completed(to_ffi(run_moe(r)));
   std::vector<int64_t> table(r.groups, r.groups + r.groups_len);
-  return finish(r.device, bytes, [r, table]() mutable {
+  return queue(r.device, [r, table]() mutable {
     r.groups = table.data();
     return run_moe(r);
   });
