@@ -11,9 +11,9 @@ Two ways to thread the token:
   effect, so jit keeps its fast C++ dispatch path (~10 us a call instead of ~100 us). Chains
   in different blocks (a loop body, a cond branch, a nested jit) are not ordered against each
   other; when such collectives have no data dependency and devices run them in different
-  orders, the engine stops with a "ranks disagree" error naming both collectives where they
-  differ in kind, shape, type or op (two alike in all of these would pair with each other:
-  calls are numbered per communicator, not named by call site).
+  orders, the engine stops with a "ranks disagree" error naming both collectives (by kind,
+  shape, type, op and the line that wrote them: _call_site.py; two calls of one site, such as a
+  function called twice, are told apart by their order only).
 - JACCL_STRICT_ORDER=1: a JAX *ordered* effect; JAX threads the token through the whole
   program, control flow and nested functions included, at the price of the slow dispatch path.
 

@@ -19,7 +19,7 @@ import numpy as np
 from jax.interpreters import mlir
 from jax.interpreters.mlir import ir
 
-from .. import _bootstrap, _compat, _manual_region
+from .. import _bootstrap, _call_site, _compat, _manual_region
 from .. import _ordering
 
 SUPPORTED_DTYPES = tuple(np.dtype(d) for d in (
@@ -179,6 +179,7 @@ def lower_collective(ctx, *operands, target: str, axes: tuple, groups=None, alia
         config[name] = ir.DenseI64ArrayAttr.get([int(v) for v in values])
     config["groups"] = ir.DenseI64ArrayAttr.get([int(v) for v in table.ravel()])
     config["group_size"] = mlir.ir_attribute(np.int64(group_size))
+    config["site"] = mlir.ir_attribute(np.int64(_call_site.site_of(ctx, target)))
     token = _ordering.token_in(ctx)
     result_types = [token.type] + [_compat.ir_type(ctx, a) for a in ctx.avals_out]
 

@@ -36,21 +36,21 @@ CALL = textwrap.dedent("""
         if case == "element-type":
             x = v.astype(jnp.float8_e4m3fn)
             return call("jaccl_all_reduce", [x], [jax.ShapeDtypeStruct(x.shape, x.dtype)],
-                        groups=groups, group_size=4, op=0, algorithm=0).astype(jnp.float32)
+                        groups=groups, group_size=4, site=0, op=0, algorithm=0).astype(jnp.float32)
         if case == "no-group":
             return call("jaccl_all_reduce", [v], [jax.ShapeDtypeStruct(v.shape, v.dtype)],
-                        groups=np.arange(4, 8, dtype=np.int64), group_size=4, op=0, algorithm=0)
+                        groups=np.arange(4, 8, dtype=np.int64), group_size=4, site=0, op=0, algorithm=0)
         if case == "ragged-index-type":
             idx = jnp.zeros((4,), jnp.float32)
             return call("jaccl_ragged_all_to_all", [v, v, idx, idx, idx, idx],
-                        [jax.ShapeDtypeStruct(v.shape, v.dtype)], groups=groups, group_size=4)
+                        [jax.ShapeDtypeStruct(v.shape, v.dtype)], groups=groups, group_size=4, site=0)
         if case == "ragged-entries":
             idx = jnp.zeros((3,), jnp.int32)
             return call("jaccl_ragged_all_to_all", [v, v, idx, idx, idx, idx],
-                        [jax.ShapeDtypeStruct(v.shape, v.dtype)], groups=groups, group_size=4)
+                        [jax.ShapeDtypeStruct(v.shape, v.dtype)], groups=groups, group_size=4, site=0)
         if case == "ppermute-pairs":
             return call("jaccl_ppermute", [v], [jax.ShapeDtypeStruct(v.shape, v.dtype)],
-                        groups=groups, group_size=4, perm=np.array([0, 9], np.int64))
+                        groups=groups, group_size=4, site=0, perm=np.array([0, 9], np.int64))
         raise SystemExit("unknown case")
 
     f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"),

@@ -6,6 +6,7 @@
 
 #include "collectives/streams.h"
 #include "collectives/waiter.h"
+#include "common/call_sites.h"
 #include "common/error.h"
 
 namespace jaccl {
@@ -127,6 +128,7 @@ class DirectCall {
     e.kind = static_cast<uint8_t>(call_.kind);
     e.dtype = static_cast<uint8_t>(call_.dtype);
     e.redop = static_cast<uint8_t>(call_.op);
+    e.site = call_.site;
     e.calls.store(call_.seq + 1, std::memory_order_release);
   }
 
@@ -158,7 +160,8 @@ class DirectCall {
     for (int q = 0; q < n_; ++q) {
       const DirectGroup::Entry& e = entry(q);
       if (e.calls.load(std::memory_order_acquire) == call_.seq + 1 && e.kind == mine.kind &&
-          e.dtype == mine.dtype && e.redop == mine.redop && e.in_count == mine.in_count &&
+          e.dtype == mine.dtype && e.redop == mine.redop && e.site == mine.site &&
+          e.in_count == mine.in_count &&
           e.out_count == mine.out_count) {
         continue;
       }
@@ -166,12 +169,12 @@ class DirectCall {
         return std::string(kind_name(static_cast<CollectiveKind>(x.kind))) + " #" +
                std::to_string(x.calls.load() - 1) + " of " +
                dtype_name(static_cast<Dtype>(x.dtype)) + "[" + std::to_string(x.in_count) + "] (" +
-               reduce_op_name(static_cast<ReduceOp>(x.redop)) + ")";
+               reduce_op_name(static_cast<ReduceOp>(x.redop)) + ")" +
+               (x.site != 0 ? " at " + site_name(x.site) : std::string());
       };
       throw_error(ErrorKind::kMismatch, "ranks disagree: ", describe_rank(call_, me_), " is in ",
                   show(mine), " but ", describe_rank(call_, q), " is in ", show(e),
-                  ". Every rank of a group must run the same collectives, in the same order, "
-                  "with the same shapes, dtypes and options");
+                  disagreement_advice(mine.site, e.site));
     }
   }
 

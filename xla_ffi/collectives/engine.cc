@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "collectives/waiter.h"
+#include "common/call_sites.h"
 #include "comm/world.h"
 #include "common/error.h"
 #include "common/text.h"
@@ -17,7 +18,8 @@ std::string describe_frame(const FrameHeader& h) {
               dtype_name(static_cast<Dtype>(h.dtype)), "[", h.op_count, "] (",
               reduce_op_name(static_cast<ReduceOp>(h.redop)), ", ",
               algorithm_name(static_cast<Algorithm>(h.algorithm)), ", communicator ", hex(h.comm),
-              "), stream ", h.tag, " of ", h.stream_count, " elements at ", h.offset);
+              ")", h.site != 0 ? " at " + site_name(h.site) : std::string(), ", stream ", h.tag,
+              " of ", h.stream_count, " elements at ", h.offset);
 }
 
 struct TaskState {
@@ -136,7 +138,8 @@ class PhaseRunner {
     const FrameHeader& h = frame->header;
     const Communicator::Member& m = *call_.member;
     bool same_call = h.magic == kFrameMagic && h.comm == static_cast<uint32_t>(call_.comm->id()) &&
-                     h.seq == call_.seq && h.kind == static_cast<uint8_t>(call_.kind) &&
+                     h.seq == call_.seq && h.site == call_.site &&
+                     h.kind == static_cast<uint8_t>(call_.kind) &&
                      h.dtype == static_cast<uint8_t>(call_.dtype) &&
                      h.redop == static_cast<uint8_t>(call_.op) &&
                      h.algorithm == static_cast<uint8_t>(call_.algorithm) &&
@@ -151,6 +154,7 @@ class PhaseRunner {
     FrameHeader expected = h;
     expected.comm = static_cast<uint32_t>(call_.comm->id());
     expected.seq = call_.seq;
+    expected.site = call_.site;
     expected.kind = static_cast<uint8_t>(call_.kind);
     expected.dtype = static_cast<uint8_t>(call_.dtype);
     expected.redop = static_cast<uint8_t>(call_.op);
@@ -161,9 +165,7 @@ class PhaseRunner {
     expected.offset = offset;
     throw_error(ErrorKind::kMismatch, "ranks disagree: ", describe_rank(call_, m.rank), " is in ",
                 describe_frame(expected), " but ", describe_rank(call_, e.peer), " sent ",
-                describe_frame(h),
-                ". Every rank of a group must run the same collectives, in the same order, "
-                "with the same shapes, dtypes and options");
+                describe_frame(h), disagreement_advice(call_.site, h.site));
   }
 
   // Advances `s` by one chunk; false when an input or output is not ready.
@@ -220,6 +222,7 @@ class PhaseRunner {
       h.stream_count = t.count;
       h.offset = a;
       h.nbytes = static_cast<uint32_t>(n * dtype_size(e.dtype));
+      h.site = call_.site;
       std::memset(h.reserved, 0, sizeof h.reserved);
       e.channel->commit();
     }

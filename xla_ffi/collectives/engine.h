@@ -86,6 +86,7 @@ struct Call {
   ReduceOp op = ReduceOp::kSum;
   uint64_t op_count = 0;   // elements of this rank's input; all ranks must agree
   uint32_t seq = 0;
+  uint32_t site = 0;       // common/call_sites.h; all ranks must agree
   double timeout_s = 120;
 };
 

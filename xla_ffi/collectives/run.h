@@ -4,9 +4,10 @@
 // Contract: run_call(kind, device, groups, ...) finds the world, the communicator named by
 // the `groups` table (group_size per row) in sequence space `space` with `salt`
 // (handlers/host_abi.h: XLA's collectives through the MPI shim are numbered apart) and this
-// device's member of it, numbers the call, and runs body(Call&) with call.world/comm/member/kind/dtype/op_count/seq/
-// timeout set. body throws jaccl::Error (or anything) on failure; run_call never throws: it
-// posts the failure on the abort board (so the peers stop too) and returns it.
+// device's member of it, numbers the call, and runs body(Call&) with call.world/comm/member/
+// kind/dtype/op_count/seq/timeout set and call.site = `site` (common/call_sites.h). body
+// throws jaccl::Error (or anything) on failure; run_call never throws: it posts the failure
+// on the abort board (so the peers stop too) and returns it.
 // run_host_collective() resolves the algorithm and runs one collective on host buffers
 // (throws). permutation_of() and ragged_rows() read a call's ppermute pairs and ragged index
 // arrays (throw on bad ones).
@@ -34,7 +35,7 @@ template <typename Body>
 std::optional<Failure> run_call(CollectiveKind kind, int64_t device, const int64_t* groups,
                                 size_t groups_len, int64_t group_size, Dtype dtype,
                                 uint64_t op_count, Body&& body, int32_t space = 0,
-                                uint64_t salt = 0) {
+                                uint64_t salt = 0, uint32_t site = 0) {
   World::Use use;  // the world outlives this call, also when the process is exiting
   World* world = use.world();
   Failure failure;
@@ -57,6 +58,7 @@ std::optional<Failure> run_call(CollectiveKind kind, int64_t device, const int64
     call.kind = kind;
     call.dtype = dtype;
     call.op_count = op_count;
+    call.site = site;
     // Point-to-point transfers involve only their pairs: they are numbered per pair instead.
     call.seq = kind == CollectiveKind::kPointToPoint ? 0 : member.seq++;
     call.timeout_s = world->config().timeout_s;

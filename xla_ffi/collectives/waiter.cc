@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "comm/world.h"
+#include "common/call_sites.h"
 #include "common/error.h"
 #include "common/text.h"
 #include "transport/doorbell.h"
@@ -16,7 +17,21 @@ constexpr int kMaxSleepUs = 10000;
 std::string describe_call(const Call& call) {
   return text(kind_name(call.kind), " #", call.seq, " of ", dtype_name(call.dtype), "[",
               call.op_count, "] (", reduce_op_name(call.op), ", ", algorithm_name(call.algorithm),
-              ")");
+              ")", call.site != 0 ? " at " + site_name(call.site) : std::string());
+}
+
+std::string disagreement_advice(uint32_t mine, uint32_t theirs) {
+  std::string advice =
+      ". Every rank of a group must run the same collectives, in the same order, with the same "
+      "shapes, dtypes and options";
+  if (mine != theirs) {
+    advice += text(
+        "; these two were written in different places: every process must dispatch its jitted "
+        "programs in the same order, and collectives of one program that do not depend on each "
+        "other (in different blocks: a nested jit, a loop body, a cond branch) may run in "
+        "different orders on different devices unless JACCL_STRICT_ORDER=1 orders them");
+  }
+  return advice;
 }
 
 std::string describe_rank(const Call& call, int rank) {

@@ -17,6 +17,10 @@ namespace jaccl {
 
 std::string describe_call(const Call& call);
 std::string describe_rank(const Call& call, int rank);
+// What ends every "ranks disagree" message; `mine` and `theirs` are the two calls' sites
+// (common/call_sites.h): when they differ, it says how collectives written in different
+// places come to meet.
+std::string disagreement_advice(uint32_t mine, uint32_t theirs);
 
 class Waiter {
  public:

@@ -26,6 +26,7 @@ struct DirectGroup {
     uint64_t in_count = 0, out_count = 0, outer_in = 1, outer_out = 1;
     const Buffers* buffers = nullptr;  // the whole call (ppermute, ragged_all_to_all)
     uint8_t kind = 0, dtype = 0, redop = 0;
+    uint32_t site = 0;  // common/call_sites.h
   };
   std::vector<Entry> entries;             // by rank
   alignas(64) std::atomic<uint64_t> arrivals{0};

@@ -39,7 +39,7 @@ extern "C" int jaccl_run_host_call(const JacclHostCall* c, char* error, size_t e
                                    c->out_rows);
     }
     run_host_collective(call, kind, buffers, c->op, c->algorithm);
-  }, c->space, c->salt), error, error_len);
+  }, c->space, c->salt, c->site), error, error_len);
 }
 
 extern "C" int jaccl_run_host_moe(const JacclHostMoeCall* c, char* error, size_t error_len) {
@@ -69,6 +69,7 @@ extern "C" int jaccl_run_host_moe(const JacclHostMoeCall* c, char* error, size_t
   r.out = c->out;
   r.out_rows = c->out_rows;
   r.out_count = c->out_count;
+  r.site = c->site;
   return report(run_moe(r), error, error_len);
 }
 

@@ -49,6 +49,7 @@ struct JacclHostCall {
   // Tells apart communicators of equal tables whose members must not be shared: the MPI
   // shim's, with several devices per process, numbers its split rounds (0: none).
   uint64_t salt;
+  uint32_t site;          // where the call was written (common/call_sites.h; 0: none)
 };
 
 typedef struct JacclHostCall JacclHostCall;
@@ -85,6 +86,7 @@ struct JacclHostMoeCall {
   void* out;
   uint64_t out_rows;
   uint64_t out_count;       // elements
+  uint32_t site;            // as JacclHostCall's
 };
 
 typedef struct JacclHostMoeCall JacclHostMoeCall;

@@ -39,6 +39,7 @@ struct MoeRequest {
   bool pair_dot = false;
   void* out = nullptr;
   uint64_t out_rows = 0, out_count = 0;
+  uint32_t site = 0;  // common/call_sites.h
 };
 
 std::optional<Failure> run_moe(const MoeRequest& request);

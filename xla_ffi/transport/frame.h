@@ -1,8 +1,8 @@
 // The unit every transport carries: a 64-byte header followed by a payload.
 //
 // Every frame says which collective it belongs to (communicator, sequence
-// number, kind, element type, reduce op, algorithm, the sender's element
-// count) and where its payload sits in its stream (tag, stream length,
+// number, call site, kind, element type, reduce op, algorithm, the sender's
+// element count) and where its payload sits in its stream (tag, stream length,
 // offset). A receiver compares each header with what it expects, so ranks
 // that disagree get an error naming both sides instead of wrong data.
 #pragma once
@@ -29,7 +29,8 @@ struct FrameHeader {
   uint64_t stream_count;  // elements in this stream
   uint64_t offset;        // element offset of this payload in the stream
   uint32_t nbytes;        // payload bytes
-  uint32_t reserved[3];
+  uint32_t site;          // where the collective was written (common/call_sites.h; 0: none)
+  uint32_t reserved[2];
 };
 static_assert(sizeof(FrameHeader) == 64, "frame header must stay 64 bytes");
 

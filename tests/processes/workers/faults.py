@@ -1,6 +1,8 @@
 """Provokes one failure and reports how every rank ended.
 
-Modes: shape, dtype, op, order (ranks disagree), ragged-bounds (the last process's
+Modes: shape, dtype, op, order (ranks disagree), sites (two alike all_reduces written on
+different lines, dispatched in opposite orders by the last process and the others: ranks
+disagree, never each other's data), ragged-bounds (the last process's
 ragged_all_to_all reads past its operand), ragged-sizes (its recv_sizes disagree with what the
 others send), kill (the last process SIGKILLs itself while
 collectives run), stall (the last process never joins), exception (a Python error after a
@@ -21,7 +23,7 @@ import time
 from common import start
 
 args, index, count = start(__doc__, {"mode": dict(choices=[
-    "shape", "dtype", "op", "order", "kill", "stall", "exception", "normal", "stranger",
+    "shape", "dtype", "op", "order", "sites", "kill", "stall", "exception", "normal", "stranger",
     "loop", "ragged-bounds", "ragged-sizes"])})
 
 import jax  # noqa: E402
@@ -51,9 +53,10 @@ if index == last:
     op = "max" if args.mode == "op" else op
 
 reduce, x = program(lambda v: jaccl.all_reduce(v, "x", op=op), (size,), dtype)
+reduce_again, _ = program(lambda v: jaccl.all_reduce(v, "x", op=op), (size,), dtype)
 gather, y = program(lambda v: jaccl.all_gather(v, "x"), (size,), out=P("x"))
 big, z = program(lambda v: jaccl.all_reduce(v, "x"), (4_000_000,))
-for f, a in ((reduce, x), (gather, y), (big, z)):
+for f, a in ((reduce, x), (reduce_again, x), (gather, y), (big, z)):
     f.lower(a).compile()  # compile everywhere first: the timings below measure the collectives
 print(f"TRANSPORT {jaccl.init().transport}", flush=True)
 
@@ -113,6 +116,11 @@ try:
     elif args.mode == "order" and index == last:
         gather(y).block_until_ready()
         reduce(x).block_until_ready()
+    elif args.mode == "sites":
+        first, second = (reduce_again, reduce) if index == last else (reduce, reduce_again)
+        results = [first(x), second(x)]  # both dispatched before either is awaited
+        for r in results:
+            r.block_until_ready()
     elif args.mode in ("kill", "loop"):
         for i in range(10_000):
             big(z).block_until_ready()

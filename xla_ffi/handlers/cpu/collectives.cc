@@ -33,16 +33,17 @@ namespace {
 // a queued call takes a copy of the table.
 template <typename Body>
 ffi::Future engine_call(CollectiveKind kind, int64_t device, ffi::Span<const int64_t> groups,
-                        int64_t group_size, Dtype dtype, uint64_t op_count, size_t bytes,
-                        Body body) {
+                        int64_t group_size, int64_t site, Dtype dtype, uint64_t op_count,
+                        size_t bytes, Body body) {
+  const auto at = static_cast<uint32_t>(site);
   if (runs_now(device, bytes)) {
     return completed(to_ffi(run_call(kind, device, groups.begin(), groups.size(), group_size,
-                                     dtype, op_count, body)));
+                                     dtype, op_count, body, 0, 0, at)));
   }
   std::vector<int64_t> table(groups.begin(), groups.end());
   return queue(device, [=]() mutable {  // bodies may fill in their Buffers
     return run_call(kind, device, table.data(), table.size(), group_size, dtype, op_count,
-                    [&](Call& call) { body(call); });
+                    [&](Call& call) { body(call); }, 0, 0, at);
   });
 }
 
@@ -58,8 +59,8 @@ Buffers in_and_out(const ffi::AnyBuffer& in, ffi::Result<ffi::AnyBuffer>& out) {
 
 ffi::Future run_collective(CollectiveKind kind, int64_t device, ffi::AnyBuffer in,
                            ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                           int64_t group_size, int64_t op, int64_t algorithm, int64_t outer_in,
-                           int64_t outer_out) {
+                           int64_t group_size, int64_t site, int64_t op, int64_t algorithm,
+                           int64_t outer_in, int64_t outer_out) {
   Dtype dtype;
   if (!dtype_of_xla(in.element_type(), &dtype)) {
     return completed(unsupported_type(kind, in.element_type()));
@@ -67,7 +68,7 @@ ffi::Future run_collective(CollectiveKind kind, int64_t device, ffi::AnyBuffer i
   Buffers buffers = in_and_out(in, out);
   buffers.outer_in = static_cast<size_t>(outer_in);
   buffers.outer_out = static_cast<size_t>(outer_out);
-  return engine_call(kind, device, groups, group_size, dtype, in.element_count(),
+  return engine_call(kind, device, groups, group_size, site, dtype, in.element_count(),
                      std::max(in.size_bytes(), out->size_bytes()), [=](Call& call) {
     run_host_collective(call, kind, buffers, op, algorithm);
   });
@@ -75,46 +76,46 @@ ffi::Future run_collective(CollectiveKind kind, int64_t device, ffi::AnyBuffer i
 
 ffi::Future AllReduceImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                          ffi::Result<ffi::AnyBuffer> out,
-                         ffi::Span<const int64_t> groups, int64_t group_size, int64_t op,
-                         int64_t algorithm) {
-  return run_collective(CollectiveKind::kAllReduce, device, x, out, groups, group_size, op,
+                         ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
+                         int64_t op, int64_t algorithm) {
+  return run_collective(CollectiveKind::kAllReduce, device, x, out, groups, group_size, site, op,
                         algorithm, 1, 1);
 }
 
 ffi::Future ReduceScatterImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                              ffi::Result<ffi::AnyBuffer> out,
-                             ffi::Span<const int64_t> groups, int64_t group_size, int64_t op,
-                             int64_t algorithm, int64_t outer) {
-  return run_collective(CollectiveKind::kReduceScatter, device, x, out, groups, group_size, op,
-                        algorithm, outer, 1);
+                             ffi::Span<const int64_t> groups, int64_t group_size,
+                             int64_t site, int64_t op, int64_t algorithm, int64_t outer) {
+  return run_collective(CollectiveKind::kReduceScatter, device, x, out, groups, group_size, site,
+                        op, algorithm, outer, 1);
 }
 
 ffi::Future AllGatherImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                          ffi::Result<ffi::AnyBuffer> out,
-                         ffi::Span<const int64_t> groups, int64_t group_size, int64_t algorithm,
-                         int64_t outer) {
-  return run_collective(CollectiveKind::kAllGather, device, x, out, groups, group_size,
+                         ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
+                         int64_t algorithm, int64_t outer) {
+  return run_collective(CollectiveKind::kAllGather, device, x, out, groups, group_size, site,
                         static_cast<int64_t>(ReduceOp::kSum), algorithm, 1, outer);
 }
 
 ffi::Future AllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                         ffi::Result<ffi::AnyBuffer> out,
-                        ffi::Span<const int64_t> groups, int64_t group_size, int64_t outer_in,
-                        int64_t outer_out) {
-  return run_collective(CollectiveKind::kAllToAll, device, x, out, groups, group_size,
+                        ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
+                        int64_t outer_in, int64_t outer_out) {
+  return run_collective(CollectiveKind::kAllToAll, device, x, out, groups, group_size, site,
                         static_cast<int64_t>(ReduceOp::kSum), 0, outer_in, outer_out);
 }
 
 ffi::Future PermuteImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                        ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                       int64_t group_size, ffi::Span<const int64_t> perm) {
+                       int64_t group_size, int64_t site, ffi::Span<const int64_t> perm) {
   Dtype dtype;
   if (!dtype_of_xla(x.element_type(), &dtype)) {
     return completed(unsupported_type(CollectiveKind::kPermute, x.element_type()));
   }
   Buffers buffers = in_and_out(x, out);
   std::vector<int64_t> pairs(perm.begin(), perm.end());
-  return engine_call(CollectiveKind::kPermute, device, groups, group_size, dtype,
+  return engine_call(CollectiveKind::kPermute, device, groups, group_size, site, dtype,
                      x.element_count(), x.size_bytes(), [=](Call& call) mutable {
     buffers.permutation = permutation_of(call, pairs.data(), pairs.size());
     run_host_collective(call, CollectiveKind::kPermute, buffers,
@@ -160,7 +161,8 @@ struct RaggedIndices {
 // with zero_unwritten, nothing yet.
 ffi::Future run_ragged(int32_t device, ffi::AnyBuffer operand, size_t out_rows,
                        RaggedIndices indices, ffi::Result<ffi::AnyBuffer> out,
-                       ffi::Span<const int64_t> groups, int64_t group_size, bool zero_unwritten) {
+                       ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
+                       bool zero_unwritten) {
   Dtype dtype;
   if (!dtype_of_xla(operand.element_type(), &dtype) ||
       out->element_type() != operand.element_type()) {
@@ -170,7 +172,7 @@ ffi::Future run_ragged(int32_t device, ffi::AnyBuffer operand, size_t out_rows,
   const size_t row_elems = trailing(operand), in_rows = leading(operand);
   const size_t out_row_elems = trailing(*out);
   const size_t out_bytes = out->size_bytes();
-  return engine_call(CollectiveKind::kRaggedAllToAll, device, groups, group_size, dtype,
+  return engine_call(CollectiveKind::kRaggedAllToAll, device, groups, group_size, site, dtype,
                      operand.element_count(), std::max(operand.size_bytes(), out_bytes),
                      [=](Call& call) mutable {
     const int n = call.member->size;
@@ -199,7 +201,7 @@ ffi::Future RaggedAllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer operand,
                               ffi::AnyBuffer output, ffi::AnyBuffer input_offsets,
                               ffi::AnyBuffer send_sizes, ffi::AnyBuffer output_offsets,
                               ffi::AnyBuffer recv_sizes, OrderOut, ffi::Result<ffi::AnyBuffer> out,
-                              ffi::Span<const int64_t> groups, int64_t group_size) {
+                              ffi::Span<const int64_t> groups, int64_t group_size, int64_t site) {
   if (output.element_count() != out->element_count() ||
       output.element_type() != out->element_type()) {
     return completed(ffi::Error::InvalidArgument(
@@ -209,7 +211,8 @@ ffi::Future RaggedAllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer operand,
     std::memcpy(out->untyped_data(), output.untyped_data(), output.size_bytes());
   }
   RaggedIndices indices(input_offsets, send_sizes, output_offsets, recv_sizes);
-  return run_ragged(device, operand, leading(output), indices, out, groups, group_size, false);
+  return run_ragged(device, operand, leading(output), indices, out, groups, group_size, site,
+                    false);
 }
 
 // The same, when the output operand was zeros: the lowering leaves it out, so XLA neither
@@ -218,9 +221,10 @@ ffi::Future RaggedAllToAllIntoZerosImpl(int32_t device, OrderIn, ffi::AnyBuffer 
                                        ffi::AnyBuffer input_offsets, ffi::AnyBuffer send_sizes,
                                        ffi::AnyBuffer output_offsets, ffi::AnyBuffer recv_sizes,
                                        OrderOut, ffi::Result<ffi::AnyBuffer> out,
-                                       ffi::Span<const int64_t> groups, int64_t group_size) {
+                                       ffi::Span<const int64_t> groups, int64_t group_size,
+                                       int64_t site) {
   RaggedIndices indices(input_offsets, send_sizes, output_offsets, recv_sizes);
-  return run_ragged(device, operand, leading(*out), indices, out, groups, group_size, true);
+  return run_ragged(device, operand, leading(*out), indices, out, groups, group_size, site, true);
 }
 
 }  // namespace
@@ -235,6 +239,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_ppermute, jaccl::PermuteImpl,
                                   .Ret<ffi::AnyBuffer>()  // the source's x, or zeros
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("site")
                                   .Attr<ffi::Span<const int64_t>>("perm"));  // (source, dest) ranks
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_ragged_all_to_all, jaccl::RaggedAllToAllImpl,
@@ -250,7 +255,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_ragged_all_to_all, jaccl::RaggedAllToAllImpl
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()  // output with the received rows
                                   .Attr<ffi::Span<const int64_t>>("groups")
-                                  .Attr<int64_t>("group_size"));
+                                  .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("site"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_ragged_all_to_all_into_zeros,
                               jaccl::RaggedAllToAllIntoZerosImpl,
@@ -265,7 +271,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_ragged_all_to_all_into_zeros,
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()  // zeros with the received rows
                                   .Attr<ffi::Span<const int64_t>>("groups")
-                                  .Attr<int64_t>("group_size"));
+                                  .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("site"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_reduce, jaccl::AllReduceImpl,
                               ffi::Ffi::Bind()
@@ -276,6 +283,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_reduce, jaccl::AllReduceImpl,
                                   .Ret<ffi::AnyBuffer>()                   // reduced x
                                   .Attr<ffi::Span<const int64_t>>("groups")  // device ids, rank order
                                   .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("site")
                                   .Attr<int64_t>("op")                     // ReduceOp
                                   .Attr<int64_t>("algorithm"));            // Algorithm
 
@@ -288,6 +296,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_reduce_scatter, jaccl::ReduceScatterImpl,
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("site")
                                   .Attr<int64_t>("op")
                                   .Attr<int64_t>("algorithm")
                                   .Attr<int64_t>("outer"));  // elements before the scatter dim
@@ -301,6 +310,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_gather, jaccl::AllGatherImpl,
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("site")
                                   .Attr<int64_t>("algorithm")
                                   .Attr<int64_t>("outer"));  // elements before the gather dim
 
@@ -313,5 +323,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_to_all, jaccl::AllToAllImpl,
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("site")
                                   .Attr<int64_t>("outer_in")    // elements before the split dim
                                   .Attr<int64_t>("outer_out"));  // elements before the concat dim

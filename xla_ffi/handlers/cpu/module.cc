@@ -18,6 +18,7 @@
 #include "collectives/kinds.h"
 #include "comm/frame_stream.h"
 #include "comm/world.h"
+#include "common/call_sites.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/reduce.h"
@@ -184,6 +185,8 @@ NB_MODULE(_jaccl, m) {
   m.def("own_segment_name", [] { return jaccl::World::require().own_segment_name(); });
   m.def("log_info", [](const std::string& line) { jaccl::log(jaccl::LogLevel::kInfo, line); });
   m.def("log_warning", [](const std::string& line) { jaccl::log(jaccl::LogLevel::kWarn, line); });
+  m.def("name_site", [](uint32_t site, const std::string& name) { jaccl::name_site(site, name); },
+        nb::arg("site"), nb::arg("name"));
   m.def("is_initialized", [] { return jaccl::World::get() != nullptr; });
   m.def("flush_aborts", [](double seconds) {
     if (jaccl::World* world = jaccl::World::get()) world->flush_aborts(seconds);

@@ -28,7 +28,7 @@ using Ints = ffi::Buffer<ffi::DataType::S32>;
 
 // The request every MoE handler makes: rows and lists of XLA buffers, output.
 MoeRequest request(CollectiveKind kind, int64_t device, ffi::Span<const int64_t> groups,
-                   int64_t group_size, Dtype dtype, const ffi::AnyBuffer& rows,
+                   int64_t group_size, int64_t site, Dtype dtype, const ffi::AnyBuffer& rows,
                    std::initializer_list<Ints> lists, ffi::AnyBuffer& out) {
   MoeRequest r;
   r.kind = kind;
@@ -36,6 +36,7 @@ MoeRequest request(CollectiveKind kind, int64_t device, ffi::Span<const int64_t>
   r.groups = groups.begin();
   r.groups_len = groups.size();
   r.group_size = group_size;
+  r.site = static_cast<uint32_t>(site);
   r.dtype = dtype;
   r.rows = rows.untyped_data();
   r.rows_count = leading(rows);
@@ -65,12 +66,13 @@ ffi::Future finish_moe(MoeRequest r, size_t bytes) {
 ffi::Future ExchangeImpl(int32_t device, OrderIn, ffi::AnyBuffer src, Ints send_rows,
                         Ints send_offsets, Ints recv_rows, Ints recv_offsets, Ints topk_idx,
                         OrderOut, ffi::Result<ffi::AnyBuffer> dst,
-                        ffi::Span<const int64_t> groups, int64_t group_size, int64_t num_experts) {
+                        ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
+                        int64_t num_experts) {
   Dtype dtype;
   if (!dtype_of_xla(src.element_type(), &dtype)) {
     return completed(unsupported_type(CollectiveKind::kMoeDispatch, src.element_type()));
   }
-  MoeRequest r = request(CollectiveKind::kMoeDispatch, device, groups, group_size, dtype, src,
+  MoeRequest r = request(CollectiveKind::kMoeDispatch, device, groups, group_size, site, dtype, src,
                          {send_rows, send_offsets, recv_rows, recv_offsets}, *dst);
   r.topk_idx = topk_idx.typed_data();
   r.topk_count = topk_idx.element_count();
@@ -82,7 +84,7 @@ ffi::Future CombineImpl(int32_t device, OrderIn, ffi::AnyBuffer y, Ints send_row
                        Ints send_offsets, Ints recv_pairs, Ints recv_offsets,
                        ffi::AnyBuffer weights_or_dout, OrderOut,
                        ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                       int64_t group_size, int64_t topk, int64_t pair_dot) {
+                       int64_t group_size, int64_t site, int64_t topk, int64_t pair_dot) {
   Dtype dtype, extra_dtype;
   if (!dtype_of_xla(y.element_type(), &dtype)) {
     return completed(unsupported_type(CollectiveKind::kMoeCombine, y.element_type()));
@@ -91,7 +93,7 @@ ffi::Future CombineImpl(int32_t device, OrderIn, ffi::AnyBuffer y, Ints send_row
     return completed(
         unsupported_type(CollectiveKind::kMoeCombine, weights_or_dout.element_type()));
   }
-  MoeRequest r = request(CollectiveKind::kMoeCombine, device, groups, group_size, dtype, y,
+  MoeRequest r = request(CollectiveKind::kMoeCombine, device, groups, group_size, site, dtype, y,
                          {send_rows, send_offsets, recv_pairs, recv_offsets}, *out);
   r.extra = weights_or_dout.untyped_data();
   r.extra_count = weights_or_dout.element_count();
@@ -118,6 +120,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_moe_exchange, jaccl::ExchangeImpl,
                                   .Ret<ffi::AnyBuffer>()                  // received rows
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("site")
                                   .Attr<int64_t>("num_experts"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_moe_combine, jaccl::CombineImpl,
@@ -134,5 +137,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_moe_combine, jaccl::CombineImpl,
                                   .Ret<ffi::AnyBuffer>()                  // out [T,H] or dots [T,K]
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("site")
                                   .Attr<int64_t>("topk")
                                   .Attr<int64_t>("pair_dot"));

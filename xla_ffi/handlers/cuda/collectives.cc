@@ -130,8 +130,8 @@ bool permutation_source(const std::vector<int64_t>& perm, int rank, size_t n, in
 
 ffi::Error collective(CollectiveKind kind, cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer in,
                       ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                      int64_t group_size, int64_t op, int64_t algorithm, int64_t outer_in,
-                      int64_t outer_out, std::vector<int64_t> perm = {}) {
+                      int64_t group_size, int64_t site, int64_t op, int64_t algorithm,
+                      int64_t outer_in, int64_t outer_out, std::vector<int64_t> perm = {}) {
   bool ok;
   const Dtype dtype = dtype_of(in.element_type(), &ok);
   if (!ok) return ffi::Error::InvalidArgument("jaccl: unsupported element type on CUDA");
@@ -212,42 +212,44 @@ ffi::Error collective(CollectiveKind kind, cudaStream_t stream, int32_t ordinal,
                      static_cast<int32_t>(algorithm), nullptr, nullptr, in.element_count(),
                      out->element_count(), static_cast<uint64_t>(outer_in),
                      static_cast<uint64_t>(outer_out)};
+  call.site = static_cast<uint32_t>(site);
   return staged(call, std::vector<int64_t>(groups.begin(), groups.end()), ordinal, stream, in, out,
                 std::move(perm));
 }
 
 ffi::Error AllReduce(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
                      ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                     int64_t group_size, int64_t op, int64_t algorithm) {
-  return collective(CollectiveKind::kAllReduce, s, d, x, out, groups, group_size, op, algorithm, 1, 1);
+                     int64_t group_size, int64_t site, int64_t op, int64_t algorithm) {
+  return collective(CollectiveKind::kAllReduce, s, d, x, out, groups, group_size, site, op,
+                    algorithm, 1, 1);
 }
 
 ffi::Error ReduceScatter(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x,
                          OrderOut, ffi::Result<ffi::AnyBuffer> out,
-                         ffi::Span<const int64_t> groups, int64_t group_size, int64_t op,
-                         int64_t algorithm, int64_t outer) {
-  return collective(CollectiveKind::kReduceScatter, s, d, x, out, groups, group_size, op, algorithm,
-                outer, 1);
+                         ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
+                         int64_t op, int64_t algorithm, int64_t outer) {
+  return collective(CollectiveKind::kReduceScatter, s, d, x, out, groups, group_size, site, op,
+                    algorithm, outer, 1);
 }
 
 ffi::Error AllGather(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
                      ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                     int64_t group_size, int64_t algorithm, int64_t outer) {
-  return collective(CollectiveKind::kAllGather, s, d, x, out, groups, group_size,
+                     int64_t group_size, int64_t site, int64_t algorithm, int64_t outer) {
+  return collective(CollectiveKind::kAllGather, s, d, x, out, groups, group_size, site,
                 static_cast<int64_t>(ReduceOp::kSum), algorithm, 1, outer);
 }
 
 ffi::Error AllToAll(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
                     ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                    int64_t group_size, int64_t outer_in, int64_t outer_out) {
-  return collective(CollectiveKind::kAllToAll, s, d, x, out, groups, group_size,
+                    int64_t group_size, int64_t site, int64_t outer_in, int64_t outer_out) {
+  return collective(CollectiveKind::kAllToAll, s, d, x, out, groups, group_size, site,
                 static_cast<int64_t>(ReduceOp::kSum), 0, outer_in, outer_out);
 }
 
 ffi::Error Permute(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
                    ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                   int64_t group_size, ffi::Span<const int64_t> perm) {
-  return collective(CollectiveKind::kPermute, s, d, x, out, groups, group_size,
+                   int64_t group_size, int64_t site, ffi::Span<const int64_t> perm) {
+  return collective(CollectiveKind::kPermute, s, d, x, out, groups, group_size, site,
                     static_cast<int64_t>(ReduceOp::kSum), 0, 1, 1,
                     std::vector<int64_t>(perm.begin(), perm.end()));
 }
@@ -259,7 +261,7 @@ ffi::Error RaggedAllToAll(cudaStream_t stream, int32_t ordinal, OrderIn, ffi::An
                           ffi::AnyBuffer output, ffi::AnyBuffer input_offsets,
                           ffi::AnyBuffer send_sizes, ffi::AnyBuffer output_offsets,
                           ffi::AnyBuffer recv_sizes, OrderOut, ffi::Result<ffi::AnyBuffer> out,
-                          ffi::Span<const int64_t> groups, int64_t group_size) {
+                          ffi::Span<const int64_t> groups, int64_t group_size, int64_t site) {
   if (engine == nullptr) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                       "jaccl: the CUDA handlers have no engine (import jax_jaccl first)");
@@ -319,6 +321,7 @@ ffi::Error RaggedAllToAll(cudaStream_t stream, int32_t ordinal, OrderIn, ffi::An
     JacclHostCall call{static_cast<int32_t>(CollectiveKind::kRaggedAllToAll), device, nullptr, 0,
                        group_size, static_cast<int32_t>(dtype), 0, 0, host + operand_at,
                        host + output_at, operand.element_count(), output.element_count(), 1, 1};
+    call.site = static_cast<uint32_t>(site);
     call.in_rows = leading(operand);
     call.out_rows = leading(output);
     call.row_elems = trailing(operand);
@@ -362,7 +365,8 @@ void set_engine(JacclRunHostCall run) { engine = run; }
       .Ret<ffi::AnyBuffer>()                                       \
       .Ret<ffi::AnyBuffer>()                                   \
       .Attr<ffi::Span<const int64_t>>("groups")                \
-      .Attr<int64_t>("group_size")
+      .Attr<int64_t>("group_size")                             \
+      .Attr<int64_t>("site")
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_all_reduce, jaccl::cuda::AllReduce,
                               JACCL_CUDA_BINDING.Attr<int64_t>("op").Attr<int64_t>("algorithm"));
@@ -390,4 +394,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_ragged_all_to_all, jaccl::cuda::RaggedA
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ffi::Span<const int64_t>>("groups")
-                                  .Attr<int64_t>("group_size"));
+                                  .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("site"));

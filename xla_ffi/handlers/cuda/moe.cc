@@ -190,7 +190,8 @@ ffi::Error run(int32_t ordinal, cudaStream_t stream, const JacclHostMoeCall& cal
 
 // Fills what both ops share; `inputs` gets the rows and the four lists.
 ffi::Error describe(int32_t ordinal, CollectiveKind kind, ffi::Span<const int64_t> groups,
-                    int64_t group_size, const ffi::AnyBuffer& rows, const Ints* const lists[4],
+                    int64_t group_size, int64_t site, const ffi::AnyBuffer& rows,
+                    const Ints* const lists[4],
                     ffi::AnyBuffer& out, JacclHostMoeCall* call) {
   int64_t device;
   if (Status s = global_device(ordinal, &device); s.failure()) return to_ffi(s);
@@ -203,6 +204,7 @@ ffi::Error describe(int32_t ordinal, CollectiveKind kind, ffi::Span<const int64_
   call->groups = groups.begin();
   call->groups_len = groups.size();
   call->group_size = group_size;
+  call->site = static_cast<uint32_t>(site);
   call->dtype = static_cast<int32_t>(dtype);
   call->rows = rows.untyped_data();
   call->rows_count = leading(rows);
@@ -220,10 +222,11 @@ ffi::Error describe(int32_t ordinal, CollectiveKind kind, ffi::Span<const int64_
 ffi::Error Exchange(cudaStream_t stream, int32_t ordinal, OrderIn, ffi::AnyBuffer src,
                     Ints send_rows, Ints send_offsets, Ints recv_rows, Ints recv_offsets,
                     Ints topk_idx, OrderOut, ffi::Result<ffi::AnyBuffer> dst,
-                    ffi::Span<const int64_t> groups, int64_t group_size, int64_t num_experts) {
+                    ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
+                    int64_t num_experts) {
   const Ints* lists[4] = {&send_rows, &send_offsets, &recv_rows, &recv_offsets};
   JacclHostMoeCall call;
-  if (ffi::Error e = describe(ordinal, CollectiveKind::kMoeDispatch, groups, group_size, src,
+  if (ffi::Error e = describe(ordinal, CollectiveKind::kMoeDispatch, groups, group_size, site, src,
                               lists, *dst, &call);
       e.failure()) {
     return e;
@@ -238,11 +241,11 @@ ffi::Error Combine(cudaStream_t stream, int32_t ordinal, OrderIn, ffi::AnyBuffer
                    Ints send_rows, Ints send_offsets, Ints recv_pairs, Ints recv_offsets,
                    ffi::AnyBuffer weights_or_dout, OrderOut,
                    ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                   int64_t group_size, int64_t topk, int64_t pair_dot) {
+                   int64_t group_size, int64_t site, int64_t topk, int64_t pair_dot) {
   const Ints* lists[4] = {&send_rows, &send_offsets, &recv_pairs, &recv_offsets};
   JacclHostMoeCall call;
-  if (ffi::Error e = describe(ordinal, CollectiveKind::kMoeCombine, groups, group_size, y, lists,
-                              *out, &call);
+  if (ffi::Error e = describe(ordinal, CollectiveKind::kMoeCombine, groups, group_size, site, y,
+                              lists, *out, &call);
       e.failure()) {
     return e;
   }
@@ -277,6 +280,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_moe_exchange, jaccl::cuda::Exchange,
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("site")
                                   .Attr<int64_t>("num_experts"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_moe_combine, jaccl::cuda::Combine,
@@ -294,5 +298,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_moe_combine, jaccl::cuda::Combine,
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("site")
                                   .Attr<int64_t>("topk")
                                   .Attr<int64_t>("pair_dot"));

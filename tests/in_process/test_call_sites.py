@@ -1,0 +1,72 @@
+"""Every jaccl custom call carries the site it was written at (jax_jaccl/_call_site.py): the
+same on every process that lowers the program, different for collectives written in
+different places, so that alike collectives of different places never pair across ranks
+(tests/processes/test_faults.py runs that)."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+import jax_jaccl as jaccl
+
+from util import N, mesh1d, put
+
+
+def sites(f, *args) -> list[int]:
+    """The site attribute of every jaccl custom call in f's lowering, in program order."""
+    text = jax.jit(f).lower(*args).as_text()
+    calls = re.findall(r"custom_call @jaccl_\w+\(.*?\n", text)
+    assert calls, text
+    found = [re.search(r"site = (-?\d+)", c) for c in calls]
+    assert all(found), calls
+    return [int(m.group(1)) for m in found]
+
+
+def on_mesh(body):
+    mesh = mesh1d()
+    return jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x")), put(
+        np.ones(N * 8, np.float32), mesh)
+
+
+def two_lines(v):
+    a = jaccl.all_reduce(v, "x")
+    b = jaccl.all_reduce(v, "x")
+    return a + b
+
+
+def test_alike_collectives_on_two_lines_have_two_sites_and_lowering_again_gives_the_same():
+    f, x = on_mesh(two_lines)
+    first = sites(f, x)
+    assert len(first) == 2 and first[0] != first[1] and 0 not in first
+    assert sites(f, x) == first
+    g, y = on_mesh(two_lines)  # another jit of the same code: the same sites
+    assert sites(g, y) == first
+
+
+def test_one_line_called_in_a_python_loop_gives_a_site_per_call():
+    f, x = on_mesh(lambda v: sum(jaccl.all_reduce(v * k, "x") for k in range(3)))
+    found = sites(f, x)
+    assert len(found) == 3 and len(set(found)) == 3
+
+
+def test_a_collective_and_its_transpose_differ():
+    loss = lambda w: (jaccl.all_gather(w, "x", tiled=True) ** 2).sum()  # noqa: E731
+    f, x = on_mesh(lambda v: jax.grad(loss)(v))
+    found = sites(f, x)
+    assert len(found) == 2 and found[0] != found[1], found
+
+
+def test_the_directory_a_program_runs_from_does_not_change_its_sites():
+    """Processes of one job may run the same file from different checkouts."""
+    source = "def model(v):\n    return jaccl.all_reduce(v, 'x')\n"
+    made = []
+    for where in ("/srv/a/model.py", "/home/b/checkout/model.py"):
+        scope = {"jaccl": jaccl}
+        exec(compile(source, where, "exec"), scope)
+        f, x = on_mesh(scope["model"])
+        made.append(sites(f, x))
+    assert made[0] == made[1]
