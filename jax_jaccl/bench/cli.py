@@ -198,7 +198,11 @@ def main(argv=None) -> None:
     m.set_defaults(fn=lambda args: __import__("jax_jaccl.bench.moe", fromlist=["run"]).run(args))
     o = sub.add_parser("overlap", help="compute hidden behind a collective, asynchronous vs "
                                        "blocking calls, on 2 rate-limited emulated hosts (root)")
-    o.add_argument("--sizes", default="1M,16M,64M")
+    o.add_argument("--workload", choices=("collective", "step"), default="collective",
+                   help="one all_reduce beside matmuls, or a training step reducing per layer")
+    o.add_argument("--sizes", default="1M,16M,64M",
+                   help="bytes per all_reduce (--workload step: per layer's weight)")
+    o.add_argument("--layers", type=int, default=8, help="--workload step: layers of the MLP")
     o.add_argument("--link-rate", default="400mbit", help="per direction of the link")
     o.add_argument("--runs", type=int, default=3)
     o.add_argument("--iters", type=int, default=5)

@@ -1,6 +1,7 @@
 """jaccl-bench overlap: how much independent compute a collective hides, blocking vs asynchronous.
 
     jaccl-bench overlap [--sizes 1M,16M,64M] [--link-rate 400mbit] [--runs 3] [--iters 5]
+    jaccl-bench overlap --workload step [--sizes 1M,4M] [--layers 8]
 
 Two emulated hosts (network namespaces, root) whose link carries --link-rate each way, so the
 collective waits on the link rather than on this machine's cores; one process each. Every run
@@ -10,6 +11,9 @@ a matmul chain of about the same duration alone, and a program with both
 (overlap_worker.py). Hidden = (t_comm + t_compute - t_step) / min(t_comm, t_compute): 1 when
 the step takes as long as the longer of the two, 0 when it takes their sum. Medians over runs;
 the table's "alone" columns are the asynchronous job's, each hidden fraction uses its own job's.
+With --workload step the program is a data-parallel training step whose gradients are reduced
+layer by layer (overlap_step_worker.py: --layers layers of S-byte weights, a batch sized so that
+the gradients take about as long as their reductions), the same columns for it.
 """
 
 from __future__ import annotations
@@ -31,9 +35,16 @@ def hidden(r: dict) -> float:
     return (r["comm_s"] + r["compute_s"] - r["step_s"]) / min(r["comm_s"], r["compute_s"])
 
 
-def table(records: dict) -> str:
+WORKERS = {"collective": "jax_jaccl.bench.overlap_worker",
+           "step": "jax_jaccl.bench.overlap_step_worker"}
+HEADS = {"collective": ("size", "all_reduce alone", "matmuls alone"),
+         "step": ("layer size", "reductions alone", "gradients alone")}
+
+
+def table(records: dict, workload: str = "collective") -> str:
     """records[mode] is a list (one per run) of the worker's lists."""
-    lines = ["| size | all_reduce alone | matmuls alone | step, asynchronous | step, blocking | "
+    size, comm, compute = HEADS[workload]
+    lines = [f"| {size} | {comm} | {compute} | step, asynchronous | step, blocking | "
              "hidden, asynchronous | hidden, blocking |", "|---|---|---|---|---|---|---|"]
     first = records[MODES[0][0]][0]
     for i, row in enumerate(first):
@@ -58,8 +69,10 @@ def run(args) -> None:
                 out = os.path.join(tmp, f"{mode}{run_index}.json")
                 cmd = [sys.executable, "-m", "jax_jaccl.launch", "--hostfile", hostfile,
                        "--xla-collectives", "gloo", "--", sys.executable, "-m",
-                       "jax_jaccl.bench.overlap_worker", "--sizes", args.sizes, "--iters",
+                       WORKERS[args.workload], "--sizes", args.sizes, "--iters",
                        str(args.iters), "--output", out]
+                if args.workload == "step":
+                    cmd += ["--layers", str(args.layers)]
                 done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
                                       env=dict(os.environ, JACCL_ASYNC=flag))
                 if done.returncode != 0:
@@ -69,11 +82,18 @@ def run(args) -> None:
                     records[mode].append(json.load(f))
                 print(f"run {run_index + 1}/{args.runs}: {mode} done", file=sys.stderr,
                       flush=True)
+    if args.workload == "step":
+        first = records[MODES[0][0]][0]
+        what = (f"a data-parallel MLP step of {args.layers} layers, gradients all-reduced per "
+                f"layer, last layer first (batch per device: "
+                f"{', '.join(str(r['batch']) for r in first)})")
+    else:
+        what = ("float32 all_reduce beside a float32[512, 512] matmul chain of about its "
+                "duration")
     print(f"# jaccl-bench overlap: 2 emulated hosts, {args.link_rate} each way, 1 process "
-          f"each, float32 all_reduce beside a float32[512, 512] matmul chain of about its "
-          f"duration; medians of {args.runs} runs x {args.iters} rounds")
+          f"each, {what}; medians of {args.runs} runs x {args.iters} rounds")
     print()
-    print(table(records))
+    print(table(records, args.workload))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(records, f)

@@ -98,3 +98,14 @@ def test_killed_peer_fails_every_survivor(path):
 def test_stalled_peer_times_out_on_the_gpu():
     job = run_job("faults.py", 2, args=["stall"], env=fault_env("peer"), timeout=300, grace=5)
     assert_every_rank_stopped(job, (0,), TIMED_OUT)
+
+
+@pytest.mark.parametrize("path", ["peer", "staged"])
+def test_a_call_on_a_gpu_stream_of_its_own_gives_the_same_bits(path):
+    """compute_on("gpu_stream:1") around a jaccl all_reduce beside a matmul chain: results
+    bitwise those without it; the timings (alone, one stream, two streams) are printed for the
+    run's summary, not asserted (gpu_streams.py)."""
+    rc, output = two_processes("gpu_streams.py", env=dict(SHARED_GPU, JACCL_CUDA_PATH=path))
+    assert rc == 0, clean(output)[-6000:]
+    assert output.count("OK streams") == 2, clean(output)[-3000:]
+    print("\n".join(re.findall(r"STREAMS .*", clean(output))))

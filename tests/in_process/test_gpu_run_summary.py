@@ -23,6 +23,7 @@ def made_up_run(tmp_path: Path) -> Path:
     (tmp_path / "build.status").write_text("0 27\n")
     (tmp_path / "junit.xml").write_text(JUNIT)
     (tmp_path / "tests.log").write_text("jaccl 12 INFO process 0 of 1\njaccl 12 INFO all_reduce 16 B\n"
+                                        "STREAMS comm=9.10ms plain=12.00ms hidden_streamed=0.80\n"
                                         "== 1 passed, 2 failed, 1 skipped in 75.20s ==\n")
     (tmp_path / "kernels.md").write_text("# jaccl-bench kernels\n\n| kernel | size |\n|---|---|\n\n"
                                          "note: gather: XLA's loop copies on every trip\n")
@@ -44,6 +45,7 @@ def test_summary_has_build_tests_info_kernels_and_backtrace(tmp_path):
     assert "- passed  test_gpu.py::test_battery_in_this_process (12 s)" in text
     assert "- FAILED  test_gpu.py::test_killed_peer_fails_every_survivor[peer] (3 s) - AssertionError: [0] " \
            "jaccl-run: process 1 exited with -11" in text
+    assert "    STREAMS comm=9.10ms plain=12.00ms hidden_streamed=0.80" in text
     assert "| kernel | size |" in text and "note: gather: XLA's loop copies on every trip" in text
     assert "    [1] #0  0x00007f in jaccl::f() from _jaccl.so" in text and "    #1  0x00007f in main ()" in text
     assert len(text.splitlines()) < 40

@@ -54,17 +54,20 @@ def test_bench_moe_table():
     assert len(rows) == 2 and all("x |" in r for r in rows), done.stdout
 
 
-def test_bench_overlap_table():
-    """jaccl-bench overlap end to end (2 emulated hosts, both modes): a row per size with every
-    column filled; the numbers themselves are the bench's to show, not a test's."""
+@pytest.mark.parametrize("workload", ["collective", "step"])
+def test_bench_overlap_table(workload):
+    """jaccl-bench overlap end to end (2 emulated hosts, both modes), for one collective beside
+    matmuls and for a training step reducing per layer: a row per size with every column
+    filled; the numbers themselves are the bench's to show, not a test's."""
     from jax_jaccl._emulated_hosts import can_emulate
 
     reason = can_emulate()
     if reason:
         pytest.skip(f"2 emulated hosts: {reason}")
     done = subprocess.run(
-        [sys.executable, "-m", "jax_jaccl.bench.cli", "overlap", "--sizes", "256K",
-         "--link-rate", "1gbit", "--runs", "1", "--iters", "2"],
+        [sys.executable, "-m", "jax_jaccl.bench.cli", "overlap", "--workload", workload,
+         "--sizes", "256K", "--layers", "3", "--link-rate", "1gbit", "--runs", "1",
+         "--iters", "2"],
         capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [l for l in done.stdout.splitlines() if l.startswith("| 256 KiB")]

@@ -78,6 +78,10 @@ def summary(out: Path) -> str:
     lines += ["", "kernels (jaccl-bench kernels):", ""] + (kernels or ["    (no table; see kernels.log)"]
                                                           + ["    " + l for l in
                                                              read(out / "kernels.log").splitlines()[-5:]])
+    streams = sorted(set(re.findall(r"STREAMS .*", log)))
+    if streams:
+        lines += ["", "a jaccl all_reduce on a GPU stream of its own (compute_on, gpu_streams.py):"]
+        lines += ["    " + s for s in streams]
     frames = FRAME.findall(read(out / "backtrace.log"))
     if (out / "backtrace.log").exists():
         lines += ["", "backtrace.log (cuda-gdb, the first crashed test):"]

@@ -1,0 +1,99 @@
+"""A jaccl all_reduce on a GPU stream of its own beside a matmul chain, run with jaccl-run -n 2
+(test_gpu.py): `python tests/support/gpu_streams.py --worker`.
+
+compute_on("gpu_stream:1") around a jitted jaccl call makes XLA:GPU run it on another stream
+than the compute (XLA owns the start/done pair and the buffers' lifetimes). Checks that the
+results are bitwise those of the same program without the annotation, then times, medians of
+--iters rounds: the all_reduce alone, the chain alone, both in one program on one stream, and
+both with the all_reduce on stream 1. Prints `STREAMS ...` (times and hidden fractions, the
+bench's formula: (comm + compute - step) / min(comm, compute)) and `OK streams`. Speed is
+printed, not asserted (the GPU is shared by both processes and the machine is lent)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+ELEMENTS = 16 << 20  # float32 per device: 64 MiB
+MATRIX = 4096
+
+
+def seconds(f, *args):
+    import jax
+
+    t = time.perf_counter()
+    jax.block_until_ready(f(*args))
+    return time.perf_counter() - t
+
+
+def check_streams(iters: int) -> None:
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.compute_on import compute_on
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    import jax_jaccl as jaccl
+
+    devices = jax.devices("gpu")
+    n = len(devices)
+    mesh = Mesh(np.array(devices), ("x",))
+    x = jax.make_array_from_callback(
+        (n * ELEMENTS,), NamedSharding(mesh, P("x")),
+        lambda index: (np.arange(ELEMENTS) % 97).astype(np.float32))
+    m = jax.device_put(jnp.full((MATRIX, MATRIX), 1e-3, jnp.float32), NamedSharding(mesh, P()))
+
+    def chain(a, links=8):
+        c = a
+        for _ in range(links):
+            c = jnp.tanh(c @ a)
+        return c
+
+    on_stream = compute_on("gpu_stream:1")(jax.jit(lambda v: jaccl.all_reduce(v, "x")))
+
+    def program(body, specs):
+        return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=specs))
+
+    comm = program(lambda v: jaccl.all_reduce(v, "x"), P("x"))
+    compute = program(chain, P())
+    plain = program(lambda v, a: (jaccl.all_reduce(v, "x"), chain(a)), (P("x"), P()))
+    streamed = program(lambda v, a: (on_stream(v), chain(a)), (P("x"), P()))
+
+    want, got = plain(x, m), streamed(x, m)
+    for w, g in zip(want, got):
+        for ws, gs in zip(w.addressable_shards, g.addressable_shards):
+            np.testing.assert_array_equal(np.asarray(gs.data), np.asarray(ws.data))
+    seconds(comm, x)  # compiled and warm, as the other two are by now
+    seconds(compute, m)
+    times = {name: [] for name in ("comm", "compute", "plain", "streamed")}
+    for _ in range(iters):
+        times["comm"].append(seconds(comm, x))
+        times["compute"].append(seconds(compute, m))
+        times["plain"].append(seconds(plain, x, m))
+        times["streamed"].append(seconds(streamed, x, m))
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    hidden = {k: (med["comm"] + med["compute"] - med[k]) / min(med["comm"], med["compute"])
+              for k in ("plain", "streamed")}
+    print("STREAMS " + " ".join(f"{k}={v * 1e3:.2f}ms" for k, v in med.items()) +
+          f" hidden_plain={hidden['plain']:.2f} hidden_streamed={hidden['streamed']:.2f}",
+          flush=True)
+    print("OK streams", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--worker", action="store_true", help="one process of a jaccl-run job")
+    parser.add_argument("--iters", type=int, default=5)
+    args = parser.parse_args()
+    os.environ.setdefault("JACCL_TIMEOUT", "60")
+    import jax_jaccl.distributed
+
+    _, count = jax_jaccl.distributed.initialize()
+    assert count > 1, "worker started with a single process"
+    check_streams(args.iters)
+
+
+if __name__ == "__main__":
+    main()
