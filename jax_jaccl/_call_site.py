@@ -17,7 +17,9 @@ the name stack (jit(step)/transpose(jvp(...)), so a collective and its transpose
 the occurrence of that (line, name stack) in the module (a Python loop calling one line makes
 one site per call). Every process that lowers the same program gets the same sites, whatever
 directory it runs from. Calls at one site (a function lowered once and called twice, a loop
-body run many times) are told apart by their order only.
+body run many times) are told apart by their order only. JACCL_CALL_SITES=0 makes every site 0
+(calls pair by order only, as before sites existed): for jobs whose processes write one
+collective on different lines.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import weakref
 import zlib
 
 from jax._src import source_info_util
+
+from . import _settings
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -52,6 +56,8 @@ def _place(ctx) -> str:
 
 def site_of(ctx, what: str) -> int:
     """The site of the collective `what` (e.g. "jaccl_all_reduce") being lowered in `ctx`."""
+    if not _settings.current().call_sites:
+        return 0
     place = _place(ctx)
     stack = str(ctx.name_stack)
     counts = _occurrences.setdefault(ctx.module_context.module, {})

@@ -101,6 +101,9 @@ VARIABLES = (
              "busy-wait before sleeping on a doorbell (default 50, 0 when ranks outnumber cores)"),
     Variable("strict_order", "JACCL_STRICT_ORDER", "0", _flag, True,
              "1: order collectives with a JAX ordered effect"),
+    Variable("call_sites", "JACCL_CALL_SITES", "1", _flag, True,
+             "0: ranks pair collectives by their order only, not also by the line that wrote "
+             "them (for ranks that write one collective on different lines)"),
     Variable("host_id", "JACCL_HOST_ID", "", _text, False,
              "processes with the same id share memory (default: machine + network namespace)"),
     Variable("job_id", "JACCL_JOB_ID", "", _text, False,
@@ -181,6 +184,7 @@ class Settings:
     slots: int
     spin_us: int | None
     strict_order: bool
+    call_sites: bool
     host_id: str
     job_id: str
     ifname: str

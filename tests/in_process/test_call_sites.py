@@ -70,3 +70,13 @@ def test_the_directory_a_program_runs_from_does_not_change_its_sites():
         f, x = on_mesh(scope["model"])
         made.append(sites(f, x))
     assert made[0] == made[1]
+
+
+def test_without_call_sites_every_site_is_zero():
+    """JACCL_CALL_SITES=0: calls pair by order only (ranks that write one collective on
+    different lines)."""
+    from jax_jaccl import _settings
+
+    f, x = on_mesh(two_lines)
+    with _settings.override(call_sites=False):
+        assert sites(f, x) == [0, 0]

@@ -161,8 +161,7 @@ class DirectCall {
       const DirectGroup::Entry& e = entry(q);
       if (e.calls.load(std::memory_order_acquire) == call_.seq + 1 && e.kind == mine.kind &&
           e.dtype == mine.dtype && e.redop == mine.redop && e.site == mine.site &&
-          e.in_count == mine.in_count &&
-          e.out_count == mine.out_count) {
+          e.in_count == mine.in_count && e.out_count == mine.out_count) {
         continue;
       }
       auto show = [](const DirectGroup::Entry& x) {

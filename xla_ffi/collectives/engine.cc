@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "collectives/waiter.h"
-#include "common/call_sites.h"
 #include "comm/world.h"
+#include "common/call_sites.h"
 #include "common/error.h"
 #include "common/text.h"
 

@@ -29,7 +29,9 @@ std::string disagreement_advice(uint32_t mine, uint32_t theirs) {
         "; these two were written in different places: every process must dispatch its jitted "
         "programs in the same order, and collectives of one program that do not depend on each "
         "other (in different blocks: a nested jit, a loop body, a cond branch) may run in "
-        "different orders on different devices unless JACCL_STRICT_ORDER=1 orders them");
+        "different orders on different devices unless JACCL_STRICT_ORDER=1 orders them (if "
+        "the ranks mean one collective written on different lines, JACCL_CALL_SITES=0 pairs "
+        "collectives by order only)");
   }
   return advice;
 }
