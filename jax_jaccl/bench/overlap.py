@@ -13,7 +13,9 @@ the step takes as long as the longer of the two, 0 when it takes their sum. Medi
 the table's "alone" columns are the asynchronous job's, each hidden fraction uses its own job's.
 With --workload step the program is a data-parallel training step whose gradients are reduced
 layer by layer (overlap_step_worker.py: --layers layers of S-byte weights, a batch sized so that
-the gradients take about as long as their reductions), the same columns for it.
+the gradients take about as long as their reductions), the same columns for it and one more:
+the forward pass alone plus the reductions alone, the shortest a step can be (the first
+reduction needs the last layer's gradient, which needs the whole forward pass).
 """
 
 from __future__ import annotations
@@ -44,15 +46,19 @@ HEADS = {"collective": ("size", "all_reduce alone", "matmuls alone"),
 def table(records: dict, workload: str = "collective") -> str:
     """records[mode] is a list (one per run) of the worker's lists."""
     size, comm, compute = HEADS[workload]
-    lines = [f"| {size} | {comm} | {compute} | step, asynchronous | step, blocking | "
-             "hidden, asynchronous | hidden, blocking |", "|---|---|---|---|---|---|---|"]
     first = records[MODES[0][0]][0]
+    floor = "forward_s" in first[0]  # the step: reductions cannot start before the forward pass
+    keys = ("comm_s", "compute_s", "step_s") + (("forward_s",) if floor else ())
+    lines = [f"| {size} | {comm} | {compute} |{' forward + reductions |' if floor else ''} "
+             "step, asynchronous | step, blocking | hidden, asynchronous | hidden, blocking |",
+             "|---" * (7 + floor) + "|"]
     for i, row in enumerate(first):
-        med = {mode: {k: statistics.median(run[i][k] for run in records[mode])
-                      for k in ("comm_s", "compute_s", "step_s")} for mode, _ in MODES}
+        med = {mode: {k: statistics.median(run[i][k] for run in records[mode]) for k in keys}
+               for mode, _ in MODES}
         a, b = med["asynchronous"], med["blocking"]
+        bound = f" {(a['forward_s'] + a['comm_s']) * 1e3:.1f} ms |" if floor else ""
         lines.append(f"| {human(row['bytes'])} | {a['comm_s'] * 1e3:.1f} ms | "
-                     f"{a['compute_s'] * 1e3:.1f} ms | {a['step_s'] * 1e3:.1f} ms | "
+                     f"{a['compute_s'] * 1e3:.1f} ms |{bound} {a['step_s'] * 1e3:.1f} ms | "
                      f"{b['step_s'] * 1e3:.1f} ms | {hidden(a):.2f} | {hidden(b):.2f} |")
     return "\n".join(lines)
 

@@ -8,9 +8,11 @@ gradients with jaccl.all_reduce, last layer first (the order backpropagation pro
 jaccl calls of one block run in program order, so the first reduction can start while the
 layers below are still differentiated), and updates the weights. Measured alone too: the
 gradients without the reductions (t_compute) and the reductions of gradient-shaped arrays
-(t_comm). The batch is chosen so that t_compute is about t_comm (each rank estimates it, the
+(t_comm), and the forward pass (the loss) alone, before which no reduction can start
+(t_forward). The batch is chosen so that t_compute is about t_comm (each rank estimates it, the
 largest wins, so every rank runs the same shapes). Medians of --iters rounds, the three
-interleaved. Rank 0 writes [{bytes, layers, batch, comm_s, compute_s, step_s}] to --output.
+interleaved. Rank 0 writes [{bytes, layers, batch, comm_s, compute_s, step_s, forward_s}] to
+--output.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ def main() -> None:
     n = jax.process_count()
     mesh = Mesh(np.array(jax.devices()), ("x",))
     compute, comm, step = programs(mesh)
+    forward = jax.jit(jax.shard_map(loss, mesh=mesh, in_specs=(P(), P("x"), P("x")),
+                                    out_specs=P(), check_vma=False))
     agree = jax.jit(jax.shard_map(lambda v: jaccl.all_reduce(v, "x", op="max"), mesh=mesh,
                                   in_specs=P("x"), out_specs=P("x")))
 
@@ -112,8 +116,10 @@ def main() -> None:
         x, y = batch_of(rows, width), batch_of(rows, width)
         seconds(compute, params, x, y)
         seconds(step, params, x, y)
-        times = {"comm_s": [], "compute_s": [], "step_s": []}
+        seconds(forward, params, x, y)
+        times = {"comm_s": [], "compute_s": [], "step_s": [], "forward_s": []}
         for _ in range(args.iters):
+            times["forward_s"].append(seconds(forward, params, x, y))
             times["comm_s"].append(seconds(comm, params))
             times["compute_s"].append(seconds(compute, params, x, y))
             times["step_s"].append(seconds(step, params, x, y))
