@@ -33,6 +33,7 @@ from jax._src import source_info_util
 from . import _settings
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_BENCH_DIR = os.path.join(_PACKAGE_DIR, "bench")  # jaccl-bench's programs are users' code
 
 # module -> {(line, name stack) -> collectives lowered there so far}
 _occurrences: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -40,9 +41,11 @@ _named: set = set()
 
 
 def _user_frame(traceback):
-    """The innermost frame outside JAX and jaccl, or None."""
+    """The innermost frame outside JAX and jaccl (jaccl-bench's programs count as user code),
+    or None."""
     for frame in source_info_util.user_frames(traceback):
-        if not os.path.abspath(frame.file_name).startswith(_PACKAGE_DIR + os.sep):
+        path = os.path.abspath(frame.file_name)
+        if not path.startswith(_PACKAGE_DIR + os.sep) or path.startswith(_BENCH_DIR + os.sep):
             return frame
     return None
 
