@@ -53,6 +53,9 @@ DISAGREEMENTS = {
 # differ on the wire (a size the receiver does not expect; another call's frames).
 @pytest.mark.parametrize("mode, hosts", [
     *[pytest.param(mode, None, id=f"{mode}-1host") for mode in DISAGREEMENTS],
+    # Both programs' calls queued on the device threads at once (in flight together).
+    pytest.param("sites", "async", id="sites-1host-every-call-async"),
+    pytest.param("sites", TCP, id="sites-hosts-tcp"),  # the site crosses the wire in the header
     *[pytest.param(mode, transport, id=f"{mode}-{name}", marks=marks)
       for mode in ("shape", "order")
       for transport, name, marks in ((TCP, "hosts-tcp", ()), (OFI, "hosts-ofi", needs_ofi),
