@@ -43,7 +43,8 @@ def check_streams(iters: int) -> None:
     x = jax.make_array_from_callback(
         (n * ELEMENTS,), NamedSharding(mesh, P("x")),
         lambda index: (np.arange(ELEMENTS) % 97).astype(np.float32))
-    m = jax.device_put(jnp.full((MATRIX, MATRIX), 1e-3, jnp.float32), NamedSharding(mesh, P()))
+    m = jax.make_array_from_callback((MATRIX, MATRIX), NamedSharding(mesh, P()),
+                                     lambda index: np.full((MATRIX, MATRIX), 1e-3, np.float32))
 
     def chain(a, links=8):
         c = a
