@@ -75,5 +75,7 @@ def site_of(ctx, what: str) -> int:
         from . import _ext
 
         _ext.engine.name_site(site, text)
+        if _ext.cuda_engine is not None:  # the GPU peer path names sites from its own table
+            _ext.cuda_engine.name_site(site, text)
         _named.add((site, text))
     return site

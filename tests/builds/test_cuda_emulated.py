@@ -148,9 +148,15 @@ def fault_job(built, mode, nprocs, path, grace=None):
 
 
 @pytest.mark.parametrize("path", ["peer", "staged"])
-@pytest.mark.parametrize("mode", ["shape", "order"])
+@pytest.mark.parametrize("mode", ["shape", "order", "sites"])
 def test_ranks_that_disagree_fail_on_emulated_gpus(built, mode, path):
-    assert_every_rank_stopped(fault_job(built, mode, 2, path), (0, 1), DISAGREE)
+    """sites: alike all_reduces written on two lines, dispatched in opposite orders: both
+    lines named, on the peer path (the start barrier's descriptor) as on the staged one."""
+    job = fault_job(built, mode, 2, path)
+    assert_every_rank_stopped(job, (0, 1), DISAGREE)
+    if mode == "sites":
+        assert re.search(r"at faults\.py:\d+ in <lambda>.* at faults\.py:\d+ in <lambda>",
+                         job.output), job.output[-3000:]
 
 
 @pytest.mark.parametrize("path", ["peer", "staged"])

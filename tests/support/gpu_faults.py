@@ -14,9 +14,10 @@ DEADLINE = FAULT_TIMEOUT + 5
 
 # The line a process prints when one of its GPU collectives failed.
 GPU_FAILURE = r"jaccl: (?:GPU|staged) collective on (?:GPU )?device \d+ failed: \S"
-# The mismatch in full: the peer path's call descriptors or the CPU engine's frame headers.
+# The mismatch in full: the peer path's call descriptors (with the line that wrote each call)
+# or the CPU engine's frame headers.
 DISAGREE = (r"ranks disagree: device \d+ runs all_(reduce|gather) of float32\[[12]000\] -> \[\d+\] "
-            r"\(sum, .*\) but device \d+ \(group rank [01]\) runs all_(reduce|gather) of float32|"
+            r"\(sum, .*\)( at \S+:\d+ in \S+)? but device \d+ \(group rank [01]\) runs all_(reduce|gather) of float32|"
             r"ranks disagree: rank \d \(device \d+, process \d, pid \d+\) is in all_(reduce|gather) #0 "
             r"of float32\[\d+\]")
 # A survivor of a killed process 2 names it, also one that another survivor told to stop.

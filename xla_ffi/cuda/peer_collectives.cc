@@ -190,7 +190,8 @@ class PeerSchedule {
     // the staging size decide it): a rank running another schedule fails the first barrier.
     const uint64_t call[kDescriptorWords] = {
         static_cast<uint64_t>(call_.kind) | static_cast<uint64_t>(call_.dtype) << 8 |
-            static_cast<uint64_t>(call_.op) << 16 | static_cast<uint64_t>(one_shot_) << 24,
+            static_cast<uint64_t>(call_.op) << 16 | static_cast<uint64_t>(one_shot_) << 24 |
+            static_cast<uint64_t>(call_.site) << 32,
         call_.in_count, call_.out_count, call_.outer_in, call_.outer_out, chunk_first,
         group_.hash(), chunk_};
     return group_.barrier(start, call, stream_);

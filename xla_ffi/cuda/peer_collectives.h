@@ -30,6 +30,7 @@ struct PeerCollective {
   void* out = nullptr;
   size_t in_count = 0, out_count = 0, outer_in = 1, outer_out = 1;
   int receive_from = -1;  // ppermute: the rank whose input this rank gets (-1: zeros)
+  uint32_t site = 0;      // where it was written (common/call_sites.h); ranks must agree
 };
 
 // The all_reduce schedule the peer path uses for `bytes` (kNaive = one-shot, kMesh = two-shot).

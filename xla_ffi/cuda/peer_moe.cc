@@ -94,7 +94,8 @@ class MoeSchedule {
   cudaError_t barrier(bool start) {
     const uint64_t call[kDescriptorWords] = {
         static_cast<uint64_t>(call_.combine ? CollectiveKind::kMoeCombine : CollectiveKind::kMoeDispatch) |
-            static_cast<uint64_t>(call_.dtype) << 8 | static_cast<uint64_t>(call_.dout != nullptr) << 24,
+            static_cast<uint64_t>(call_.dtype) << 8 | static_cast<uint64_t>(call_.dout != nullptr) << 24 |
+            static_cast<uint64_t>(call_.site) << 32,
         call_.rows_count, call_.row_bytes, call_.send_capacity, call_.recv_capacity,
         call_.out_rows, group_.hash(), call_.topk};
     return group_.barrier(start, call, stream_);

@@ -37,6 +37,7 @@ struct PeerMoeCall {
   size_t tokens = 0, topk = 0;
   void* out = nullptr;
   size_t out_rows = 0, out_bytes = 0;
+  uint32_t site = 0;                // common/call_sites.h; ranks must agree
 };
 
 bool peer_moe_fits(const LocalDevice& me, const PeerMoeCall& call);

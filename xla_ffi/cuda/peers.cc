@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "collectives/kinds.h"
+#include "common/call_sites.h"
 #include "common/dtype.h"
 #include "common/process.h"
 #include "common/reduce.h"
@@ -83,6 +84,9 @@ std::string describe_call(const volatile uint64_t* d) {
            ((w0 >> 24) & 1) ? "one-shot, " : "", "chunk of ", w[7], " at ", w[5]);
   }
   append(s, ", group ", hex(w[6]), ")");
+  if (const auto site = static_cast<uint32_t>(w0 >> 32); site != 0) {
+    append(s, " at ", site_name(site));
+  }
   return s;
 }
 

@@ -180,6 +180,7 @@ ffi::Error collective(CollectiveKind kind, cudaStream_t stream, int32_t ordinal,
   if (mode != PathMode::kStaged && peer_path_group(local, members)) {
     PeerCollective call;
     call.kind = kind;
+    call.site = static_cast<uint32_t>(site);
     call.dtype = dtype;
     call.op = static_cast<ReduceOp>(op);
     call.algorithm = static_cast<Algorithm>(algorithm);

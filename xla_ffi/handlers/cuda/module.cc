@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/call_sites.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "cuda/kernel_bench.h"
@@ -47,6 +48,10 @@ nb::dict registrations() {
 NB_MODULE(_jaccl_cuda, m) {
   m.def("registrations", &registrations);
   // Settings from jax_jaccl/_settings.py, before the world starts (bad values: ValueError).
+  // The text of call sites, for the peer path's "ranks disagree" (common/call_sites.h: this
+  // module keeps its own table; jax_jaccl/_call_site.py tells both modules).
+  m.def("name_site", [](uint32_t site, const std::string& name) { jaccl::name_site(site, name); },
+        nb::arg("site"), nb::arg("name"));
   m.def("configure", [](const std::string& path, size_t one_shot_bytes, const std::string& debug) {
     jaccl::cuda::PathMode mode = jaccl::cuda::parse_path_mode(path);
     jaccl::LogLevel level;

@@ -143,6 +143,7 @@ PeerMoeCall peer_call(const JacclHostMoeCall& c, size_t out_bytes) {
   p.topk_idx = c.topk_idx;
   p.topk_count = c.topk_count;
   p.num_experts = c.num_experts;
+  p.site = c.site;
   if (p.combine && c.pair_dot) p.dout = c.extra;
   if (p.combine && !c.pair_dot) p.weights = static_cast<const float*>(c.extra);
   p.tokens = c.out_rows;
