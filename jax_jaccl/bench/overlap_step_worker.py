@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import time
 
 import jax_jaccl.distributed
 
@@ -34,14 +33,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 import jax_jaccl as jaccl  # noqa: E402
 
 from .sizes import parse_sizes  # noqa: E402
+from .timing import seconds  # noqa: E402
 
 BASE_BATCH = 64  # rows per device of the calibration run
-
-
-def seconds(f, *args):
-    t = time.perf_counter()
-    jax.block_until_ready(f(*args))
-    return time.perf_counter() - t
 
 
 def mlp(params, x):

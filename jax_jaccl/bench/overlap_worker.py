@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import jax_jaccl.distributed
 
@@ -24,6 +23,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 import jax_jaccl as jaccl  # noqa: E402
 
 from .sizes import parse_sizes  # noqa: E402
+from .timing import seconds  # noqa: E402
 
 MATRIX = 512  # the chain's matmuls: float32[512, 512] @ float32[512, 512]
 
@@ -33,12 +33,6 @@ def chain(m, links):
     for _ in range(links):
         c = jnp.tanh(c @ m) * 0.01
     return c
-
-
-def seconds(f, *args):
-    t = time.perf_counter()
-    jax.block_until_ready(f(*args))
-    return time.perf_counter() - t
 
 
 def main() -> None:

@@ -13,20 +13,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import numpy as np
 
+from jax_jaccl.bench.timing import seconds
+
 ELEMENTS = 16 << 20  # float32 per device: 64 MiB
 MATRIX = 4096
-
-
-def seconds(f, *args):
-    import jax
-
-    t = time.perf_counter()
-    jax.block_until_ready(f(*args))
-    return time.perf_counter() - t
 
 
 def check_streams(iters: int) -> None:

@@ -18,8 +18,8 @@ std::string describe_frame(const FrameHeader& h) {
               dtype_name(static_cast<Dtype>(h.dtype)), "[", h.op_count, "] (",
               reduce_op_name(static_cast<ReduceOp>(h.redop)), ", ",
               algorithm_name(static_cast<Algorithm>(h.algorithm)), ", communicator ", hex(h.comm),
-              ")", h.site != 0 ? " at " + site_name(h.site) : std::string(), ", stream ", h.tag,
-              " of ", h.stream_count, " elements at ", h.offset);
+              ")", at_site(h.site), ", stream ", h.tag, " of ", h.stream_count, " elements at ",
+              h.offset);
 }
 
 struct TaskState {

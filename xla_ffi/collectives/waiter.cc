@@ -17,7 +17,7 @@ constexpr int kMaxSleepUs = 10000;
 std::string describe_call(const Call& call) {
   return text(kind_name(call.kind), " #", call.seq, " of ", dtype_name(call.dtype), "[",
               call.op_count, "] (", reduce_op_name(call.op), ", ", algorithm_name(call.algorithm),
-              ")", call.site != 0 ? " at " + site_name(call.site) : std::string());
+              ")", at_site(call.site));
 }
 
 std::string disagreement_advice(uint32_t mine, uint32_t theirs) {
@@ -25,13 +25,13 @@ std::string disagreement_advice(uint32_t mine, uint32_t theirs) {
       ". Every rank of a group must run the same collectives, in the same order, with the same "
       "shapes, dtypes and options";
   if (mine != theirs) {
-    advice += text(
+    advice +=
         "; these two were written in different places: every process must dispatch its jitted "
         "programs in the same order, and collectives of one program that do not depend on each "
         "other (in different blocks: a nested jit, a loop body, a cond branch) may run in "
         "different orders on different devices unless JACCL_STRICT_ORDER=1 orders them (if "
         "the ranks mean one collective written on different lines, JACCL_CALL_SITES=0 pairs "
-        "collectives by order only)");
+        "collectives by order only)";
   }
   return advice;
 }

@@ -34,4 +34,6 @@ std::string site_name(uint32_t site) {
   return text("call site ", hex(site));
 }
 
+std::string at_site(uint32_t site) { return site == 0 ? std::string() : " at " + site_name(site); }
+
 }  // namespace jaccl

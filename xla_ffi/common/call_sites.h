@@ -7,7 +7,8 @@
 // program; every process lowering the same program makes the same sites. 0 is "no site" (XLA's
 // own collectives through the MPI shim, point-to-point transfers). name_site() records the
 // text of a site (the lowering tells every process about its own); site_name() returns it, or
-// "call site 0x..." for a site this process never lowered. Thread-safe.
+// "call site 0x..." for a site this process never lowered; at_site() is " at <its text>" for a
+// message about a call, "" for site 0. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -17,5 +18,6 @@ namespace jaccl {
 
 void name_site(uint32_t site, const std::string& name);
 std::string site_name(uint32_t site);
+std::string at_site(uint32_t site);
 
 }  // namespace jaccl

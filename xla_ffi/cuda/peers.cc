@@ -84,9 +84,7 @@ std::string describe_call(const volatile uint64_t* d) {
            ((w0 >> 24) & 1) ? "one-shot, " : "", "chunk of ", w[7], " at ", w[5]);
   }
   append(s, ", group ", hex(w[6]), ")");
-  if (const auto site = static_cast<uint32_t>(w0 >> 32); site != 0) {
-    append(s, " at ", site_name(site));
-  }
+  append(s, at_site(static_cast<uint32_t>(w0 >> 32)));
   return s;
 }
 
