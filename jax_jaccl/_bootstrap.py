@@ -157,6 +157,8 @@ def _start() -> WorldInfo:
     spin = settings.spin_us
     if spin is None:
         spin = 50 if on_my_host <= (os.cpu_count() or 1) else 0
+    xla_streams = xla_collectives == "jaccl" and _transparent.shares_channels(
+        sum(1 for _, p in device_table if p == me))
     engine.init_world(
         my_process=me,
         processes=[(i, int(info["pid"]), info["host"]) for i, info in enumerate(infos)],
@@ -173,8 +175,10 @@ def _start() -> WorldInfo:
         ofi_provider=transport.provider,
         ofi_why=transport.why,
         ofi_mode=transport.mode,
-        shared_channels=xla_collectives == "jaccl" and _transparent.shares_channels(
-            sum(1 for _, p in device_table if p == me)),
+        # Lanes (xla_ffi/comm/lanes.h) and XLA's collectives with several devices per process
+        # both need several streams per channel; only the latter streams of XLA's own.
+        shared_channels=settings.lanes > 1 or xla_streams,
+        xla_streams=xla_streams,
     )
     if transport.transport != "none":
         engine.log_info(f"between hosts: {transport.label} ({transport.why})")

@@ -10,10 +10,16 @@ Two ways to thread the token:
 - default: one chain per MLIR block, made here at lowering time. The program keeps no JAX
   effect, so jit keeps its fast C++ dispatch path (~10 us a call instead of ~100 us). Chains
   in different blocks (a loop body, a cond branch, a nested jit) are not ordered against each
-  other; when such collectives have no data dependency and devices run them in different
-  orders, the engine stops with a "ranks disagree" error naming both collectives (by kind,
-  shape, type, op and the line that wrote them: _call_site.py; two calls of one site, such as a
-  function called twice, are told apart by their order only).
+  other, and devices may run such collectives in different orders, even at once: each chain
+  therefore has a *lane* (lane_of()), and the lanes of a device run their calls independently
+  (xla_ffi/comm/lanes.h), so every rank gets both results whatever order it takes them in.
+  The first chain lowered in a module has lane 0, the next lane 1, and so on, wrapping at
+  JACCL_LANES; the blocks of one operation (the branches of a cond) share a lane, since only
+  one of them runs. Chains that share a lane are ordered by each device's threads only: when
+  devices take them in different orders, the engine stops with a "ranks disagree" error
+  naming both collectives (by kind, shape, type, op and the line that wrote them:
+  _call_site.py; two calls of one site, such as a function called twice, are told apart by
+  their order only).
 - JACCL_STRICT_ORDER=1: a JAX *ordered* effect; JAX threads the token through the whole
   program, control flow and nested functions included, at the price of the slow dispatch path.
 
@@ -71,6 +77,23 @@ def effects_for(axes: tuple) -> set:
 
 # module -> {block -> last token}: the per-block chains of the default mode.
 _chains: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+# module -> {operation owning a block with jaccl calls -> its lane}
+_lanes: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def lane_of(ctx) -> int:
+    """The lane of the jaccl call being lowered in `ctx`: that of its block's chain (see the
+    module's docstring); 0 in strict mode, where one token orders every call."""
+    lanes = _settings.current().lanes
+    if lanes == 1 or collective_order in ctx.tokens_in.effects():
+        return 0
+    owner = _compat.current_block().owner.operation
+    numbered = _lanes.setdefault(ctx.module_context.module, {})
+    if owner not in numbered:
+        numbered[owner] = len(numbered) % lanes
+    return numbered[owner]
 
 
 def token_in(ctx):

@@ -44,6 +44,15 @@ def _at_least(low: int) -> Callable[[str], int]:
     return parse
 
 
+def _between(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if not low <= value <= high:
+            raise ValueError(f"must be an integer from {low} to {high}")
+        return value
+    return parse
+
+
 def _frame_bytes(text: str) -> int:
     kib = float(text)
     if kib < 4:
@@ -104,6 +113,10 @@ VARIABLES = (
     Variable("call_sites", "JACCL_CALL_SITES", "1", _flag, True,
              "0: ranks pair collectives by their order only, not also by the line that wrote "
              "them (for ranks that write one collective on different lines)"),
+    Variable("lanes", "JACCL_LANES", "4", _between(1, 8), True,
+             "CPU: lanes per device: calls of different chains (blocks) of a program run at "
+             "once, each lane with its own threads and streams; 1: one call of a device at a "
+             "time, over unshared channels"),
     Variable("host_id", "JACCL_HOST_ID", "", _text, False,
              "processes with the same id share memory (default: machine + network namespace)"),
     Variable("job_id", "JACCL_JOB_ID", "", _text, False,
@@ -185,6 +198,7 @@ class Settings:
     spin_us: int | None
     strict_order: bool
     call_sites: bool
+    lanes: int
     host_id: str
     job_id: str
     ifname: str

@@ -3,25 +3,26 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
+#include <utility>
 
 namespace jaccl {
 namespace {
 std::atomic<int64_t> min_bytes{64 * 1024};
 }  // namespace
 
-// One thread and its queue. The thread is detached and its Lane never freed: it sleeps in
+// One thread and its queue. The thread is detached and its Worker never freed: it sleeps in
 // wait() when there is nothing to do, and the process's exit ends it.
-struct DeviceThreads::Lane {
+struct DeviceThreads::Worker {
   std::mutex mutex;
   std::condition_variable ready;
   std::deque<std::function<void()>> jobs;
   bool busy = false;
 
-  Lane() {
+  Worker() {
     std::thread([this] {
       std::unique_lock<std::mutex> lock(mutex);
       for (;;) {
@@ -51,8 +52,8 @@ struct DeviceThreads::Lane {
   }
 };
 
-struct DeviceThreads::Device {
-  Lane calls, completions;
+struct DeviceThreads::Lane {
+  Worker calls, completions;
 };
 
 DeviceThreads& DeviceThreads::get() {
@@ -60,31 +61,31 @@ DeviceThreads& DeviceThreads::get() {
   return *threads;
 }
 
-// The device's threads, made on first use; with `make` false, nullptr for a device that has
-// none yet (asking whether it is idle starts no thread).
-DeviceThreads::Device* DeviceThreads::device(int64_t id, bool make) {
+// The lane's threads, made on first use; with `make` false, nullptr for a lane that has none
+// yet (asking whether it is idle starts no thread).
+DeviceThreads::Lane* DeviceThreads::lane(int64_t device, uint32_t lane, bool make) {
   static std::mutex mutex;
-  static auto* devices = new std::unordered_map<int64_t, std::unique_ptr<Device>>;
+  static auto* lanes = new std::map<std::pair<int64_t, uint32_t>, std::unique_ptr<Lane>>;
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = devices->find(id);
-  if (it != devices->end()) return it->second.get();
+  auto it = lanes->find({device, lane});
+  if (it != lanes->end()) return it->second.get();
   if (!make) return nullptr;
-  std::unique_ptr<Device>& made = (*devices)[id];
-  made = std::make_unique<Device>();
+  std::unique_ptr<Lane>& made = (*lanes)[{device, lane}];
+  made = std::make_unique<Lane>();
   return made.get();
 }
 
-void DeviceThreads::run(int64_t id, std::function<void()> job) {
-  device(id, true)->calls.push(std::move(job));
+void DeviceThreads::run(int64_t device, uint32_t id, std::function<void()> job) {
+  lane(device, id, true)->calls.push(std::move(job));
 }
 
-void DeviceThreads::complete(int64_t id, std::function<void()> job) {
-  device(id, true)->completions.push(std::move(job));
+void DeviceThreads::complete(int64_t device, uint32_t id, std::function<void()> job) {
+  lane(device, id, true)->completions.push(std::move(job));
 }
 
-bool DeviceThreads::idle(int64_t id) {
-  Device* d = device(id, false);
-  return d == nullptr || d->calls.idle();
+bool DeviceThreads::idle(int64_t device, uint32_t id) {
+  Lane* l = lane(device, id, false);
+  return l == nullptr || l->calls.idle();
 }
 
 void set_async_min_bytes(int64_t bytes) { min_bytes.store(bytes); }

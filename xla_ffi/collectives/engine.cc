@@ -168,7 +168,16 @@ class PhaseRunner {
                 describe_frame(h), disagreement_advice(call_.site, h.site));
   }
 
-  // Advances `s` by one chunk; false when an input or output is not ready.
+  // A step that cannot move gives back the frames it peeked (its first `peeked` sources): a
+  // shared channel lends a frame in place only while its reader uses it.
+  static void give_back(const Task& t, size_t peeked) {
+    for (size_t k = 0; k < peeked; ++k) {
+      if (t.srcs[k].channel != nullptr) t.srcs[k].channel->unpeek();
+    }
+  }
+
+  // Advances `s` by one chunk; false when an input or output is not ready. It holds no frame
+  // of a channel (peeked or reserved) after it returns.
   bool step(TaskState& s) {
     Task& t = *s.task;
     const size_t a = s.done, n = std::min(s.chunk, t.count - a), b = a + n;
@@ -185,6 +194,7 @@ class PhaseRunner {
       if (e.channel == nullptr) continue;
       const Frame* f = e.channel->try_peek();
       if (f == nullptr) {
+        give_back(t, i);
         blocked_.push_back(e.peer);
         return false;
       }
@@ -199,6 +209,7 @@ class PhaseRunner {
         for (size_t k = 0; k < i; ++k) {  // nothing written yet: a shared channel stays free
           if (t.sinks[k].channel != nullptr) t.sinks[k].channel->unreserve();
         }
+        give_back(t, t.srcs.size());
         blocked_.push_back(e.peer);
         return false;
       }
@@ -223,6 +234,7 @@ class PhaseRunner {
       h.offset = a;
       h.nbytes = static_cast<uint32_t>(n * dtype_size(e.dtype));
       h.site = call_.site;
+      h.lane = call_.comm->lane_word();
       std::memset(h.reserved, 0, sizeof h.reserved);
       e.channel->commit();
     }

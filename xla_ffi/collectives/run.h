@@ -3,8 +3,8 @@
 //
 // Contract: run_call(kind, device, groups, ...) finds the world, the communicator named by
 // the `groups` table (group_size per row) in sequence space `space` with `salt`
-// (handlers/host_abi.h: XLA's collectives through the MPI shim are numbered apart) and this
-// device's member of it, numbers the call, and runs body(Call&) with call.world/comm/member/
+// (handlers/host_abi.h: XLA's collectives through the MPI shim are numbered apart; for jaccl's
+// own calls, space 0, the salt is the call's lane: comm/lanes.h) and this device's member of it, numbers the call, and runs body(Call&) with call.world/comm/member/
 // kind/dtype/op_count/seq/timeout set and call.site = `site` (common/call_sites.h). body
 // throws jaccl::Error (or anything) on failure; run_call never throws: it posts the failure
 // on the abort board (so the peers stop too) and returns it.
@@ -42,11 +42,14 @@ std::optional<Failure> run_call(CollectiveKind kind, int64_t device, const int64
   try {
     if (world == nullptr) World::require();
     if (world->aborted()) world->check_health({});
-    // The MPI shim's calls in a world that shares channels need no lock: their member is not
-    // the XLA device's own (the shim places members itself), streams keep channels apart.
+    // The MPI shim's calls with streams of their own need no lock: their member is not the XLA
+    // device's own (the shim places members itself), streams keep channels apart. Its other
+    // calls are lane 0's. Lanes run at once only over shared channels; without them every call
+    // takes lane 0's lock.
     std::unique_lock<std::recursive_mutex> one_call_per_device;
-    if (space == 0 || !world->shares_channels()) {
-      one_call_per_device = std::unique_lock<std::recursive_mutex>(world->device_lock(device));
+    if (space == 0 || !world->xla_streams()) {
+      const auto lane = static_cast<uint32_t>(space == 0 && world->shares_channels() ? salt : 0);
+      one_call_per_device = std::unique_lock<std::recursive_mutex>(world->device_lock(device, lane));
     }
     Communicator& comm =
         world->communicator(groups, groups_len, static_cast<int>(group_size), space, salt);

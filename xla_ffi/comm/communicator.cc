@@ -24,8 +24,15 @@ bool spans_hosts_evenly(const Communicator::Member& m) {
 }  // namespace
 
 Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size_t size,
-                           int group_size, int32_t space)
-    : world_(world), id_(id), space_(space), group_size_(group_size), table_(table, table + size) {
+                           int group_size, int32_t space, uint32_t lane)
+    : world_(world),
+      id_(id),
+      space_(space),
+      lane_word_(space == 0            ? lane
+                 : world.xla_streams() ? (static_cast<uint32_t>(id) | 0x80000000u)
+                                       : 0),
+      group_size_(group_size),
+      table_(table, table + size) {
   if (group_size <= 0 || size % group_size != 0) {
     throw_error(ErrorKind::kInvalidArgument, "group table of ", size,
                 " devices does not split into groups of ", group_size);
@@ -82,8 +89,7 @@ Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size
 // the transport's own, or a stream of it when the world shares channels.
 Channel* Communicator::channel(int64_t src, int64_t dst, int src_rank) {
   if (!world_.shares_channels()) return world_.channel(src, dst);
-  const uint64_t stream = SharedChannel::stream_of(static_cast<uint32_t>(id_),
-                                                    static_cast<uint32_t>(src_rank));
+  const uint64_t stream = SharedChannel::stream_of(lane_word_, static_cast<uint32_t>(src_rank));
   streams_.push_back(world_.shared_channel(src, dst)->stream(stream));
   return streams_.back().get();
 }

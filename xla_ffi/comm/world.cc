@@ -132,7 +132,7 @@ World::World(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> netwo
     }
     device_index_[d.id] = i;
     local_index_[i] = per_process[d.process]++;
-    device_locks_.push_back(d.process == me ? std::make_unique<std::recursive_mutex>() : nullptr);
+    device_locks_.push_back(d.process == me ? std::make_unique<LaneLocks>() : nullptr);
     if (same_host(d.process)) {
       host_index_[d.id] = host_devices_.size();
       host_devices_.push_back(d.id);
@@ -251,12 +251,12 @@ const DeviceInfo& World::device(int64_t id) const {
   return config_.devices[it->second];
 }
 
-std::recursive_mutex& World::device_lock(int64_t id) const {
+std::recursive_mutex& World::device_lock(int64_t id, uint32_t lane) const {
   auto it = device_index_.find(id);
   if (it == device_index_.end()) device(id);  // throws naming the device
-  const auto& lock = device_locks_[it->second];
-  if (!lock) throw_error(ErrorKind::kInvalidArgument, "device ", id, " is not a device of this process");
-  return *lock;
+  const auto& locks = device_locks_[it->second];
+  if (!locks) throw_error(ErrorKind::kInvalidArgument, "device ", id, " is not a device of this process");
+  return (*locks)[lane % kMaxLanes];
 }
 
 size_t World::local_index(int64_t id) const {
@@ -437,15 +437,18 @@ Communicator& World::communicator(const int64_t* table, size_t size, int group_s
     }
     return *it->second;
   }
-  if (shares_channels()) {  // a shared channel's streams are named by the id's low 32 bits
+  // A shared channel's streams are named by lane words: in spaces other than jaccl's own,
+  // the id's low 31 bits (communicator.h), which must then differ.
+  if (xla_streams() && space != 0) {
     for (const auto& [other, comm] : communicators_) {
-      if (static_cast<uint32_t>(other) == static_cast<uint32_t>(id)) {
+      if (comm->lane_word() == (static_cast<uint32_t>(id) | 0x80000000u)) {
         throw_error(ErrorKind::kInternal, "communicators ", hex(other), " and ", hex(id),
-                    " share the low 32 bits of their ids, which name streams of shared channels");
+                    " share the low 31 bits of their ids, which name streams of shared channels");
       }
     }
   }
-  auto comm = std::make_unique<Communicator>(*this, id, table, size, group_size, space);
+  auto comm = std::make_unique<Communicator>(*this, id, table, size, group_size, space,
+                                             space == 0 ? static_cast<uint32_t>(salt) : 0);
   Communicator& ref = *comm;
   communicators_[id] = std::move(comm);
   return ref;

@@ -24,6 +24,7 @@
 //   in flight never frees the world under them. A call that starts after destroy() finds none.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "comm/host_segment.h"
+#include "comm/lanes.h"
 #include "comm/world_config.h"
 #include "transport/shm/segment.h"
 #include "transport/tcp/tcp_transport.h"
@@ -87,17 +89,21 @@ class World {
   // With config.shared_channels, every communicator talks through streams of these (one per
   // channel): calls of several communicators may use one pair of devices at once.
   bool shares_channels() const { return config_.shared_channels; }
+  // Whether the MPI shim's communicators have streams of their own (WorldConfig::xla_streams).
+  bool xla_streams() const { return config_.shared_channels && config_.xla_streams; }
   SharedChannel* shared_channel(int64_t src, int64_t dst) const;
-  // Held by every call of a local device while it runs (collectives/run.h): a device's channels
-  // have one producer and one consumer, also when XLA runs two of its calls at once on two
-  // threads (jaccl's ops and XLA's own collectives). Throws for a device of another process.
-  std::recursive_mutex& device_lock(int64_t device) const;
+  // Held by every call of a local device in `lane` (comm/lanes.h) while it runs
+  // (collectives/run.h): a lane's streams and members have one user at a time, also when XLA
+  // runs two calls of one lane at once on two threads (two chains that share a lane). Throws
+  // for a device of another process.
+  std::recursive_mutex& device_lock(int64_t device, uint32_t lane = 0) const;
   Doorbell* doorbell(int64_t device) const;
 
   // The communicator of a group table in sequence space `space` (0: jaccl's own ops; others
   // number their calls apart on the same devices: handlers/host_abi.h), made on first use.
-  // `salt` tells apart communicators of one table that must not share members (the MPI shim's
-  // split rounds with several devices per process: handlers/host_abi.h).
+  // `salt` tells apart communicators of one table that must not share members: jaccl's lanes
+  // (space 0: the salt is the lane, comm/lanes.h) and the MPI shim's split rounds with several
+  // devices per process (handlers/host_abi.h).
   Communicator& communicator(const int64_t* table, size_t size, int group_size, int32_t space = 0,
                              uint64_t salt = 0);
 
@@ -131,7 +137,8 @@ class World {
   std::unordered_map<const Channel*, std::unique_ptr<SharedChannel>> shared_;  // shares_channels()
   bool attached_ = false;
 
-  std::vector<std::unique_ptr<std::recursive_mutex>> device_locks_;  // by device index, local only
+  using LaneLocks = std::array<std::recursive_mutex, kMaxLanes>;
+  std::vector<std::unique_ptr<LaneLocks>> device_locks_;  // by device index, local only
   std::mutex communicators_mutex_;
   std::unordered_map<uint64_t, std::unique_ptr<Communicator>> communicators_;
 };

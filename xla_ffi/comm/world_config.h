@@ -36,10 +36,16 @@ struct WorldConfig {
   int num_slots = 4;            // frames in flight per channel
   double timeout_s = 120.0;     // JACCL_TIMEOUT
   int spin_us = 50;             // busy-wait before sleeping on a doorbell
-  // Several streams per channel (transport/shared_channel.h): XLA's collectives through the MPI
-  // shim with several CPU devices per process, where two communicators' calls may use one pair
-  // of devices at once. Costs a copy of every frame received.
+  // Several streams per channel (transport/shared_channel.h): for jaccl's lanes (comm/lanes.h)
+  // and for XLA's collectives with several CPU devices per process. A frame is copied only when
+  // it waits at the head of its channel for a reader busy elsewhere.
   bool shared_channels = false;
+  // XLA's collectives through the MPI shim have streams of their own, one per communicator
+  // (with several CPU devices per process, where two of the shim's communicators may use one
+  // pair of devices at once; needs shared_channels). Otherwise they share lane 0's streams and
+  // lock with jaccl's calls, which they then meet in one order (a rank that takes them in
+  // another gets "ranks disagree").
+  bool xla_streams = false;
 };
 
 }  // namespace jaccl

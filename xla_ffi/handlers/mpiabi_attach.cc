@@ -51,7 +51,7 @@ void attach_mpiabi(const std::string& path) {
     }
     std::sort(of_process[p].begin(), of_process[p].end());
   }
-  if (per_process > 1 && !world.shares_channels()) {
+  if (per_process > 1 && !world.xla_streams()) {
     throw_error(ErrorKind::kInternal, "XLA's collectives on ", per_process, " devices per "
                 "process need a world that shares channels");
   }

@@ -67,7 +67,7 @@ std::optional<Failure> run_moe(const MoeRequest& c) {
     } else {
       combine(call, c);
     }
-  }, 0, 0, c.site);
+  }, 0, c.lane, c.site);
 }
 
 }  // namespace jaccl

@@ -40,6 +40,7 @@ struct MoeRequest {
   void* out = nullptr;
   uint64_t out_rows = 0, out_count = 0;
   uint32_t site = 0;  // common/call_sites.h
+  uint32_t lane = 0;  // comm/lanes.h
 };
 
 std::optional<Failure> run_moe(const MoeRequest& request);

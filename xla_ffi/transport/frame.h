@@ -2,8 +2,8 @@
 //
 // Every frame says which collective it belongs to (communicator, sequence
 // number, call site, kind, element type, reduce op, algorithm, the sender's
-// element count) and where its payload sits in its stream (tag, stream length,
-// offset). A receiver compares each header with what it expects, so ranks
+// element count), where its payload sits in its stream (tag, stream length,
+// offset) and which lane of its channel carries it. A receiver compares each header with what it expects, so ranks
 // that disagree get an error naming both sides instead of wrong data.
 #pragma once
 
@@ -30,7 +30,9 @@ struct FrameHeader {
   uint64_t offset;        // element offset of this payload in the stream
   uint32_t nbytes;        // payload bytes
   uint32_t site;          // where the collective was written (common/call_sites.h; 0: none)
-  uint32_t reserved[2];
+  uint32_t lane;          // the sender's stream word (Communicator::lane_word()): which
+                          // stream of a shared channel (transport/shared_channel.h) it is in
+  uint32_t reserved[1];
 };
 static_assert(sizeof(FrameHeader) == 64, "frame header must stay 64 bytes");
 

@@ -63,32 +63,63 @@ SharedChannel::Copy SharedChannel::take_copy() {
   return Copy(bytes);
 }
 
-// Every frame that arrived moves to its stream's queue, whichever stream looks: the channel's
-// ring never stays full of frames whose reader is busy elsewhere.
+// A stream's frames copied out earlier come first; then the channel's head is lent in place if
+// it is this stream's, or copied into its stream's queue if it is another's (so the channel's
+// ring never stays full of frames whose reader is busy elsewhere), unless it is lent already.
 const Frame* SharedChannel::peek(uint64_t stream) {
   std::lock_guard<std::mutex> lock(consumer_mutex_);
+  auto own = queues_.find(stream);
+  if (own != queues_.end() && !own->second.empty()) {
+    return reinterpret_cast<const Frame*>(own->second.front().get());
+  }
   bool for_others = false;
+  const Frame* found = nullptr;
   while (const Frame* frame = channel_->try_peek()) {
-    const uint64_t owner = stream_of(frame->header.comm, frame->header.src_rank);
+    const uint64_t owner = stream_of(frame->header.lane, frame->header.src_rank);
+    if (owner == stream) {
+      lent_to_ = stream;
+      found = frame;
+      break;
+    }
+    if (lent_to_ != kNoStream) {  // another stream reads it now: it rings when done
+      consumer_waited_ = true;
+      break;
+    }
     const size_t payload = std::min<size_t>(frame->header.nbytes, channel_->payload_capacity());
     Copy copy = take_copy();
     std::memcpy(copy.get(), frame, sizeof(FrameHeader) + payload);
     queues_[owner].push_back(std::move(copy));
     channel_->release();
-    for_others |= owner != stream;
+    for_others = true;
   }
   if (for_others && consumer_bell_ != nullptr) ring(consumer_bell_);
-  auto it = queues_.find(stream);
-  if (it == queues_.end() || it->second.empty()) return nullptr;
-  return reinterpret_cast<const Frame*>(it->second.front().get());
+  return found;
+}
+
+void SharedChannel::give_back_lend() {
+  lent_to_ = kNoStream;
+  if (consumer_waited_) {
+    consumer_waited_ = false;
+    if (consumer_bell_ != nullptr) ring(consumer_bell_);
+  }
 }
 
 void SharedChannel::release(uint64_t stream) {
   std::lock_guard<std::mutex> lock(consumer_mutex_);
+  if (lent_to_ == stream) {
+    channel_->release();
+    give_back_lend();
+    return;
+  }
   auto it = queues_.find(stream);
   if (it == queues_.end() || it->second.empty()) return;
   if (spare_.size() < kSpareCopies) spare_.push_back(std::move(it->second.front()));
   it->second.pop_front();
+}
+
+void SharedChannel::unpeek(uint64_t stream) {
+  std::lock_guard<std::mutex> lock(consumer_mutex_);
+  if (lent_to_ == stream) give_back_lend();
 }
 
 }  // namespace jaccl

@@ -1,21 +1,25 @@
-// Several streams over one channel: for a world whose calls of different communicators may
-// use the same pair of devices at the same moment from different threads. That happens with
-// XLA's collectives on several CPU devices per process: the MPI shim cannot tell which XLA
+// Several streams over one channel: for a world whose calls may use the same pair of devices
+// at the same moment from different threads. That happens with jaccl's lanes (calls of one
+// device in different chains run at once, each on its lane's thread: comm/lanes.h) and
+// with XLA's collectives on several CPU devices per process (the MPI shim cannot tell which XLA
 // device calls, so it places each communicator's members on devices of its own choosing, and
-// two XLA devices can share one of jaccl's devices in two communicators at once.
+// two XLA devices can share one of jaccl's devices in two communicators at once).
 //
 // Contract: a SharedChannel wraps one Channel (the transport's, which it then owns the ends
-// of); each (communicator, sending rank) is a stream with a StreamChannel of its own, which is
-// a full Channel for the engine. A frame's stream is read from its header (comm, src_rank).
+// of); each (lane word, sending rank) is a stream with a StreamChannel of its own, which is a
+// full Channel for the engine. A frame's stream is read from its header (lane, src_rank).
 // - Producing: try_reserve() claims the channel for its stream until commit() or
 //   unreserve(); it returns nullptr when the ring is full or another stream holds the claim
 //   (that stream's commit rings the producer's doorbell, so the waiter looks again).
-// - Consuming: try_peek() first moves every frame waiting in the channel into the queue of its
-//   stream (a copy), so a stream never waits behind another's frames, then returns the oldest
-//   of its own; release() drops it. A frame queued for another stream rings the consumer's
-//   doorbell: that stream's reader may have looked already.
-// - One thread at a time per StreamChannel, as for any Channel; any number of StreamChannels
-//   of one SharedChannel on any threads.
+// - Consuming: try_peek() returns the oldest frame of its stream: one copied out earlier, or
+//   the channel's own oldest frame, lent in place (no copy) until release() or unpeek(). A
+//   frame of another stream at the head of the channel is copied into that stream's queue
+//   (so a stream never waits behind another's frames), unless it is lent: then try_peek()
+//   returns nullptr until the lender gives it back, which rings the consumer's doorbell.
+//   Lenders must give frames back without waiting for anything (the engine releases or
+//   unpeeks every frame within one step), or another stream could wait on them forever.
+// - One thread at a time per stream, as for any Channel; any number of streams of one
+//   SharedChannel on any threads.
 #pragma once
 
 #include <atomic>
@@ -56,6 +60,8 @@ class SharedChannel {
   void unreserve(StreamChannel* who);
   const Frame* peek(uint64_t stream);
   void release(uint64_t stream);
+  void unpeek(uint64_t stream);
+  void give_back_lend();  // under consumer_mutex_
   Copy take_copy();  // a frame-sized buffer, reused when one is free
 
   Channel* channel_;
@@ -66,6 +72,9 @@ class SharedChannel {
   std::atomic<bool> producer_waited_{false};       // another stream found the claim taken
   std::mutex consumer_mutex_;                      // the channel's consumer end, the queues
   std::unordered_map<uint64_t, std::deque<Copy>> queues_;
+  static constexpr uint64_t kNoStream = ~0ull;
+  uint64_t lent_to_ = kNoStream;                   // the stream reading the channel's head
+  bool consumer_waited_ = false;                   // another stream found the head lent
   std::vector<Copy> spare_;
 };
 
@@ -79,6 +88,7 @@ class StreamChannel : public Channel {
   void unreserve() override { shared_.unreserve(this); }
   const Frame* try_peek() override { return shared_.peek(stream_); }
   void release() override { shared_.release(stream_); }
+  void unpeek() override { shared_.unpeek(stream_); }
   std::string failure() const override { return shared_.channel_->failure(); }
   const char* kind() const override { return shared_.channel_->kind(); }
 

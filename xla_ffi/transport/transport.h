@@ -50,6 +50,10 @@ class Channel {
   virtual const Frame* try_peek() = 0;
   // Consumer: gives the peeked frame back; wakes the producer.
   virtual void release() = 0;
+  // Consumer: done reading the peeked frame for now, without consuming it (the next
+  // try_peek() returns it again). A channel shared by several streams (shared_channel.h) lends
+  // its frames in place only until release() or unpeek().
+  virtual void unpeek() {}
 
   // Non-empty when the transport knows the channel is broken.
   virtual std::string failure() const { return {}; }

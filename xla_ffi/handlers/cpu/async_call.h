@@ -1,13 +1,14 @@
 // How a CPU handler gives XLA its call: as an ffi::Future, so XLA:CPU's dataflow executor runs
 // every thunk that does not depend on the call while the call waits on its peers.
 //
-// Contract: runs_now(device, bytes) tells whether a call of `bytes` runs at once on XLA's
-// thread: when it is smaller than async_min_bytes() (a thread hop costs more than such a call;
-// collectives/device_threads.h), or asynchronous calls are off, and no earlier call of the
-// device is still queued (the device keeps XLA's order of its calls). Its future is then
-// completed(to_ffi(failure)). Otherwise queue(device, work) runs `work` (a call of the engine:
-// it returns the failure or nothing, and never throws) on the device's call thread; the future
-// completes from the device's completion thread (XLA then runs the call's dependents there),
+// Contract: runs_now(device, lane, bytes) tells whether a call of `bytes` in `lane`
+// (comm/lanes.h) runs at once on XLA's thread: when it is smaller than async_min_bytes() (a
+// thread hop costs more than such a call; collectives/device_threads.h), or asynchronous calls
+// are off, and no earlier call of the device's lane is still queued (a lane keeps XLA's order
+// of its calls). Its future is then completed(to_ffi(failure)). Otherwise queue(device, lane,
+// work) runs `work` (a call of the engine: it returns the failure or nothing, and never throws)
+// on the lane's call thread; the future completes from the lane's completion thread (XLA then
+// runs the call's dependents there),
 // with the call's error if it failed. A queued `work` must own everything it uses: XLA keeps
 // the call's buffers alive until the future completes, not its views of them (ffi::AnyBuffer
 // points into XLA's call frame) nor the handler's frame.
@@ -38,18 +39,19 @@ inline xla::ffi::Future completed(xla::ffi::Error error) {
   return future;
 }
 
-inline bool runs_now(int64_t device, size_t bytes) {
+inline bool runs_now(int64_t device, uint32_t lane, size_t bytes) {
   const int64_t min_bytes = async_min_bytes();
   return min_bytes < 0 ||
-         (static_cast<int64_t>(bytes) < min_bytes && DeviceThreads::get().idle(device));
+         (static_cast<int64_t>(bytes) < min_bytes && DeviceThreads::get().idle(device, lane));
 }
 
-inline xla::ffi::Future queue(int64_t device, std::function<std::optional<Failure>()> work) {
+inline xla::ffi::Future queue(int64_t device, uint32_t lane,
+                              std::function<std::optional<Failure>()> work) {
   xla::ffi::Promise promise;
   xla::ffi::Future future(promise);
-  DeviceThreads::get().run(device, [device, promise, work = std::move(work)]() mutable {
+  DeviceThreads::get().run(device, lane, [device, lane, promise, work = std::move(work)]() mutable {
     std::optional<Failure> failure = work();
-    DeviceThreads::get().complete(device, [promise, failure]() mutable {
+    DeviceThreads::get().complete(device, lane, [promise, failure]() mutable {
       if (failure) {
         promise.SetError(to_ffi(failure));
       } else {

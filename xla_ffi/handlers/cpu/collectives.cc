@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collectives/run.h"
+#include "comm/lanes.h"
 #include "common/memory.h"
 #include "handlers/buffer_shape.h"
 #include "handlers/call_setup.h"
@@ -28,22 +29,22 @@ namespace ffi = xla::ffi;
 namespace jaccl {
 namespace {
 
-// One engine call for `device` over the communicator of `groups`: at once, or queued on the
-// device's thread (async_call.h). Bodies capture data pointers and counts, never XLA's views;
+// One engine call for `device` over the communicator of `groups` in the lane the `site`
+// attribute names (comm/lanes.h): at once, or queued on the lane's thread (async_call.h). Bodies capture data pointers and counts, never XLA's views;
 // a queued call takes a copy of the table.
 template <typename Body>
 ffi::Future engine_call(CollectiveKind kind, int64_t device, ffi::Span<const int64_t> groups,
                         int64_t group_size, int64_t site, Dtype dtype, uint64_t op_count,
                         size_t bytes, Body body) {
-  const auto at = static_cast<uint32_t>(site);
-  if (runs_now(device, bytes)) {
+  const uint32_t at = site_of_attribute(site), lane = lane_of_attribute(site);
+  if (runs_now(device, lane, bytes)) {
     return completed(to_ffi(run_call(kind, device, groups.begin(), groups.size(), group_size,
-                                     dtype, op_count, body, 0, 0, at)));
+                                     dtype, op_count, body, 0, lane, at)));
   }
   std::vector<int64_t> table(groups.begin(), groups.end());
-  return queue(device, [=]() mutable {  // bodies may fill in their Buffers
+  return queue(device, lane, [=]() mutable {  // bodies may fill in their Buffers
     return run_call(kind, device, table.data(), table.size(), group_size, dtype, op_count,
-                    [&](Call& call) { body(call); }, 0, 0, at);
+                    [&](Call& call) { body(call); }, 0, lane, at);
   });
 }
 

@@ -68,7 +68,8 @@ void init_world(int my_process, const std::vector<std::tuple<int, int, std::stri
                 size_t payload_bytes, int num_slots, double timeout_s, int spin_us,
                 const std::vector<std::string>& endpoints, const std::string& secret,
                 int tcp_stripes, const std::string& transport, const std::string& ofi_provider,
-                const std::string& ofi_why, const std::string& ofi_mode, bool shared_channels) {
+                const std::string& ofi_why, const std::string& ofi_mode, bool shared_channels,
+                bool xla_streams) {
   jaccl::WorldConfig config;
   config.my_process = my_process;
   for (const auto& [index, pid, host] : processes) {
@@ -88,6 +89,7 @@ void init_world(int my_process, const std::vector<std::tuple<int, int, std::stri
   config.ofi_why = ofi_why;
   config.ofi_mode = ofi_mode;
   config.shared_channels = shared_channels;
+  config.xla_streams = xla_streams;
   if (pending_network()) config.ip = pending_network()->endpoint().host;
   jaccl::World::create(config, std::move(pending_network()));
 }
@@ -156,7 +158,8 @@ NB_MODULE(_jaccl, m) {
         nb::arg("devices"), nb::arg("job_tag"), nb::arg("payload_bytes"), nb::arg("num_slots"),
         nb::arg("timeout_s"), nb::arg("spin_us"), nb::arg("endpoints"), nb::arg("secret"),
         nb::arg("tcp_stripes"), nb::arg("transport") = "tcp", nb::arg("ofi_provider") = "",
-        nb::arg("ofi_why") = "", nb::arg("ofi_mode") = "auto", nb::arg("shared_channels") = false);
+        nb::arg("ofi_why") = "", nb::arg("ofi_mode") = "auto", nb::arg("shared_channels") = false,
+        nb::arg("xla_streams") = false);
   define_ofi_functions(m);
   // XLA:CPU's own collectives on this engine (handlers/mpiabi_attach.h).
   m.def("mpiabi_attach", [](const std::string& path) {

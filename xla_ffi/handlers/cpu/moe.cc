@@ -16,6 +16,7 @@
 #include "handlers/cpu/symbols.h"
 #include "handlers/order_operand.h"
 #include "handlers/xla_dtype.h"
+#include "comm/lanes.h"
 #include "moe/run.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -36,7 +37,8 @@ MoeRequest request(CollectiveKind kind, int64_t device, ffi::Span<const int64_t>
   r.groups = groups.begin();
   r.groups_len = groups.size();
   r.group_size = group_size;
-  r.site = static_cast<uint32_t>(site);
+  r.site = site_of_attribute(site);
+  r.lane = lane_of_attribute(site);
   r.dtype = dtype;
   r.rows = rows.untyped_data();
   r.rows_count = leading(rows);
@@ -55,9 +57,9 @@ MoeRequest request(CollectiveKind kind, int64_t device, ffi::Span<const int64_t>
 // Runs `r` at once or queued on the device's thread (async_call.h). Its buffers are XLA's,
 // alive until the call completes; a queued call takes a copy of the group table.
 ffi::Future finish_moe(MoeRequest r, size_t bytes) {
-  if (runs_now(r.device, bytes)) return completed(to_ffi(run_moe(r)));
+  if (runs_now(r.device, r.lane, bytes)) return completed(to_ffi(run_moe(r)));
   std::vector<int64_t> table(r.groups, r.groups + r.groups_len);
-  return queue(r.device, [r, table]() mutable {
+  return queue(r.device, r.lane, [r, table]() mutable {
     r.groups = table.data();
     return run_moe(r);
   });

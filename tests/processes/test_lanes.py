@@ -1,0 +1,58 @@
+"""Several calls of one device in flight: collectives of different chains (lanes,
+xla_ffi/comm/lanes.h) that ranks take in opposite orders both complete with numpy's results,
+on one host, between emulated hosts over TCP and with two devices per process; with one lane
+(JACCL_LANES=1, one call of a device at a time) the same program stops at once with "ranks
+disagree" naming both calls, which shows the orders really were opposite."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import clean, run_job
+from transports import TCP
+
+TIMEOUT = 20  # JACCL_TIMEOUT: a lost wake-up or a lane that waits on another fails well inside
+
+LAYOUTS = pytest.mark.parametrize("nprocs, devices, hosts", [
+    pytest.param(2, 1, None, id="2x1"),
+    pytest.param(2, 1, TCP, id="2x1-hosts-tcp"),
+    pytest.param(2, 2, None, id="2x2"),
+])
+
+
+def env(hosts, nprocs, **settings):
+    fake = {"JACCL_TEST_FAKE_HOSTS": str(nprocs), **hosts} if hosts else {}
+    return {"JACCL_TIMEOUT": str(TIMEOUT), **fake, **settings}
+
+
+def assert_all_ok(job, nprocs):
+    for rank in range(nprocs):
+        assert job.values(rank, "RESULT") == ["ok"], clean(job.output)[-4000:]
+    assert job.returncode == 0
+    assert job.leftovers() == []
+
+
+@LAYOUTS
+def test_collectives_that_ranks_take_in_opposite_orders_both_complete(nprocs, devices, hosts):
+    job = run_job("lanes.py", nprocs, devices, args=["opposite"], env=env(hosts, nprocs),
+                  timeout=180)
+    assert_all_ok(job, nprocs)
+
+
+def test_with_one_lane_the_same_program_stops_with_ranks_disagree_naming_both():
+    job = run_job("lanes.py", 2, args=["opposite", "--repeats", "1"],
+                  env=env(None, 2, JACCL_LANES="1"), timeout=180)
+    for rank in (0, 1):
+        raised = job.values(rank, "RAISED")
+        assert raised, clean(job.output)[-4000:]
+        assert "ranks disagree" in raised[0], raised[0]
+        assert "lanes.py call A" in raised[0] and "lanes.py call B" in raised[0], raised[0]
+    assert job.returncode != 0
+    assert job.leftovers() == []
+
+
+def test_a_program_of_two_chains_gets_two_lanes_and_numpy_results():
+    job = run_job("lanes.py", 2, args=["chains"], env=env(None, 2), timeout=180)
+    for rank in (0, 1):
+        assert job.values(rank, "LANES") == ["0 0 1 1"], clean(job.output)[-4000:]
+    assert_all_ok(job, 2)

@@ -1,0 +1,36 @@
+// Lanes: how several calls of one device are in flight at once.
+//
+// XLA:CPU runs jaccl calls that do not depend on each other in whatever order they become
+// ready, possibly at once, and that order may differ between ranks. Calls of one chain (the
+// token that orders a block's collectives: jax_jaccl/_ordering.py) never race, so the
+// lowering gives every chain of a module a lane (the first chain lowered lane 0, the next
+// lane 1, ..., wrapping at JACCL_LANES) and the calls of a lane meet in order on every rank.
+// Each lane of a device is independent of the others:
+// - its calls run on the lane's own threads (collectives/device_threads.h) under the lane's
+//   own lock (World::device_lock), so a call of lane 1 waiting on its peers never holds up
+//   one of lane 0;
+// - its communicators are the table's communicator salted with the lane (comm/world.h): their
+//   own members, sequence numbers and scratch;
+// - its frames travel in the lane's streams of every shared channel
+//   (transport/shared_channel.h; FrameHeader::lane), so ranks that take two lanes' calls in
+//   different orders each get both results, and a receiver never reads another lane's frame.
+// Within one lane a frame of the wrong collective still stops both ranks with "ranks
+// disagree" at once. Two chains that share a lane (more chains than lanes) are ordered by
+// their ranks' threads only: ranks that take them in different orders get that error.
+#pragma once
+
+#include <cstdint>
+
+namespace jaccl {
+
+constexpr int kMaxLanes = 8;
+
+// The lane a handler's `site` attribute carries in bits 32-39 (jax_jaccl/_call_site.py), and
+// the call site in its low 32 bits.
+inline uint32_t lane_of_attribute(int64_t site) {
+  const auto lane = static_cast<uint32_t>((static_cast<uint64_t>(site) >> 32) & 0xff);
+  return lane < kMaxLanes ? lane : lane % kMaxLanes;
+}
+inline uint32_t site_of_attribute(int64_t site) { return static_cast<uint32_t>(site); }
+
+}  // namespace jaccl
