@@ -6,6 +6,8 @@ disagree" naming both calls, which shows the orders really were opposite."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from harness import clean, run_job
@@ -13,10 +15,12 @@ from transports import TCP
 
 TIMEOUT = 20  # JACCL_TIMEOUT: a lost wake-up or a lane that waits on another fails well inside
 
-LAYOUTS = pytest.mark.parametrize("nprocs, devices, hosts", [
-    pytest.param(2, 1, None, id="2x1"),
-    pytest.param(2, 1, TCP, id="2x1-hosts-tcp"),
-    pytest.param(2, 2, None, id="2x2"),
+LAYOUTS = pytest.mark.parametrize("nprocs, devices, hosts, elements", [
+    pytest.param(2, 1, None, 262144, id="2x1"),
+    # calls below JACCL_ASYNC_MIN_KB: lane 0's run on XLA's thread, lane 1's never do
+    pytest.param(2, 1, None, 1024, id="2x1-4KiB"),
+    pytest.param(2, 1, TCP, 262144, id="2x1-hosts-tcp"),
+    pytest.param(2, 2, None, 262144, id="2x2"),
 ])
 
 
@@ -33,9 +37,10 @@ def assert_all_ok(job, nprocs):
 
 
 @LAYOUTS
-def test_collectives_that_ranks_take_in_opposite_orders_both_complete(nprocs, devices, hosts):
-    job = run_job("lanes.py", nprocs, devices, args=["opposite"], env=env(hosts, nprocs),
-                  timeout=180)
+def test_collectives_that_ranks_take_in_opposite_orders_both_complete(nprocs, devices, hosts,
+                                                                     elements):
+    job = run_job("lanes.py", nprocs, devices, args=["opposite", "--elements", str(elements)],
+                  env=env(hosts, nprocs), timeout=180)
     assert_all_ok(job, nprocs)
 
 
@@ -47,6 +52,19 @@ def test_with_one_lane_the_same_program_stops_with_ranks_disagree_naming_both():
         assert raised, clean(job.output)[-4000:]
         assert "ranks disagree" in raised[0], raised[0]
         assert "lanes.py call A" in raised[0] and "lanes.py call B" in raised[0], raised[0]
+    assert job.returncode != 0
+    assert job.leftovers() == []
+
+
+def test_with_blocking_calls_opposite_orders_fail_within_the_timeout_on_every_rank():
+    """JACCL_ASYNC=0: each call holds XLA's thread, so a rank in lane 1's call cannot compute
+    the operand of lane 0's, which its peer waits in: both fail naming the call they were in."""
+    job = run_job("lanes.py", 2, args=["opposite", "--repeats", "1"],
+                  env=env(None, 2, JACCL_ASYNC="0", JACCL_TIMEOUT="5"), timeout=180)
+    for rank in (0, 1):
+        raised = job.values(rank, "RAISED")
+        assert raised, clean(job.output)[-4000:]
+        assert re.search(r"timed out after 5 s .* at lanes\.py call [AB]", raised[0]), raised[0]
     assert job.returncode != 0
     assert job.leftovers() == []
 

@@ -8,7 +8,9 @@
 // Each lane of a device is independent of the others:
 // - its calls run on the lane's own threads (collectives/device_threads.h) under the lane's
 //   own lock (World::device_lock), so a call of lane 1 waiting on its peers never holds up
-//   one of lane 0;
+//   one of lane 0 (small calls of lane 0 may run on XLA's thread, those of other lanes never:
+//   handlers/cpu/async_call.h; with JACCL_ASYNC=0 every call blocks XLA's thread, and ranks
+//   that reach two lanes' calls in opposite orders may then wait until JACCL_TIMEOUT);
 // - its communicators are the table's communicator salted with the lane (comm/world.h): their
 //   own members, sequence numbers and scratch;
 // - its frames travel in the lane's streams of every shared channel

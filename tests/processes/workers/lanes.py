@@ -23,7 +23,8 @@ import sys
 from common import start
 
 args, index, count = start(__doc__, {"mode": dict(choices=["opposite", "chains"]),
-                                     "--repeats": dict(type=int, default=5)})
+                                     "--repeats": dict(type=int, default=5),
+                                     "--elements": dict(type=int, default=262144)})
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -35,7 +36,8 @@ from jax_jaccl import _ext, _settings  # noqa: E402
 
 n = len(jax.devices())
 mesh = jax.make_mesh((n,), ("x",))
-ELEMENTS = 262144  # per device: 1 MiB of float32, so each call runs on its lane's thread
+ELEMENTS = args.elements  # per device (a multiple of 512): 1 MiB of float32 by default, so
+# that each call runs on its lane's thread
 put = lambda a: jax.make_array_from_callback(  # noqa: E731
     a.shape, NamedSharding(mesh, P("x")), lambda i: a[i])
 
@@ -43,7 +45,7 @@ put = lambda a: jax.make_array_from_callback(  # noqa: E731
 def delayed(u):
     """u plus a zero that XLA computes with 20 matmuls of 512x512 first."""
     m = jnp.eye(512, dtype=u.dtype)
-    acc = u[:512 * 512].reshape(512, 512)
+    acc = m * u[0]
     for _ in range(20):
         acc = jnp.tanh(acc @ m)
     return u + 0.0 * jnp.sum(acc)

@@ -2,10 +2,12 @@
 // every thunk that does not depend on the call while the call waits on its peers.
 //
 // Contract: runs_now(device, lane, bytes) tells whether a call of `bytes` in `lane`
-// (comm/lanes.h) runs at once on XLA's thread: when it is smaller than async_min_bytes() (a
-// thread hop costs more than such a call; collectives/device_threads.h), or asynchronous calls
-// are off, and no earlier call of the device's lane is still queued (a lane keeps XLA's order
-// of its calls). Its future is then completed(to_ffi(failure)). Otherwise queue(device, lane,
+// (comm/lanes.h) runs at once on XLA's thread: when asynchronous calls are off, or when it is
+// in lane 0, smaller than async_min_bytes() (a thread hop costs more than such a call;
+// collectives/device_threads.h) and no earlier call of the lane is still queued (a lane keeps
+// XLA's order of its calls). Calls of other lanes always go to their lane's thread: one that
+// blocked XLA's thread while its peers first finish a call of lane 0 could hold up the very
+// compute that call of lane 0 waits for. Its future is then completed(to_ffi(failure)). Otherwise queue(device, lane,
 // work) runs `work` (a call of the engine: it returns the failure or nothing, and never throws)
 // on the lane's call thread; the future completes from the lane's completion thread (XLA then
 // runs the call's dependents there),
@@ -41,8 +43,8 @@ inline xla::ffi::Future completed(xla::ffi::Error error) {
 
 inline bool runs_now(int64_t device, uint32_t lane, size_t bytes) {
   const int64_t min_bytes = async_min_bytes();
-  return min_bytes < 0 ||
-         (static_cast<int64_t>(bytes) < min_bytes && DeviceThreads::get().idle(device, lane));
+  return min_bytes < 0 || (lane == 0 && static_cast<int64_t>(bytes) < min_bytes &&
+                           DeviceThreads::get().idle(device, lane));
 }
 
 inline xla::ffi::Future queue(int64_t device, uint32_t lane,
