@@ -4,8 +4,9 @@
 // Contract: run_call(kind, device, groups, ...) finds the world, the communicator named by
 // the `groups` table (group_size per row) in sequence space `space` with `salt`
 // (handlers/host_abi.h: XLA's collectives through the MPI shim are numbered apart; for jaccl's
-// own calls, space 0, the salt is the call's lane: comm/lanes.h) and this device's member of it, numbers the call, and runs body(Call&) with call.world/comm/member/
-// kind/dtype/op_count/seq/timeout set and call.site = `site` (common/call_sites.h). body
+// own calls, space 0, the salt is the call's lane: comm/lanes.h) and this device's member of
+// it, numbers the call, and runs body(Call&) with call.world/comm/member/kind/dtype/op_count/
+// seq/timeout set and call.site = `site` (common/call_sites.h). body
 // throws jaccl::Error (or anything) on failure; run_call never throws: it posts the failure
 // on the abort board (so the peers stop too) and returns it.
 // run_host_collective() resolves the algorithm and runs one collective on host buffers

@@ -5,8 +5,8 @@
 // rank order; every process builds the same table at trace time, so the id
 // (a hash of the table) is the same everywhere. Each local device sees its own
 // group through a Member view: its rank, the channels to and from every other
-// rank, and its collective sequence number. A Member is used only by the
-// thread running that device's program, so it needs no lock.
+// rank, and its collective sequence number. A Member is used by one call at a
+// time (the device lock of its lane: collectives/run.h), so it needs no lock.
 // In a world that shares channels, a member's channels are streams of them
 // (transport/shared_channel.h), named by the communicator's lane word, so
 // members of communicators of different lane words may use one pair of devices

@@ -3,8 +3,9 @@
 // Every frame says which collective it belongs to (communicator, sequence
 // number, call site, kind, element type, reduce op, algorithm, the sender's
 // element count), where its payload sits in its stream (tag, stream length,
-// offset) and which lane of its channel carries it. A receiver compares each header with what it expects, so ranks
-// that disagree get an error naming both sides instead of wrong data.
+// offset) and which lane of its channel carries it. A receiver compares each
+// header with what it expects, so ranks that disagree get an error naming both
+// sides instead of wrong data.
 #pragma once
 
 #include <cstddef>

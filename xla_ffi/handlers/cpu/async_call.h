@@ -5,13 +5,13 @@
 // (comm/lanes.h) runs at once on XLA's thread: when asynchronous calls are off, or when it is
 // in lane 0, smaller than async_min_bytes() (a thread hop costs more than such a call;
 // collectives/device_threads.h) and no earlier call of the lane is still queued (a lane keeps
-// XLA's order of its calls). Calls of other lanes always go to their lane's thread: one that
-// blocked XLA's thread while its peers first finish a call of lane 0 could hold up the very
-// compute that call of lane 0 waits for. Its future is then completed(to_ffi(failure)). Otherwise queue(device, lane,
-// work) runs `work` (a call of the engine: it returns the failure or nothing, and never throws)
-// on the lane's call thread; the future completes from the lane's completion thread (XLA then
-// runs the call's dependents there),
-// with the call's error if it failed. A queued `work` must own everything it uses: XLA keeps
+// XLA's order of its calls); its future is then completed(to_ffi(failure)). Calls of other
+// lanes always go to their lane's thread: one that blocked XLA's thread while its peers first
+// finish a call of lane 0 could hold up the very compute that call of lane 0 waits for.
+// Otherwise queue(device, lane, work) runs `work` (a call of the engine: it returns the failure
+// or nothing, and never throws) on the lane's call thread; the future completes from the
+// lane's completion thread (XLA then runs the call's dependents there), with the call's error
+// if it failed. A queued `work` must own everything it uses: XLA keeps
 // the call's buffers alive until the future completes, not its views of them (ffi::AnyBuffer
 // points into XLA's call frame) nor the handler's frame.
 // completed(error) is the finished future of a call that ran, or failed before it started.

@@ -10,13 +10,13 @@
 #include <initializer_list>
 #include <vector>
 
+#include "comm/lanes.h"
 #include "handlers/buffer_shape.h"
 #include "handlers/call_setup.h"
 #include "handlers/cpu/async_call.h"
 #include "handlers/cpu/symbols.h"
 #include "handlers/order_operand.h"
 #include "handlers/xla_dtype.h"
-#include "comm/lanes.h"
 #include "moe/run.h"
 #include "xla/ffi/api/ffi.h"
 
