@@ -36,8 +36,8 @@ from jax_jaccl import _ext, _settings  # noqa: E402
 
 n = len(jax.devices())
 mesh = jax.make_mesh((n,), ("x",))
-ELEMENTS = args.elements  # per device (a multiple of 512): 1 MiB of float32 by default, so
-# that each call runs on its lane's thread
+ELEMENTS = args.elements  # per device: 1 MiB of float32 by default (every call on its lane's
+# thread); below JACCL_ASYNC_MIN_KB lane 0's calls run on XLA's thread
 put = lambda a: jax.make_array_from_callback(  # noqa: E731
     a.shape, NamedSharding(mesh, P("x")), lambda i: a[i])
 
