@@ -1,6 +1,7 @@
 // XLA FFI handlers for the CPU collectives: XLA buffers and attributes in, an engine call
 // (collectives/run.h), an ffi::Future out: the call runs on XLA's thread or, from
-// async_min_bytes() up, on the device's call thread while XLA computes on (async_call.h).
+// async_min_bytes() up (and always in lanes other than 0), on the lane's call thread while XLA
+// computes on (async_call.h).
 //
 // Contract: one handler per collective, all with the same shape: the device ordinal (XLA's
 // global device id) finds the device's group and rank in the communicator named by the
@@ -30,8 +31,9 @@ namespace jaccl {
 namespace {
 
 // One engine call for `device` over the communicator of `groups` in the lane the `site`
-// attribute names (comm/lanes.h): at once, or queued on the lane's thread (async_call.h). Bodies capture data pointers and counts, never XLA's views;
-// a queued call takes a copy of the table.
+// attribute names (comm/lanes.h): at once, or queued on the lane's thread (async_call.h).
+// Bodies capture data pointers and counts, never XLA's views; a queued call takes a copy of
+// the table.
 template <typename Body>
 ffi::Future engine_call(CollectiveKind kind, int64_t device, ffi::Span<const int64_t> groups,
                         int64_t group_size, int64_t site, Dtype dtype, uint64_t op_count,
