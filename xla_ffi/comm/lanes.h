@@ -30,8 +30,7 @@ constexpr int kMaxLanes = 8;
 // The lane a handler's `site` attribute carries in bits 32-39 (jax_jaccl/_call_site.py), and
 // the call site in its low 32 bits.
 inline uint32_t lane_of_attribute(int64_t site) {
-  const auto lane = static_cast<uint32_t>((static_cast<uint64_t>(site) >> 32) & 0xff);
-  return lane < kMaxLanes ? lane : lane % kMaxLanes;
+  return static_cast<uint32_t>((static_cast<uint64_t>(site) >> 32) & 0xff) % kMaxLanes;
 }
 inline uint32_t site_of_attribute(int64_t site) { return static_cast<uint32_t>(site); }
 

@@ -42,8 +42,8 @@ HOST_SOURCES = ["cuda/peer_collectives.cc", "cuda/peer_group.cc", "cuda/peer_moe
 # The whole _jaccl_cuda extension as CMake builds it (minus nvcc), for tests that run JAX: its
 # folders, and the part of jaccl_core (which CMake links) that they use.
 MODULE_SOURCES = _in("handlers/cuda", ".cc") + _in("cuda", ".cc") + [
-    "common/call_sites.cc", "common/reduce.cc", "common/dtype.cc", "common/error.cc", "common/log.cc", "common/process.cc",
-    "collectives/kinds.cc"]
+    "common/call_sites.cc", "common/reduce.cc", "common/dtype.cc", "common/error.cc",
+    "common/log.cc", "common/process.cc", "collectives/kinds.cc"]
 # Compiled first, so that the other sources fill the other jobs meanwhile.
 _SLOW_SOURCES = ("kernels/reduce.cc", "nb_combined.cpp")
 CHECKS = ["shim/fibers.cc", "shim/runtime.cc", "emulated_world.cc", "main.cc", "kernel_checks.cc",

@@ -43,7 +43,9 @@ put = lambda a: jax.make_array_from_callback(  # noqa: E731
 
 
 def delayed(u):
-    """u plus a zero that XLA computes with 20 matmuls of 512x512 first."""
+    """u plus a zero that XLA computes with 20 matmuls of 512x512 first: thunks of the caller's
+    own sequence, so a blocking call holds them up (spin()'s loop, one while thunk, may run on
+    another of XLA's threads and make the blocking case pass or fail by timing)."""
     m = jnp.eye(512, dtype=u.dtype)
     acc = m * u[0]
     for _ in range(20):

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "collectives/kinds.h"
+#include "comm/lanes.h"
 #include "common/dtype.h"
 #include "common/reduce.h"
 #include "common/log.h"
@@ -180,7 +181,7 @@ ffi::Error collective(CollectiveKind kind, cudaStream_t stream, int32_t ordinal,
   if (mode != PathMode::kStaged && peer_path_group(local, members)) {
     PeerCollective call;
     call.kind = kind;
-    call.site = static_cast<uint32_t>(site);
+    call.site = site_of_attribute(site);  // GPU calls are stream-ordered: lane 0
     call.dtype = dtype;
     call.op = static_cast<ReduceOp>(op);
     call.algorithm = static_cast<Algorithm>(algorithm);
@@ -213,7 +214,7 @@ ffi::Error collective(CollectiveKind kind, cudaStream_t stream, int32_t ordinal,
                      static_cast<int32_t>(algorithm), nullptr, nullptr, in.element_count(),
                      out->element_count(), static_cast<uint64_t>(outer_in),
                      static_cast<uint64_t>(outer_out)};
-  call.site = static_cast<uint32_t>(site);
+  call.site = site_of_attribute(site);  // GPU calls are stream-ordered: lane 0
   return staged(call, std::vector<int64_t>(groups.begin(), groups.end()), ordinal, stream, in, out,
                 std::move(perm));
 }
@@ -322,7 +323,7 @@ ffi::Error RaggedAllToAll(cudaStream_t stream, int32_t ordinal, OrderIn, ffi::An
     JacclHostCall call{static_cast<int32_t>(CollectiveKind::kRaggedAllToAll), device, nullptr, 0,
                        group_size, static_cast<int32_t>(dtype), 0, 0, host + operand_at,
                        host + output_at, operand.element_count(), output.element_count(), 1, 1};
-    call.site = static_cast<uint32_t>(site);
+    call.site = site_of_attribute(site);  // GPU calls are stream-ordered: lane 0
     call.in_rows = leading(operand);
     call.out_rows = leading(output);
     call.row_elems = trailing(operand);

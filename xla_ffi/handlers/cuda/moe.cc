@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "collectives/kinds.h"
+#include "comm/lanes.h"
 #include "common/dtype.h"
 #include "handlers/order_operand.h"
 #include "handlers/buffer_shape.h"
@@ -205,7 +206,7 @@ ffi::Error describe(int32_t ordinal, CollectiveKind kind, ffi::Span<const int64_
   call->groups = groups.begin();
   call->groups_len = groups.size();
   call->group_size = group_size;
-  call->site = static_cast<uint32_t>(site);
+  call->site = site_of_attribute(site);  // GPU calls are stream-ordered: lane 0
   call->dtype = static_cast<int32_t>(dtype);
   call->rows = rows.untyped_data();
   call->rows_count = leading(rows);
