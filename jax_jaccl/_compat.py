@@ -92,6 +92,18 @@ def make_varying(x, axes: tuple):
     return _parallel.pvary(x, missing)
 
 
+def ppermute_refuses_axes_out_of_mesh_order():
+    """How jax.lax.ppermute (and pshuffle) numbers a group whose tuple of axes is not in the
+    mesh's order: None where this jax numbers it in the mesh's order whatever the tuple's
+    (jax <= 0.11.1: it sorts each group), else the value of jax's
+    `jax_raise_on_ppermute_sort_diff` where the op is lowered (True: it raises; False: it
+    numbers in the tuple's order, as axis_index does)."""
+    from jax._src import config
+
+    flag = getattr(config, "raise_on_ppermute_sort_diff", None)
+    return None if flag is None else bool(flag.value)
+
+
 def abstract_token():
     return _core.abstract_token
 

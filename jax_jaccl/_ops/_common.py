@@ -142,9 +142,7 @@ def index_groups(axis_index_groups, size: int, api: str):
     return groups
 
 
-def group_table(ctx, axes: tuple, groups=None) -> tuple[np.ndarray, int]:
-    """The groups' device ids, one group per row in rank order; `groups` (axis_index_groups)
-    cuts every row into the subgroups of those axis indices."""
+def _lowering_mesh(ctx):
     axis_context = ctx.module_context.axis_context
     mesh = getattr(axis_context, "mesh", None)
     mesh = _compat.concrete_mesh(mesh) if mesh is not None else None
@@ -153,6 +151,19 @@ def group_table(ctx, axes: tuple, groups=None) -> tuple[np.ndarray, int]:
             "jaccl: collectives must be lowered inside jax.shard_map over a concrete "
             "jax.sharding.Mesh (one with devices): pass mesh= to the outermost shard_map, or "
             "call the jitted function inside `with jax.set_mesh(mesh):`")
+    return mesh
+
+
+def in_mesh_order(ctx, axes: tuple) -> tuple:
+    """`axes` ordered as the mesh being lowered for orders them."""
+    names = list(_lowering_mesh(ctx).axis_names)
+    return tuple(sorted(axes, key=names.index))
+
+
+def group_table(ctx, axes: tuple, groups=None) -> tuple[np.ndarray, int]:
+    """The groups' device ids, one group per row in rank order; `groups` (axis_index_groups)
+    cuts every row into the subgroups of those axis indices."""
+    mesh = _lowering_mesh(ctx)
     devices = mesh.devices
     names = list(mesh.axis_names)
     ids = np.vectorize(lambda d: d.id, otypes=[np.int64])(np.asarray(devices))
