@@ -26,7 +26,14 @@ _DEFINED_IN = {
 }
 
 
+# Submodules a user reaches as attributes (`jax_jaccl.distributed.initialize()`), imported as
+# they are, before the engine (initialize() must come before any other JAX call).
+_SUBMODULES = ("distributed",)
+
+
 def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
     if name not in _DEFINED_IN:
         raise AttributeError(f"module 'jax_jaccl' has no attribute {name!r}")
     importlib.import_module("._ext", __name__)
@@ -37,7 +44,7 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_DEFINED_IN))
+    return sorted(set(globals()) | set(_DEFINED_IN) | set(_SUBMODULES))
 
 
 __version__ = "0.1.0"

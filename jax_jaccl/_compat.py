@@ -104,6 +104,19 @@ def ppermute_refuses_axes_out_of_mesh_order():
     return None if flag is None else bool(flag.value)
 
 
+def psum_invariant_primitive():
+    """jax.lax.psum's primitive where shard_map checks what varies, which JAX also binds to
+    transpose its pvary (a gradient's sum over devices); None where this jax has none."""
+    return getattr(_parallel, "psum_invariant_p", None)
+
+
+def jax_lowering(primitive):
+    """jax's own lowering rule of `primitive`, for every platform."""
+    from jax._src.interpreters import mlir as _mlir
+
+    return _mlir._lowerings[primitive].rule
+
+
 def abstract_token():
     return _core.abstract_token
 
@@ -172,14 +185,35 @@ def _refuse_tokens_in_partly_manual(mesh, params) -> None:
             raise ValueError(message)
 
 
-# The concrete meshes of the shard_maps being lowered on this thread, innermost last.
+# The concrete meshes of the shard_maps being lowered on this thread, innermost last, and
+# whether each one's body binds a jaccl primitive.
 _lowering_meshes = threading.local()
 
 
+def _binds_jaccl(jaxpr) -> bool:
+    """Whether `jaxpr` (a Jaxpr or ClosedJaxpr) or any jaxpr nested in it binds a primitive of
+    jaccl's (named jaccl_*)."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name.startswith("jaccl_"):
+            return True
+        if any(_binds_jaccl(sub) for sub in _core.jaxprs_in_params(eqn.params)):
+            return True
+    return False
+
+
+def lowering_a_jaccl_shard_map() -> bool:
+    """True while the body of a shard_map that binds jaccl collectives is being lowered on
+    this thread (the innermost shard_map decides)."""
+    flags = getattr(_lowering_meshes, "jaccl", [])
+    return bool(flags) and flags[-1]
+
+
 def _track_shard_map_meshes() -> None:
-    """Wraps jax's shard_map lowering so that it records its mesh while its body lowers: a
-    nested shard_map (or one given no mesh) carries an abstract mesh, and a jaccl op inside it
-    needs the devices of the concrete mesh it stands for. jax's own lowering is unchanged."""
+    """Wraps jax's shard_map lowering so that it records its mesh while its body lowers (a
+    nested shard_map, or one given no mesh, carries an abstract mesh, and a jaccl op inside it
+    needs the devices of the concrete mesh it stands for), and whether its body binds jaccl
+    collectives (lowering_a_jaccl_shard_map). jax's own lowering is unchanged."""
     from jax._src import shard_map as _shard_map
     from jax._src.interpreters import mlir as _mlir
 
@@ -189,14 +223,18 @@ def _track_shard_map_meshes() -> None:
 
     def rule(ctx, *args, mesh, **params):
         _refuse_tokens_in_partly_manual(mesh, params)
-        if not isinstance(mesh, jax.sharding.Mesh):
-            return entry.rule(ctx, *args, mesh=mesh, **params)
+        concrete = isinstance(mesh, jax.sharding.Mesh)
         stack = _lowering_meshes.__dict__.setdefault("stack", [])
-        stack.append(mesh)
+        flags = _lowering_meshes.__dict__.setdefault("jaccl", [])
+        if concrete:
+            stack.append(mesh)
+        flags.append(_binds_jaccl(params["jaxpr"]))
         try:
             return entry.rule(ctx, *args, mesh=mesh, **params)
         finally:
-            stack.pop()
+            if concrete:
+                stack.pop()
+            flags.pop()
 
     rule._jaccl_tracks_meshes = True
     _mlir.register_lowering(_shard_map.shard_map_p, rule, inline=entry.inline)

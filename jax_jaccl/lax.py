@@ -2,10 +2,11 @@
 
     from jax_jaccl import lax       # instead of `from jax import lax`, inside shard_map
 
-moves a shard_map program's collectives onto jaccl's engine. Each function takes exactly the
-arguments jax.lax's takes (in jax 0.10), accepts what jax.lax accepts inside jax.shard_map
-and refuses what it refuses there (jax.lax.psum and pmean refuse axis_index_groups inside
-shard_map, so these do too), and computes what jax.lax computes: psum of bool sums int32
+moves a shard_map (or jax.pmap) program's collectives onto jaccl's engine. Each function takes
+exactly the arguments jax.lax's takes (in jax 0.10), accepts what jax.lax accepts inside
+jax.shard_map and jax.pmap and refuses what it refuses there (jax.lax.psum and pmean refuse
+axis_index_groups of a traced value inside a shard_map with check_vma=True, and take them,
+uneven ones too, under jax.pmap), and computes what jax.lax computes: psum of bool sums int32
 values, pmean of integers is a float mean, complex numbers are summed, gathered and moved.
 Over axes that jax.vmap bound (axis_name=...) the result is jax.lax's computation on the
 batch. Functions that move no data (axis_index, axis_size, pvary, pcast) are jax.lax's own.
@@ -18,6 +19,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 from jax import lax as _lax
+
+from . import _compat
 
 from ._ops.all_gather import all_gather as _all_gather
 from ._ops.all_reduce import all_reduce as _all_reduce
@@ -41,12 +44,13 @@ def _axes(axis_name) -> tuple:
 
 
 def _refuse_groups_of_sums(axis_index_groups, name):
-    # jax.lax.psum (and pmean through it) raises NotImplementedError for axis_index_groups
-    # inside shard_map (jax 0.10); jaccl.all_reduce could, but the contract is lax's.
-    if axis_index_groups is not None:
+    # jax.lax.psum (and pmean through it) raises NotImplementedError for axis_index_groups of
+    # a traced value where shard_map checks what varies (check_vma=True, its default); under
+    # jax.pmap and with check_vma=False it takes them, uneven groups included.
+    if axis_index_groups is not None and _compat.check_vma_enabled():
         raise NotImplementedError(f"jax_jaccl.lax.{name}: axis_index_groups is not supported "
-                                  f"inside shard_map (as jax.lax.{name}); use "
-                                  "jax_jaccl.all_reduce(..., axis_index_groups=...)")
+                                  f"inside shard_map with check_vma=True (as jax.lax.{name}); "
+                                  "use jax_jaccl.all_reduce(..., axis_index_groups=...)")
 
 
 def psum(x, axis_name, *, axis_index_groups=None):
@@ -54,26 +58,27 @@ def psum(x, axis_name, *, axis_index_groups=None):
     axes = _axes(axis_name)
     if not axes:
         return x
-    _refuse_groups_of_sums(axis_index_groups, "psum")
 
     def one(leaf):
-        if np.dtype(getattr(leaf, "dtype", None) or np.asarray(leaf).dtype) == np.bool_:
+        if not isinstance(leaf, _compat.Tracer):  # a constant stays one: jax.lax's, no data moves
+            return _lax.psum(leaf, axes, axis_index_groups=axis_index_groups)
+        _refuse_groups_of_sums(axis_index_groups, "psum")
+        if np.dtype(leaf.dtype) == np.bool_:
             leaf = _lax.convert_element_type(leaf, np.int32)
-        if not isinstance(leaf, jax.core.Tracer):
-            return leaf * _lax.psum(1, axes)  # a constant stays one, as in jax.lax
-        return _all_reduce(leaf, axes, op="sum")
+        return _all_reduce(leaf, axes, op="sum", axis_index_groups=axis_index_groups)
 
     return jax.tree_util.tree_map(one, x)
 
 
 def pmean(x, axis_name, *, axis_index_groups=None):
-    """jax.lax.pmean: psum divided by the axis size (integers give a float mean)."""
+    """jax.lax.pmean: psum divided by the group's size (integers give a float mean; with
+    uneven axis_index_groups jax.lax divides by the first group's size, and so does this)."""
     axes = _axes(axis_name)
     if not axes:
         return x
-    _refuse_groups_of_sums(axis_index_groups, "pmean")
-    n = _lax.psum(1, axes)
-    return jax.tree_util.tree_map(lambda v: v / n, psum(x, axes))
+    n = _lax.psum(1, axes, axis_index_groups=axis_index_groups)
+    return jax.tree_util.tree_map(lambda v: v / n,
+                                  psum(x, axes, axis_index_groups=axis_index_groups))
 
 
 def pmax(x, axis_name, *, axis_index_groups=None):

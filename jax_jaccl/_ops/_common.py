@@ -124,9 +124,10 @@ def canonical_axis(axis: int, ndim: int, what: str, api: str) -> int:
     return axis % ndim
 
 
-def index_groups(axis_index_groups, size: int, api: str):
+def index_groups(axis_index_groups, size: int, api: str, uneven: bool = False):
     """jax.lax's axis_index_groups, checked against an axis (or axes) of `size`: a tuple of
-    equally sized tuples of axis indices covering each index once, or None."""
+    tuples of axis indices covering each index once, or None; equally sized unless `uneven`
+    (jax.lax's reductions take groups of different sizes)."""
     if axis_index_groups is None:
         return None
     groups = tuple(tuple(int(i) for i in g) for g in axis_index_groups)
@@ -136,7 +137,7 @@ def index_groups(axis_index_groups, size: int, api: str):
     if len(flat) != size:
         raise ValueError(f"jaccl.{api}: axis_index_groups cover {len(flat)} indices, but the "
                          f"axes they index have {size}")
-    if len({len(g) for g in groups}) != 1:
+    if not uneven and len({len(g) for g in groups}) != 1:
         raise ValueError(f"jaccl.{api}: axis_index_groups must all be the same size, got sizes "
                          f"{[len(g) for g in groups]}")
     return groups
@@ -162,7 +163,8 @@ def in_mesh_order(ctx, axes: tuple) -> tuple:
 
 def group_table(ctx, axes: tuple, groups=None) -> tuple[np.ndarray, int]:
     """The groups' device ids, one group per row in rank order; `groups` (axis_index_groups)
-    cuts every row into the subgroups of those axis indices."""
+    cuts every row into the subgroups of those axis indices, each row padded with -1 to the
+    largest (comm/communicator.h)."""
     mesh = _lowering_mesh(ctx)
     devices = mesh.devices
     names = list(mesh.axis_names)
@@ -172,8 +174,9 @@ def group_table(ctx, axes: tuple, groups=None) -> tuple[np.ndarray, int]:
     group_size = math.prod(ids.shape[i] for i in collective)
     table = np.transpose(ids, others + collective).reshape(-1, group_size)
     if groups is not None:
-        table = np.stack([row[list(g)] for row in table for g in groups])
-        group_size = len(groups[0])
+        group_size = max(len(g) for g in groups)
+        table = np.stack([np.concatenate([row[list(g)], np.full(group_size - len(g), -1)])
+                          for row in table for g in groups])
     return table, group_size
 
 

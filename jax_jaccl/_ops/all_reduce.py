@@ -6,6 +6,7 @@ from __future__ import annotations
 
 
 import jax
+import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
@@ -29,7 +30,8 @@ def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto", axis_i
     page-fault a new buffer.
 
     axis_index_groups: as jax.lax's, groups of indices along `axis_name` that reduce among
-    themselves (equally sized, covering every index once).
+    themselves (covering every index once; they may differ in size, and a constant is then
+    multiplied by the first group's size, as jax.lax.psum does).
     """
     axes = _common.normalize_axes(axis_name)
     _common.check_choice(op, REDUCE_OPS, "op", "all_reduce")
@@ -50,7 +52,7 @@ def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto", axis_i
             if not mesh_axes:
                 return leaf
         size = _common.check_axes(mesh_axes, "all_reduce")
-        groups = _common.index_groups(axis_index_groups, size, "all_reduce")
+        groups = _common.index_groups(axis_index_groups, size, "all_reduce", uneven=True)
         if not isinstance(leaf, _compat.Tracer):
             return _constant(jax.numpy.asarray(leaf), op, len(groups[0]) if groups else size)
         leaf, pairs = _common.as_real_pairs(leaf)
@@ -148,3 +150,28 @@ ad.primitive_jvps[all_reduce_p] = _jvp
 ad.primitive_transposes[all_reduce_p] = _transpose
 batching.fancy_primitive_batchers[all_reduce_p] = _batcher
 
+
+
+# JAX's own psum in a shard_map body that binds jaccl collectives, on the CPU. Where a value
+# that does not vary over an axis meets one that does, JAX inserts pvary, and pvary's transpose
+# is JAX's psum (psum_invariant): the backward pass of a program written with jaccl would
+# otherwise put XLA's collective beside jaccl's calls (gloo, with several devices a process:
+# two engines that order their calls apart). Inside such a body that psum, and any jax.lax.psum
+# written there, lowers to jaccl's all_reduce (the same bits as XLA's); elsewhere, and for the
+# types jaccl does not sum as they are (bool, complex), it is JAX's.
+def _jax_psum_lowering(fallback):
+    def rule(ctx, x, *, axes):
+        dtype = np.dtype(ctx.avals_in[0].dtype)
+        if (not _compat.lowering_a_jaccl_shard_map() or any(isinstance(a, int) for a in axes)
+                or dtype not in _common.SUPPORTED_DTYPES or dtype == np.bool_
+                or np.issubdtype(dtype, np.complexfloating)):
+            return fallback(ctx, x, axes=axes)
+        return _lowering(ctx, x, axes=tuple(axes), op="sum", algorithm="auto", groups=None)
+    return rule
+
+
+_psum_invariant_p = _compat.psum_invariant_primitive()
+if _psum_invariant_p is not None:
+    mlir.register_lowering(_psum_invariant_p,
+                           _jax_psum_lowering(_compat.jax_lowering(_psum_invariant_p)),
+                           platform="cpu", cacheable=False)

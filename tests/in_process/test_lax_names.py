@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+import jax_jaccl as jaccl
 from jax_jaccl import lax as jlax
 
 from util import N, assert_equal, dtype_id, exact_data, mesh1d, mesh2d, put
@@ -109,8 +110,48 @@ def test_axis_index_groups_where_jax_lax_takes_them():
         assert_equal(got, want, err_msg=name)
 
 
+GROUPS = {"even": [[0, 2], [3, 1]], "uneven": [[0, 1, 3], [2]], "one of all": [[3, 0, 2, 1]]}
+
+
+@pytest.mark.parametrize("groups", GROUPS.values(), ids=GROUPS.keys())
+def test_axis_index_groups_of_sums_under_pmap(groups):
+    """jax.pmap takes axis_index_groups in psum and pmean, uneven ones too (a constant's psum
+    is then the first group's size, jax.lax's rule)."""
+    x = data(np.float32, (N, 3), seed=9)
+    programs = {
+        "psum": lambda L, v: v - L.psum(v, "i", axis_index_groups=groups),
+        "pmean": lambda L, v: L.pmean(v, "i", axis_index_groups=groups),
+        "psum of a constant": lambda L, v: v - L.psum(2.0, "i", axis_index_groups=groups),
+        "pmax": lambda L, v: L.pmax(v, "i", axis_index_groups=groups),
+        "psum of bool": lambda L, v: L.psum(v > 0, "i", axis_index_groups=groups),
+    }
+    for name, program in programs.items():
+        want, got = (jax.pmap(lambda v, L=L: program(L, v), "i")(x) for L in (jax.lax, jlax))
+        assert_equal(got, want, err_msg=name)
+
+
+def test_axis_index_groups_of_sums_in_shard_map_without_check_vma():
+    x = data(np.float32, (N * 2, 3), seed=10)
+    for groups in GROUPS.values():
+        want, got = run(lambda L, v: L.psum(v, "x", axis_index_groups=groups)
+                        + L.pmean(v, "x", axis_index_groups=groups), x, check_vma=False)
+        assert_equal(got, want, err_msg=str(groups))
+
+
+def test_uneven_groups_of_a_reduction_are_groups_on_the_engine():
+    """jaccl.all_reduce over groups of 3 and 1 members: every member's sum, numpy's."""
+    x = data(np.int32, (N, 5), seed=11)
+    got = jax.jit(jax.shard_map(lambda v: jaccl.all_reduce(v, "x", axis_index_groups=[[2, 0, 3], [1]]),
+                                mesh=mesh1d(), in_specs=P("x"), out_specs=P("x"),
+                                check_vma=False))(put(x, mesh1d()))
+    group = x[[0, 2, 3]].sum(0, dtype=np.int32)
+    want = np.stack([group, x[1], group, group])
+    assert_equal(np.asarray(got), want)
+
+
 @pytest.mark.parametrize("name", ["psum", "pmean"])
 def test_axis_index_groups_where_jax_lax_refuses_them(name):
+    """Inside a shard_map that checks what varies (check_vma=True, the default)."""
     for module in (jax.lax, jlax):
         f = jax.shard_map(lambda v: getattr(module, name)(v, "x", axis_index_groups=[[0, 1], [2, 3]]),
                           mesh=mesh1d(), in_specs=P("x"), out_specs=P("x"))
@@ -185,3 +226,21 @@ def test_ppermute_refuses_what_jax_lax_refuses():
                           in_specs=P("x"), out_specs=P("x"))
         with pytest.raises(ValueError, match="sources and destinations must be unique"):
             jax.jit(f).lower(put(np.zeros(N, np.float32), mesh1d()))
+
+
+def test_the_gradient_of_a_jaccl_program_sums_on_jaccl():
+    """Where an invariant value meets a varying one JAX inserts pvary, whose transpose is JAX's
+    own psum; inside a shard_map that binds jaccl collectives that psum lowers to jaccl's
+    all_reduce: the backward pass has no XLA collective, and the gradient is jax.lax's. A
+    shard_map without jaccl keeps XLA's."""
+    x = data(np.float32, (N * 2, 3), seed=12)
+
+    def program(L):
+        grad = jax.grad(lambda u: jnp.sum(L.pmean(u, "x") * u) + jnp.sum(L.psum(u, "x") ** 2))
+        return jax.jit(jax.shard_map(grad, mesh=mesh1d(), in_specs=P("x"), out_specs=P("x")))
+
+    texts = {L: program(L).lower(put(x, mesh1d())).as_text() for L in (jax.lax, jlax)}
+    assert "stablehlo.all_reduce" in texts[jax.lax] and "jaccl" not in texts[jax.lax]
+    assert "stablehlo.all_reduce" not in texts[jlax]
+    assert texts[jlax].count("@jaccl_all_reduce") == 4  # two forward, two for pvary's transpose
+    assert_equal(program(jlax)(put(x, mesh1d())), program(jax.lax)(put(x, mesh1d())))

@@ -38,28 +38,35 @@ Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size
                 " devices does not split into groups of ", group_size);
   }
   for (size_t row = 0; row < size; row += group_size) {
+    // A row is one group's devices in rank order, padded at its end with -1 where groups
+    // differ in size (jax.lax's uneven axis_index_groups of a reduction).
+    const int64_t* devices = table + row;
+    const int n = static_cast<int>(std::find(devices, devices + group_size, -1) - devices);
+    if (n == 0 || std::any_of(devices + n, devices + group_size, [](int64_t d) { return d != -1; })) {
+      throw_error(ErrorKind::kInvalidArgument, "group table row ", row / group_size,
+                  " is not devices followed by -1 padding");
+    }
     DirectGroup* direct = nullptr;
-    if (std::all_of(table + row, table + row + group_size,
-                    [&](int64_t d) { return world.is_local(d); })) {
-      direct_groups_.push_back(std::make_unique<DirectGroup>(group_size));
+    if (std::all_of(devices, devices + n, [&](int64_t d) { return world.is_local(d); })) {
+      direct_groups_.push_back(std::make_unique<DirectGroup>(n));
       direct = direct_groups_.back().get();
-      for (int rank = 0; rank < group_size; ++rank) {
-        direct->doorbells.push_back(world.doorbell(table[row + rank]));
+      for (int rank = 0; rank < n; ++rank) {
+        direct->doorbells.push_back(world.doorbell(devices[rank]));
       }
     }
-    for (int rank = 0; rank < group_size; ++rank) {
-      const int64_t device = table[row + rank];
+    for (int rank = 0; rank < n; ++rank) {
+      const int64_t device = devices[rank];
       if (!world.is_local(device)) continue;
       if (members_.count(device)) {
         throw_error(ErrorKind::kInvalidArgument, "device ", device, " appears twice in a group table");
       }
       Member m;
       m.rank = rank;
-      m.size = group_size;
-      m.devices.assign(table + row, table + row + group_size);
-      m.to.resize(group_size, nullptr);
-      m.from.resize(group_size, nullptr);
-      for (int r = 0; r < group_size; ++r) {
+      m.size = n;
+      m.devices.assign(devices, devices + n);
+      m.to.resize(n, nullptr);
+      m.from.resize(n, nullptr);
+      for (int r = 0; r < n; ++r) {
         if (r == rank) continue;
         m.to[r] = channel(device, m.devices[r], rank);
         m.from[r] = channel(m.devices[r], device, r);

@@ -37,13 +37,16 @@ inline A apply(A a, A b) {
                                   : static_cast<U>(static_cast<U>(a) * static_cast<U>(b));
       return static_cast<A>(r);
     } else {
-      return kOp == ReduceOp::kSum ? a + b : a * b;
+      // A sum + 0 is +0 where every operand is -0, as XLA's reductions (which start from +0)
+      // give it, and the sum itself everywhere else.
+      return kOp == ReduceOp::kSum ? (a + b) + A(0) : a * b;
     }
   } else if constexpr (kOp == ReduceOp::kMax) {
-    if constexpr (std::is_floating_point_v<A>) return (a > b || a != a) ? a : b;
+    // NaN propagates; of two equal values (-0 and +0) the earlier operand wins, as in XLA's.
+    if constexpr (std::is_floating_point_v<A>) return (a >= b || a != a) ? a : b;
     else return a > b ? a : b;
   } else {
-    if constexpr (std::is_floating_point_v<A>) return (a < b || a != a) ? a : b;
+    if constexpr (std::is_floating_point_v<A>) return (a <= b || a != a) ? a : b;
     else return a < b ? a : b;
   }
 }

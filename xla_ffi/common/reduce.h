@@ -5,7 +5,8 @@
 // float16/bfloat16), and stores the result as dst_dtype. Every operand's dtype
 // is `elem` or accumulator_dtype(elem). dst may alias any operand element for
 // element (same position); other overlaps are not allowed. Integer sums and
-// products wrap around; max/min propagate NaN; bool max/min are or/and.
+// products wrap around; a float sum of -0s is +0 (XLA's); max/min propagate NaN,
+// and of equal values (-0, +0) keep the earlier operand's; bool max/min are or/and.
 #pragma once
 
 #include <cstddef>

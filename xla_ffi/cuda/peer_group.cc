@@ -1,5 +1,6 @@
 #include "cuda/peer_group.h"
 
+#include <algorithm>
 #include <atomic>
 #include <stdexcept>
 #include <string>
@@ -24,7 +25,8 @@ PathMode parse_path_mode(const std::string& name) {
                               name + "'");
 }
 
-// The members (global device ids, in rank order) of the group `device` belongs to.
+// The members (global device ids, in rank order) of the group `device` belongs to: its row of
+// the table, without the -1 padding of groups smaller than others.
 std::vector<int64_t> group_members(const int64_t* groups, size_t groups_len, int64_t group_size,
                                    int64_t device, int* rank) {
   const size_t n = static_cast<size_t>(group_size);
@@ -32,7 +34,7 @@ std::vector<int64_t> group_members(const int64_t* groups, size_t groups_len, int
     for (size_t r = 0; r < n; ++r) {
       if (groups[g + r] == device) {
         *rank = static_cast<int>(r);
-        return std::vector<int64_t>(groups + g, groups + g + n);
+        return std::vector<int64_t>(groups + g, std::find(groups + g, groups + g + n, -1));
       }
     }
   }
