@@ -14,7 +14,8 @@ report their own errors and are then killed; jaccl-run exits with the first fail
 shard_map) run on jaccl's engine too (docs/transparent.md), by default whenever the job has
 several processes of one CPU device each, and with several devices per process when
 `--xla-collectives jaccl` asks; `--xla-collectives gloo` keeps JAX's own. On exit it kills
-whatever is left and removes the job's shared-memory names from /dev/shm.
+whatever is left and removes the job's shared-memory names from /dev/shm; killed outright
+(SIGKILL), it takes its processes with it (each dies with its launcher: PR_SET_PDEATHSIG).
 
 A hostfile lists the hosts in rank order:
     {"hosts": [{"ssh": "user@node0", "processes": 2, "ifname": "eth0"},
@@ -30,6 +31,7 @@ needed: start the script with srun / mpirun and call jax_jaccl.distributed.initi
 from __future__ import annotations
 
 import argparse
+import ctypes
 import glob
 import json
 import os
@@ -122,6 +124,15 @@ def _address(host: dict) -> str:
     return "127.0.0.1"
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_launcher() -> None:
+    """In a started process, before its command runs: SIGKILL when jaccl-run ends."""
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _command(host: dict, env: dict, command: list) -> tuple[list, dict]:
     """The command line and local environment that start one process on `host`."""
     if "ssh" in host:
@@ -156,9 +167,13 @@ def run(args) -> int:
                 env["JACCL_IFNAME"] = host["ifname"]
             env.update({k: str(v) for k, v in host.get("env", {}).items()})
             cmd, cmd_env = _command(host, env, args.command)
-            p = subprocess.Popen(cmd, env=cmd_env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, start_new_session=True)
-            procs.append(p)
+            # Every process dies with jaccl-run, also when jaccl-run is killed outright (a
+            # test's timeout): nothing of the job outlives its launcher. The output pumps start
+            # once every process is: no other thread runs while jaccl-run forks.
+            procs.append(subprocess.Popen(cmd, env=cmd_env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, start_new_session=True,
+                                          preexec_fn=_die_with_launcher))
+        for rank, p in enumerate(procs):
             for stream in (p.stdout, p.stderr):
                 t = threading.Thread(target=_pump, args=(rank, stream, out, lock), daemon=True)
                 t.start()

@@ -49,3 +49,34 @@ def test_a_call_under_compute_on_a_gpu_stream_runs_on_cpus_unchanged():
         body, mesh=mesh, in_specs=P("x"), out_specs=P("x")))(x)
     np.testing.assert_array_equal(run(lambda v: reduce_on_stream(v) * 2),
                                   run(lambda v: jaccl.all_reduce(v, "x") * 2))
+
+
+def test_calls_run_where_the_settings_say():
+    """The engine counts the calls its handlers ran on XLA's thread and those handed to a
+    device's call thread: with every call asynchronous (this file's setting) each of the N
+    devices hands its call over; with JACCL_ASYNC=0 none does; by default a 4 KiB call runs at
+    once and a 1 MiB one is handed over. (Without this, the suite would pass with the
+    asynchronous path gone.)"""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    import jax_jaccl as jaccl
+    from jax_jaccl._ext import engine
+    from util import N, mesh1d, put
+
+    def counts(elements):
+        x = put(np.arange(N * elements, dtype=np.float32), mesh1d())
+        f = jax.jit(jax.shard_map(lambda v: jaccl.all_reduce(v, "x"), mesh=mesh1d(),
+                                  in_specs=P("x"), out_specs=P("x")))
+        compiled = f.lower(x).compile()
+        before = engine.call_counts()
+        compiled(x).block_until_ready()
+        after = engine.call_counts()
+        return after[0] - before[0], after[1] - before[1]
+
+    assert counts(1024) == (0, N)
+    with _settings.override(async_calls=False):
+        assert counts(1 << 18) == (N, 0)
+    with _settings.override(async_calls=True, async_min_kb=64):
+        assert counts(1024) == (N, 0)
+        assert counts(1 << 18) == (0, N)

@@ -55,7 +55,7 @@ def test_reductions(dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_moving_collectives(dtype):
     programs = {
-        "all_gather": lambda L, v: L.all_gather(v, "x")[0],
+        "all_gather": lambda L, v: L.all_gather(v, "x"),
         "all_gather tiled axis 1": lambda L, v: L.all_gather(v, "x", axis=1, tiled=True),
         "all_to_all": lambda L, v: L.all_to_all(v, "x", 0, 0, tiled=True),
         "all_to_all 1->0 untiled": lambda L, v: L.all_to_all(v.reshape(2, N, 3), "x", 1, 0)
@@ -66,11 +66,15 @@ def test_moving_collectives(dtype):
         "ppermute identity": lambda L, v: L.ppermute(v, "x", [(i, i) for i in range(N)]),
         "ppermute none": lambda L, v: L.ppermute(v, "x", []),
         "pshuffle": lambda L, v: L.pshuffle(v, "x", [2, 0, 3, 1]),
+        # jax.lax.pbroadcast has no CPU lowering: its definition, member 2's value everywhere
+        "pbroadcast": lambda L, v: L.pbroadcast(v, "x", 2) if L is jlax
+        else jax.lax.all_gather(v, "x")[2],
     }
     if np.dtype(dtype) != np.bool_:
         programs["psum_scatter tiled"] = lambda L, v: L.psum_scatter(v, "x", tiled=True)
-        programs["psum_scatter dim 1"] = lambda L, v: jnp.tile(
-            L.psum_scatter(jnp.tile(v, (1, N)), "x", scatter_dimension=1, tiled=True), 1)
+        programs["psum_scatter dim 1"] = lambda L, v: L.psum_scatter(
+            jnp.concatenate([v + k for k in range(N)], axis=1), "x", scatter_dimension=1,
+            tiled=True)  # N different blocks: which one each device gets shows
     for name, program in programs.items():
         want, got = run(program, data(dtype, (N * 8, 3), seed=2))
         assert_equal(got, want, err_msg=name)
@@ -82,8 +86,8 @@ def test_a_tuple_of_axes_and_one_axis_of_two():
     programs = {
         "psum over both": lambda L, v: L.psum(v, ("a", "b")),
         "pmax over b": lambda L, v: L.pmax(v, "b"),
-        "all_gather over both": lambda L, v: L.all_gather(v, ("a", "b"), tiled=True)[:4],
-        "psum_scatter over a": lambda L, v: jnp.tile(L.psum_scatter(v, "a", tiled=True), (2, 1)),
+        "all_gather over both": lambda L, v: L.all_gather(v, ("a", "b"), tiled=True),
+        "psum_scatter over a": lambda L, v: L.psum_scatter(v, "a", tiled=True),
         "all_to_all over both": lambda L, v: L.all_to_all(v, ("a", "b"), 0, 0, tiled=True),
         "ppermute over both": lambda L, v: L.ppermute(v, ("a", "b"), [(0, 3), (3, 1), (1, 0)]),
         "ppermute over b": lambda L, v: L.ppermute(v, "b", [(0, 1), (1, 0)]),
@@ -99,9 +103,12 @@ def test_axis_index_groups_where_jax_lax_takes_them():
     programs = {
         "pmax": lambda L, v: L.pmax(v, "x", axis_index_groups=groups),
         "pmin": lambda L, v: L.pmin(v, "x", axis_index_groups=groups),
-        "all_gather": lambda L, v: L.all_gather(v, "x", axis_index_groups=groups, tiled=True)[:4],
-        "psum_scatter": lambda L, v: jnp.tile(
-            L.psum_scatter(v, "x", axis_index_groups=groups, tiled=True), (2, 1)),
+        "all_gather": lambda L, v: L.all_gather(v, "x", axis_index_groups=groups, tiled=True),
+        "all_gather untiled": lambda L, v: L.all_gather(v, "x", axis_index_groups=groups),
+        "psum_scatter": lambda L, v: L.psum_scatter(v, "x", axis_index_groups=groups,
+                                                    tiled=True),
+        "pswapaxes": lambda L, v: L.pswapaxes(v.reshape(2, -1, 2), "x", 0,
+                                              axis_index_groups=groups),
         "all_to_all": lambda L, v: L.all_to_all(v, "x", 0, 0, axis_index_groups=groups,
                                                tiled=True),
     }

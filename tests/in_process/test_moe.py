@@ -113,3 +113,13 @@ def test_trace_time_errors(call, error, match):
     with pytest.raises(error, match=match):
         smap(lambda *a: stacked(*jax.tree.leaves(call(*a)))[:1], 3, 1).lower(
             put(x, mesh1d()), put(idx, mesh1d()), put(w, mesh1d()))
+
+
+@pytest.mark.parametrize("case", ["random", "all-to-one-expert", "k8-eloc4"])
+def test_the_arrival_schedule_gives_the_same_bits(case):
+    """JACCL_MOE_SCHEDULE=arrival (combine reduces rows as they arrive instead of remote rows
+    first): the same results as the reference, bit for bit."""
+    from jax_jaccl import _settings
+
+    with _settings.override(moe_schedule="arrival"):
+        test_dispatch_and_combine_match_reference(case, np.float32)

@@ -91,6 +91,29 @@ def test_int64_indices_and_the_lax_names():
         np.testing.assert_array_equal(got[d], want[d])
 
 
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_axis_index_groups_against_the_model_of_each_group(name):
+    """Groups [[3, 0], [1, 2]]: each group exchanges among itself, member order as given (the
+    model runs on each group's arguments in that order)."""
+    groups = [[3, 0], [1, 2]]
+    rng = np.random.default_rng(5)
+    per_device, want = [None] * N, [None] * N
+    for group in groups:
+        args = ragged_model.random_arguments(rng, len(group), 2, in_rows=10, out_rows=16,
+                                             row_shape=(3,))
+        results = ragged_model.ragged_all_to_all(*args)
+        for rank, d in enumerate(group):
+            per_device[d] = [a[rank] for a in args]
+            want[d] = results[rank]
+    columns = [list(c) for c in zip(*per_device)]
+    columns[2:] = [[np.asarray(v, np.int32) for v in c] for c in columns[2:]]
+    with schedule(name):
+        got = run(as_local(lambda *a: jaccl.ragged_all_to_all(*a, axis_name="x",
+                                                              axis_index_groups=groups)), columns)
+    for d in range(N):
+        np.testing.assert_array_equal(got[d], want[d], err_msg=f"device {d}")
+
+
 def test_the_transpose_is_the_adjoint_and_jvp_is_the_op():
     """ragged_all_to_all is linear in (operand, output): <f(x, y), t> == <x, dx> + <y, dy> for
     (dx, dy) = f^T(t), and jvp(f) at any point is f of the tangents."""

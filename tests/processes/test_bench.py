@@ -3,6 +3,7 @@ and size."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -75,3 +76,19 @@ def test_bench_overlap_table(workload):
     assert len(rows) == 1 and rows[0].count(" ms ") == times, done.stdout
     cells = [c.strip() for c in rows[0].strip("|").split("|")]
     assert all(float(c) == float(c) for c in cells[times + 1:]), rows  # the hidden fractions
+
+
+def test_bench_transport_table(tmp_path):
+    """jaccl-bench transport: frames between two processes with host ids of their own, over
+    jaccl's TCP, two frame sizes, a table row each with a figure and the JSON behind it."""
+    out = tmp_path / "transport.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "jax_jaccl.bench.cli", "transport", "--transports", "tcp",
+         "--frame-kb", "16,256", "--mib", "8", "--runs", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith(("| 16 KiB", "| 256 KiB"))]
+    assert len(rows) == 2 and not any("—" in r for r in rows), done.stdout
+    records = json.loads(out.read_text())
+    assert {r["frame_kb"] for r in records} == {16, 256}, records
+    assert all(r["name"] == "tcp" and min(r["gbps"]) > 0 for r in records), records

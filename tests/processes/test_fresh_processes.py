@@ -216,3 +216,38 @@ def test_the_lax_surface_on_eight_devices_of_one_process():
     counts = dict(re.findall(r"ORDERS (\(.*\)) (\d+)", done.stdout))
     assert set(counts) == {"(2, 4)", "(2, 2, 2)"}, done.stdout
     assert int(counts["(2, 4)"]) >= 2 * 23 and int(counts["(2, 2, 2)"]) >= 12 * 23, counts
+
+
+SHUTDOWN = textwrap.dedent("""
+    import os
+    import jax, numpy as np
+    jax.config.update("jax_num_cpu_devices", 4)
+    from jax.sharding import PartitionSpec as P
+    import jax_jaccl as jaccl
+    names = lambda: {n for n in os.listdir("/dev/shm") if n.startswith("jaccl")}  # noqa: E731
+    before = names()  # other jobs' (the suite may run beside others)
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("x",))
+    program = lambda: jax.jit(jax.shard_map(lambda v: jaccl.all_reduce(v, "x"), mesh=mesh,
+                                            in_specs=P("x"), out_specs=P("x")))
+    x = np.arange(8.0, dtype=np.float32)
+    compiled = program()
+    print("BEFORE", np.asarray(compiled(x)).tolist(), jaccl.is_initialized())
+    jaccl.shutdown()
+    print("AFTER", jaccl.is_initialized(), sorted(names() - before))
+    try:
+        compiled(x).block_until_ready()
+    except Exception as e:
+        print("RAISED", str(e).splitlines()[0])
+    print("AGAIN", np.asarray(program()(x + 1)).tolist(), jaccl.is_initialized())
+""")
+
+
+def test_shutdown_releases_the_engine_and_a_new_program_starts_it_again():
+    done = subprocess.run([sys.executable, "-c", SHUTDOWN], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, JACCL_TIMEOUT="10"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "BEFORE [12.0, 16.0, 12.0, 16.0, 12.0, 16.0, 12.0, 16.0] True" in out, out
+    assert "AFTER False []" in out, out
+    assert "RAISED" in out and "the engine was shut down (jax_jaccl.shutdown())" in out, out
+    assert "AGAIN [16.0, 20.0, 16.0, 20.0, 16.0, 20.0, 16.0, 20.0] True" in out, out

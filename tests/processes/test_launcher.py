@@ -62,6 +62,21 @@ def test_one_failure_stops_the_others():
     assert left == ""
 
 
+def test_a_killed_launcher_takes_its_processes_with_it():
+    """A caller's timeout kills jaccl-run outright (subprocess.run sends SIGKILL): its
+    processes, each in a session of its own, die with it, whatever they were doing."""
+    marker = f"jaccl-killed-launcher-{os.getpid()}"
+    script = f"import time; marker = '{marker}'; print('UP', flush=True); time.sleep(300)"
+    with pytest.raises(subprocess.TimeoutExpired):
+        jaccl_run("-n", "3", "--", sys.executable, "-c", script, timeout=8)
+    deadline = time.monotonic() + 10
+    left = "?"
+    while left and time.monotonic() < deadline:
+        left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+        time.sleep(0.1)
+    assert left == "", f"processes left behind: {left}"
+
+
 def test_bad_arguments():
     assert jaccl_run("-n", "0", "--", "true").returncode != 0
     assert jaccl_run("-n", "2").returncode != 0

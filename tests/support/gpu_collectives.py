@@ -16,7 +16,26 @@ import os
 import numpy as np
 
 
-CPU_DEVICES = 8  # reference devices; set before JAX starts its backends
+def visible_gpus() -> int:
+    """The GPUs this process will see, counted without starting JAX (CUDA_VISIBLE_DEVICES, else
+    the driver's list); 0 without a driver."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return len([d for d in listed.split(",") if d.strip() and not d.strip().startswith("-")])
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+
+
+def reference_devices(minimum: int) -> int:
+    """CPU devices enough for jax.lax's reference of every GPU of the job (each process of a
+    job sees the machine's GPUs: JACCL_NUM_PROCESSES of them), at least `minimum`; to set
+    before JAX starts its backends."""
+    return max(minimum, visible_gpus() * int(os.environ.get("JACCL_NUM_PROCESSES", "1")))
+
+
+CPU_DEVICES = reference_devices(8)
 
 # The last shape is large (4-byte types only): several JACCL_CUDA_BUFFER_MB chunks of a message.
 SHAPES = [(7,), (65_537,), (6, 40), (1024, 1024)]

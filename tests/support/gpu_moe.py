@@ -13,8 +13,9 @@ import argparse
 
 import numpy as np
 
+from gpu_collectives import reference_devices
 
-CPU_DEVICES = 8
+CPU_DEVICES = reference_devices(8)
 
 
 def positions(a) -> dict:

@@ -1,8 +1,9 @@
 """Runs a worker script as a multi-process job with jaccl-run (on this machine, or across
 emulated hosts with a hostfile) and collects what each rank printed; optionally does something
 to the job (kill a host, cut a link) once every rank printed a given line. Every job has a hard
-timeout; the whole process group is killed when it passes, and the caller can check that no
-process and no shared-memory segment of the job is left.
+timeout; the whole process group is killed when it passes or anything else ends the wait (a
+pytest-timeout), and the caller can check that no process and no shared-memory segment of the
+job is left.
 JACCL_TEST_WORKER_PREFIX (e.g. "cuda-gdb -batch -ex run -ex bt --args") is a command every
 worker runs under: run_on_gpu.sh uses it for the backtrace of a crash."""
 
@@ -80,13 +81,15 @@ def run_job(worker: str, nprocs: int, devices: int = 1, args=(), env=None, timeo
     reader.start()
     try:
         proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except BaseException as e:  # our timeout, pytest-timeout's, an interrupt: kill it all
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         subprocess.run(["pkill", "-9", "-f", marker])
         reader.join(timeout=5)
-        raise AssertionError(f"job {worker} {args} did not finish in {timeout} s:\n"
-                             f"{''.join(lines)[-4000:]}")
+        if isinstance(e, subprocess.TimeoutExpired):
+            raise AssertionError(f"job {worker} {args} did not finish in {timeout} s:\n"
+                                 f"{''.join(lines)[-4000:]}") from None
+        raise
     reader.join(timeout=10)
     job = Job(proc.returncode, "".join(lines), time.monotonic() - start, job_id, marker)
     deadline = time.monotonic() + 5

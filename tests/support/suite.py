@@ -27,6 +27,10 @@ class Jaccl:
     def psum_scatter(v, axis_name, **kwargs):
         return jaccl.reduce_scatter(v, axis_name, **kwargs)
 
+    @staticmethod
+    def reduce_scatter(v, op, axis_name):
+        return jaccl.reduce_scatter(v, axis_name, op=op, tiled=True)
+
 
 class Lax:
     all_gather = staticmethod(jax.lax.all_gather)
@@ -52,15 +56,26 @@ class Lax:
             return jax.lax.pmin(v, axis)
         return jnp.prod(jax.lax.all_gather(v, axis), axis=0).astype(v.dtype)
 
+    @staticmethod
+    def reduce_scatter(v, op, axis_name):
+        """A tiled reduce-scatter of max, min or prod (jax.lax has psum_scatter only): the
+        reduction, then this device's block of it."""
+        return reduce_then_block(Lax.reduce(v, op, axis_name), axis_name, tiled=True)
+
 
 def psum_then_block(v, axis_name, *, scatter_dimension=0, tiled=False):
     """psum_scatter's result by its definition: the sum over the axis, then this device's block
     of it (tests/in_process/test_vs_lax.py checks it against jax.lax.psum_scatter in one process)."""
-    total = jax.lax.psum(v, axis_name)
+    return reduce_then_block(jax.lax.psum(v, axis_name), axis_name,
+                             scatter_dimension=scatter_dimension, tiled=tiled)
+
+
+def reduce_then_block(total, axis_name, *, scatter_dimension=0, tiled=False):
+    """This device's block of `total` (the whole reduction over `axis_name`)."""
     index = jax.lax.axis_index(axis_name)
     if not tiled:
         return jax.lax.dynamic_index_in_dim(total, index, axis=scatter_dimension, keepdims=False)
-    size = v.shape[scatter_dimension] // jax.lax.psum(1, axis_name)
+    size = total.shape[scatter_dimension] // jax.lax.psum(1, axis_name)
     return jax.lax.dynamic_slice_in_dim(total, index * size, size, axis=scatter_dimension)
 
 
@@ -86,6 +101,9 @@ def every_collective(impl, v, dtype, n=N_DEFAULT, axis="x"):
         out["reduce_scatter/untiled"] = impl.psum_scatter(blocks, axis)
         tiled = blocks.reshape((-1,) + v.shape[1:])
         out["reduce_scatter/tiled"] = impl.psum_scatter(tiled, axis, tiled=True)
+        for op in reductions(dtype, v.size):
+            if op != "sum":
+                out[f"reduce_scatter/{op}"] = impl.reduce_scatter(tiled, op, axis)
         if v.ndim == 2:
             wide = jnp.concatenate(list(blocks), axis=1)
             out["reduce_scatter/dim1"] = impl.psum_scatter(wide, axis, scatter_dimension=1,

@@ -75,7 +75,17 @@ DeviceThreads::Lane* DeviceThreads::lane(int64_t device, uint32_t lane, bool mak
   return made.get();
 }
 
+namespace {
+std::atomic<uint64_t> calls_at_once{0};
+std::atomic<uint64_t> calls_handed{0};
+}  // namespace
+
+void count_call_run_at_once() { calls_at_once.fetch_add(1, std::memory_order_relaxed); }
+
+std::pair<uint64_t, uint64_t> call_counts() { return {calls_at_once.load(), calls_handed.load()}; }
+
 void DeviceThreads::run(int64_t device, uint32_t id, std::function<void()> job) {
+  calls_handed.fetch_add(1, std::memory_order_relaxed);
   lane(device, id, true)->calls.push(std::move(job));
 }
 

@@ -14,10 +14,14 @@
 //
 // async_min_bytes(): calls of at least this many bytes go to the call thread; -1: none
 // (JACCL_ASYNC=0, every call blocks XLA's thread as before). Set by configure().
+// call_counts(): how many calls this process's handlers ran on XLA's thread (count_call(false))
+// and handed to a call thread (run()), since it started: what tests read to tell the two
+// ways apart.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 
 namespace jaccl {
 
@@ -38,5 +42,8 @@ class DeviceThreads {
 
 void set_async_min_bytes(int64_t bytes);
 int64_t async_min_bytes();
+
+void count_call_run_at_once();
+std::pair<uint64_t, uint64_t> call_counts();  // (run at once, handed to a call thread)
 
 }  // namespace jaccl

@@ -41,6 +41,7 @@ struct WorldSlot {
   std::condition_variable unused;
   World* world = nullptr;
   int uses = 0;
+  bool shut_down = false;  // a world was destroyed (jax_jaccl.shutdown())
 };
 
 WorldSlot& world_slot() {
@@ -93,6 +94,11 @@ World::Use::~Use() {
 
 World& World::require() {
   World* world = get();
+  if (world == nullptr && world_slot().shut_down) {
+    throw_error(ErrorKind::kInvalidArgument,
+                "the engine was shut down (jax_jaccl.shutdown()): programs compiled before "
+                "cannot run; trace and compile them again after jax_jaccl.init()");
+  }
   if (world == nullptr) {
     throw_error(ErrorKind::kInvalidArgument,
                 "not initialised: call jax_jaccl.init() (jaccl ops call it when traced)");
@@ -105,6 +111,7 @@ void World::destroy() {
   std::unique_lock<std::mutex> lock(slot.mutex);
   World* world = slot.world;
   if (world == nullptr) return;
+  slot.shut_down = true;
   const auto patience = std::chrono::duration<double>(world->config().timeout_s + 1.0);
   if (!slot.unused.wait_for(lock, patience, [&] { return slot.uses == 0; })) {
     // A call outlived its own deadline: better to keep the world than to free it under it.

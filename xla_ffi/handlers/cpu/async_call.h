@@ -15,6 +15,8 @@
 // the call's buffers alive until the future completes, not its views of them (ffi::AnyBuffer
 // points into XLA's call frame) nor the handler's frame.
 // completed(error) is the finished future of a call that ran, or failed before it started.
+// Every call runs_now() says yes to counts as run at once (collectives/device_threads.h:
+// call_counts()).
 #pragma once
 
 #include <cstddef>
@@ -43,8 +45,10 @@ inline xla::ffi::Future completed(xla::ffi::Error error) {
 
 inline bool runs_now(int64_t device, uint32_t lane, size_t bytes) {
   const int64_t min_bytes = async_min_bytes();
-  return min_bytes < 0 || (lane == 0 && static_cast<int64_t>(bytes) < min_bytes &&
-                           DeviceThreads::get().idle(device, lane));
+  const bool now = min_bytes < 0 || (lane == 0 && static_cast<int64_t>(bytes) < min_bytes &&
+                                     DeviceThreads::get().idle(device, lane));
+  if (now) count_call_run_at_once();  // the caller runs it next
+  return now;
 }
 
 inline xla::ffi::Future queue(int64_t device, uint32_t lane,

@@ -5,6 +5,7 @@
 // process, then attach_peers() and unlink_own_segment() at the bootstrap's
 // synchronisation points; shutdown() releases everything (also at exit).
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -191,6 +192,8 @@ NB_MODULE(_jaccl, m) {
   m.def("name_site", [](uint32_t site, const std::string& name) { jaccl::name_site(site, name); },
         nb::arg("site"), nb::arg("name"));
   m.def("is_initialized", [] { return jaccl::World::get() != nullptr; });
+  m.def("call_counts", &jaccl::call_counts,
+        "(calls run at once on XLA's thread, calls handed to a device's call thread)");
   m.def("flush_aborts", [](double seconds) {
     if (jaccl::World* world = jaccl::World::get()) world->flush_aborts(seconds);
   }, nb::arg("seconds"), nb::call_guard<nb::gil_scoped_release>());
