@@ -98,3 +98,4 @@ def test_moe_example_trains_and_matches_dense():
                      str(REPO / "examples" / "moe_layer.py"), "--steps", "3", timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "[0] OK: expert-parallel and dense losses agree" in done.stdout
+    assert "[0] 2 processes x 2 devices" in done.stdout, done.stdout[-3000:]

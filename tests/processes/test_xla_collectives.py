@@ -221,6 +221,7 @@ mesh = Mesh(np.array(jax.devices()), ("x",))
 f = jax.jit(lambda a: jnp.sum(a, axis=0), out_shardings=NamedSharding(mesh, P()))
 v = np.ones((4, 3), np.float32)
 x = jax.make_array_from_callback(v.shape, NamedSharding(mesh, P("x")), lambda i: v[i])
+assert jax.process_count() == 2
 print("FIRST", float(f(x)[0]), flush=True)
 if jax.process_index() == 1:
     os._exit(17)
@@ -254,7 +255,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import jax_jaccl as jaccl
 from jax_jaccl import _transparent
-assert _transparent.active()
+assert _transparent.active() and jax.process_count() == 2
 n = jax.device_count()
 mesh = Mesh(np.array(jax.devices()), ("x",))
 v = np.arange(4 * n * 3, dtype=np.float32).reshape(4 * n, 3)
@@ -275,7 +276,8 @@ print("MIXED OK", flush=True)
 def test_jaccl_ops_and_xla_collectives_in_one_program(devices):
     """A lax.psum feeding a jaccl.all_reduce, and a lax.pmax beside them, twenty times over:
     one world carries both, in the order the data gives them (with 2 devices per process, over
-    shared channels)."""
+    shared channels). The psum, in a shard_map with a jaccl op, is jaccl's all_reduce itself
+    (README, Autodiff); the pmax is XLA's, through the MPI shim."""
     done = jaccl_run("-n", "2", "--devices-per-process", str(devices), "--xla-collectives",
                      "jaccl", "--", sys.executable, "-c", MIXED)
     out = done.stdout + done.stderr
