@@ -10,14 +10,17 @@ the ranks out round-robin over the hosts."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.experimental import multihost_utils
 
 import jax_jaccl as jaccl
-from job_layouts import OFI, OFI_MESSAGES, expected, layout, needs_ofi
+import axis_orders
+from job_layouts import OFI, OFI_MESSAGES, TCP, expected, layout, needs_ofi
 from process_battery import ALL_DTYPES, TRANSPORT_DTYPES, assert_equal_shards, run_battery
 
 
@@ -38,13 +41,19 @@ def same_on_every_process(digests: dict) -> None:
 # (groups within a process and across processes); the other layouts are there for a
 # transport, an algorithm or a placement, which move and reduce every dtype alike: they run
 # the battery's transport types (the forced algorithms, hierarchical included, and the
-# frame-spanning sizes stay).
+# frame-spanning sizes stay). 2x2 on 2 hosts runs the transport settings at their smallest
+# (4 KiB frames, 2 in flight, one socket a link, no busy wait), with a 16-bit type too: its
+# messages span hundreds of frames, in sizes that divide by neither frames nor frames x lanes.
+# The round-robin layout also runs every order of the three axes of a 2 x 2 x 2 mesh
+# (tests/support/axis_orders.py), its ranks dealt over hosts in the most scrambled way.
+SMALL_FRAMES = {**TCP, "JACCL_FRAME_KB": "4", "JACCL_SLOTS": "2", "JACCL_TCP_SOCKETS": "1",
+                "JACCL_SPIN_US": "0"}
 FOR_THEIR_TRANSPORT = {"4x1", "4x1-2hosts-lo-tcp", "2x2-2hosts-lo-tcp", "2x2-2hosts-lo-ofi",
                        "4x1-4hosts-lo-ofi-messages", "4x1-4hosts-netns-tcp",
                        "4x1-2hosts-netns-ofi", "4x2-2hosts-netns-tcp-rr"}
 LAYOUTS = [
     layout(2, 2), layout(4, 1),
-    layout(4, 1, 2), layout(2, 2, 2),
+    layout(4, 1, 2), layout(2, 2, 2, SMALL_FRAMES),
     layout(2, 2, 2, OFI, marks=needs_ofi), layout(4, 1, 4, OFI_MESSAGES, marks=needs_ofi),
     layout(4, 1, 4, network="namespaces"),
     layout(4, 1, 2, OFI, network="namespaces", marks=needs_ofi),
@@ -73,7 +82,16 @@ def test_collectives_match_lax(jax_job, request, nprocs, devices, hosts, transpo
             digests[name] = hashes.pop()
         checked.append(name)
 
-    dtypes = TRANSPORT_DTYPES if request.node.callspec.id in FOR_THEIR_TRANSPORT else ALL_DTYPES
+    name = request.node.callspec.id
+    dtypes = TRANSPORT_DTYPES if name in FOR_THEIR_TRANSPORT else ALL_DTYPES
+    if transport is SMALL_FRAMES:
+        settings = jaccl.init().settings
+        assert (settings.frame_bytes, settings.slots, settings.tcp_sockets) == (4096, 2, 1)
+        dtypes = TRANSPORT_DTYPES + (jnp.bfloat16,)
     run_battery(compare, hierarchical=hosts > 1 and jax.device_count() // hosts > 1, dtypes=dtypes)
     assert len(checked) > 100 and len(digests) > 20
     same_on_every_process(digests)
+    if name == "4x2-2hosts-netns-tcp-rr":
+        mesh = jax.make_mesh((2, 2, 2), ("x", "y", "z"))
+        orders = list(itertools.permutations(mesh.axis_names))
+        assert axis_orders.check_every_order(mesh, assert_equal_shards, orders=orders) >= 6 * 23
