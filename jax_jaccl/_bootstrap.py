@@ -29,7 +29,7 @@ import time
 
 import jax
 
-from . import _cuda_peers, _settings, _transparent, _transport
+from . import _compat, _cuda_peers, _settings, _transparent, _transport
 from ._ext import cuda_engine, engine
 
 _lock = threading.Lock()
@@ -246,9 +246,7 @@ def _listen_address() -> str:
     ifname = _settings.current().ifname
     if ifname:
         return engine.interface_address(ifname)
-    from jax._src import distributed
-
-    coordinator = (getattr(distributed.global_state, "coordinator_address", None)
+    coordinator = (getattr(_compat.distributed_state(), "coordinator_address", None)
                    or _settings.launch().coordinator or "127.0.0.1:0")
     return engine.address_towards(coordinator.rsplit(":", 1)[0])
 

@@ -28,9 +28,7 @@ import os
 import weakref
 import zlib
 
-from jax._src import source_info_util
-
-from . import _settings
+from . import _compat, _settings
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _BENCH_DIR = os.path.join(_PACKAGE_DIR, "bench")  # jaccl-bench's programs are users' code
@@ -43,7 +41,7 @@ _named: set = set()
 def _user_frame(traceback):
     """The innermost frame outside JAX and jaccl (jaccl-bench's programs count as user code),
     or None."""
-    for frame in source_info_util.user_frames(traceback):
+    for frame in _compat.user_frames(traceback):
         path = os.path.abspath(frame.file_name)
         if not path.startswith(_PACKAGE_DIR + os.sep) or path.startswith(_BENCH_DIR + os.sep):
             return frame

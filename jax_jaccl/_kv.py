@@ -10,9 +10,9 @@ from __future__ import annotations
 
 class KeyValueStore:
     def __init__(self):
-        from jax._src import distributed
+        from . import _compat
 
-        client = getattr(distributed.global_state, "client", None)
+        client = getattr(_compat.distributed_state(), "client", None)
         if client is None:
             raise RuntimeError(
                 "jaccl: this is a multi-process job but jax.distributed has no client; "

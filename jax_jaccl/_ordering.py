@@ -35,10 +35,10 @@ import weakref
 
 import jax
 import numpy as np
-from jax._src import effects
 from jax.interpreters import mlir
 
 from . import _compat, _settings
+from ._compat import effects
 
 
 class CollectiveOrderEffect(effects.Effect):

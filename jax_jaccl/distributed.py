@@ -31,8 +31,9 @@ _CLUSTER_MARKERS = ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE")
 def _gloo_on_interface(ifname: str) -> None:
     import functools
 
-    from jax._src.lib import _jax  # private: left alone where this JAX lacks it
+    from . import _compat
 
+    _jax = _compat.jaxlib_extension()  # private: left alone where this JAX lacks it
     make = getattr(_jax, "make_gloo_tcp_collectives", None)
     if make is not None and not isinstance(make, functools.partial):
         _jax.make_gloo_tcp_collectives = functools.partial(make, interface=ifname)

@@ -19,7 +19,8 @@ import numpy as np
 from jax.interpreters import mlir
 from jax.interpreters.mlir import ir
 
-from .. import _bootstrap, _call_site, _compat, _manual_region
+from .. import _bootstrap, _call_site, _compat
+from .._compat import manual_region
 from .. import _ordering
 
 SUPPORTED_DTYPES = tuple(np.dtype(d) for d in (
@@ -209,7 +210,7 @@ def lower_collective(ctx, *operands, target: str, axes: tuple, groups=None, alia
         return list(op.results)
 
     if _compat.partly_manual(ctx):
-        results = _manual_region.in_fully_manual_region(
+        results = manual_region.in_fully_manual_region(
             ctx, [token, *operands], [_ordering.order_aval(ctx), *(avals_in or ctx.avals_in)],
             [_ordering.order_aval(ctx), *ctx.avals_out], emit)
     else:

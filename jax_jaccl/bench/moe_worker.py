@@ -21,9 +21,9 @@ class Sync:
     collective that could meet a jaccl one in a different order)."""
 
     def __init__(self, index: int, count: int):
-        from jax._src import distributed
+        from jax_jaccl import _compat
 
-        self.client = distributed.global_state.client
+        self.client = _compat.distributed_state().client
         self.index, self.count, self.n = index, count, 0
 
     def barrier(self) -> None:

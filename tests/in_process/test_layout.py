@@ -1,8 +1,9 @@
 """The layout's rules (docs/layout.md), read from the sources: XLA and Python meet the engine
 only in xla_ffi/handlers/, which holds nothing but adapters; includes between the engine's
 folders point one way; the public pytest plugin depends on nothing under the benchmark CLI;
-jax_jaccl's internal modules are named with a leading underscore; and settings are read in one
-place (jax_jaccl/_settings.py), never by the engine itself."""
+jax_jaccl's internal modules are named with a leading underscore; settings are read in one
+place (jax_jaccl/_settings.py), never by the engine itself; and jax's internals only in
+jax_jaccl/_compat/."""
 
 from __future__ import annotations
 
@@ -103,3 +104,13 @@ def test_only_the_settings_module_reads_jaccl_variables():
     readers = [p.relative_to(PACKAGE).as_posix() for p in sorted(PACKAGE.rglob("*.py"))
                if p.name != "_settings.py" and reading.search(p.read_text())]
     assert readers == [], f"these modules read JACCL_* variables themselves: {readers}"
+
+
+def test_only_the_compat_package_imports_jax_internals():
+    """jax_jaccl/_compat/ is the one place that reads jax._src (its INTERNALS list names each
+    internal: test_jax_internals.py)."""
+    statement = re.compile(r"^\s*(from jax\._src[\s.]|import jax\._src)", re.M)
+    compat = PACKAGE / "_compat"
+    readers = [str(p.relative_to(ROOT)) for p in sorted(PACKAGE.rglob("*.py"))
+               if compat not in p.parents and statement.search(p.read_text())]
+    assert readers == [], f"these import jax._src outside jax_jaccl/_compat/: {readers}"

@@ -18,7 +18,7 @@ out_specs=P() would lower to; emitted here at lowering time because only the low
 the concrete mesh. Under Shardy it is an sdy.manual_computation; under GSPMD the
 SPMDFullToShardShape / SPMDShardToFullShape pair that jax's own shard_map uses.
 
-Like _compat.py, this module reads jax internals (jax._src).
+Part of _compat: this module reads jax internals (jax._src).
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
-"""The few jax internals jax_jaccl needs, in one place, with fallbacks across versions.
+"""The jax internals jax_jaccl needs, in one place, with fallbacks across versions.
 
-Contract: everything here works on jax>=0.10; when jax moves an internal, only this file
-changes. The few other imports of jax._src are single internals where they are used (effect
-types in _ordering.py, the distributed client, the MLIR of manual regions).
+Contract: everything here works on jax>=0.10; no module of jax_jaccl outside this package
+imports jax._src (tests/in_process/test_layout.py), and when jax moves an internal, only this
+package changes. INTERNALS names every internal it reads, for the test that says which one a
+new jax removed (tests/in_process/test_jax_internals.py). manual_region.py holds the MLIR of
+partly manual regions; jaccl-run's cluster environment (_cluster.py) waits for
+jax._src.clusters by name at interpreter start-up, before jax can be imported.
 """
 
 from __future__ import annotations
@@ -11,6 +14,29 @@ import threading
 
 import jax
 from jax._src import core as _core
+from jax._src import effects
+
+# (module, attribute) of every jax internal read here and in manual_region.py; optional ones
+# (read with a fallback where an older or newer jax lacks them) are in OPTIONAL_INTERNALS.
+INTERNALS = (
+    ("jax._src.core", "NamedAxisEffect"), ("jax._src.core", "Tracer"),
+    ("jax._src.core", "get_axis_env"), ("jax._src.core", "jaxprs_in_params"),
+    ("jax._src.core", "abstract_token"), ("jax._src.effects", "Effect"),
+    ("jax._src.effects", "ordered_effects"), ("jax._src.effects", "lowerable_effects"),
+    ("jax._src.lax.parallel", "pvary"), ("jax._src.interpreters.mlir", "custom_call"),
+    ("jax._src.interpreters.mlir", "create_token"), ("jax._src.interpreters.mlir", "TokenSet"),
+    ("jax._src.interpreters.mlir", "_lowerings"),
+    ("jax._src.interpreters.mlir", "get_sharding_attr"),
+    ("jax._src.shard_map", "shard_map_p"), ("jax._src.sharding_impls", "SPMDAxisContext"),
+    ("jax._src.mesh", "get_concrete_mesh"), ("jax._src.distributed", "global_state"),
+    ("jax._src.source_info_util", "user_frames"), ("jax._src.interpreters.pxla", "__name__"),
+    ("jax._src.lib", "xla_client"), ("jax._src.lib.mlir", "ir"),
+    ("jax._src.lib.mlir.dialects", "sdy"), ("jax._src.lib.mlir.dialects", "hlo"),
+)
+OPTIONAL_INTERNALS = (
+    ("jax._src.config", "_check_vma"), ("jax._src.config", "raise_on_ppermute_sort_diff"),
+    ("jax._src.lax.parallel", "psum_invariant_p"), ("jax._src.lib._jax", "make_gloo_tcp_collectives"),
+)
 
 try:  # jax >= 0.10
     from jax._src.lax import parallel as _parallel
@@ -115,6 +141,30 @@ def jax_lowering(primitive):
     from jax._src.interpreters import mlir as _mlir
 
     return _mlir._lowerings[primitive].rule
+
+
+def distributed_state():
+    """jax.distributed's process-wide state (its coordination-service client, the coordinator's
+    address): what jax.distributed.initialize() set up, or empty fields before it."""
+    from jax._src import distributed
+
+    return distributed.global_state
+
+
+def user_frames(traceback):
+    """The frames of a JAX source-info traceback outside JAX, innermost first."""
+    from jax._src import source_info_util
+
+    return source_info_util.user_frames(traceback)
+
+
+def jaxlib_extension():
+    """jaxlib's extension module (where XLA's gloo collectives are made), or None."""
+    try:
+        from jax._src.lib import _jax
+    except ImportError:
+        return None
+    return _jax
 
 
 def abstract_token():

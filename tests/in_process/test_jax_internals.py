@@ -1,0 +1,34 @@
+"""The jax internals jax_jaccl reads, all behind jax_jaccl/_compat/ (test_layout.py checks that
+no other module imports jax._src): each one named in _compat.INTERNALS exists in the installed
+jax, so a jax that removes one fails here, naming it, rather than somewhere in a lowering."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from jax_jaccl import _compat
+
+
+def present(module: str, attribute: str) -> bool:
+    try:
+        return hasattr(importlib.import_module(module), attribute)
+    except ImportError:
+        return False
+
+
+@pytest.mark.parametrize("module, attribute", _compat.INTERNALS,
+                         ids=[f"{m}.{a}" for m, a in _compat.INTERNALS])
+def test_every_internal_jaccl_reads_is_in_this_jax(module, attribute):
+    assert present(module, attribute), (
+        f"this jax has no {module}.{attribute}, which jax_jaccl/_compat reads: move _compat to "
+        "what replaced it")
+
+
+def test_the_optional_internals_are_named_right():
+    """Those read with a fallback: at least the ones every supported jax has are found (a
+    misspelt name would silently take the fallback everywhere)."""
+    found = {(m, a) for m, a in _compat.OPTIONAL_INTERNALS if present(m, a)}
+    assert ("jax._src.config", "_check_vma") in found
+    assert ("jax._src.lax.parallel", "psum_invariant_p") in found
