@@ -9,7 +9,8 @@ axis_index_groups of a traced value inside a shard_map with check_vma=True, and 
 uneven ones too, under jax.pmap), and computes what jax.lax computes: psum of bool sums int32
 values, pmean of integers is a float mean, complex numbers are summed, gathered and moved.
 Over axes that jax.vmap bound (axis_name=...) the result is jax.lax's computation on the
-batch. Functions that move no data (axis_index, axis_size, pvary, pcast) are jax.lax's own.
+batch. Functions that move no data (axis_index, axis_size, and pcast or pvary where the installed
+jax has them) are jax.lax's own. Where jax.lax has psum_scatter_start (jax 0.12), so does this.
 
 Contract: every function here is a thin adapter over jax_jaccl._ops; none keeps state.
 """
@@ -31,12 +32,16 @@ from ._ops.reduce_scatter import reduce_scatter as _reduce_scatter
 
 axis_index = _lax.axis_index
 axis_size = _lax.axis_size
-pvary = getattr(_lax, "pvary", None)
-pcast = getattr(_lax, "pcast", None)
 
-__all__ = ["all_gather", "all_to_all", "axis_index", "axis_size", "pbroadcast", "pcast", "pmax",
-           "pmean", "pmin", "ppermute", "pshuffle", "psum", "psum_scatter", "pswapaxes",
-           "pvary", "ragged_all_to_all"]
+__all__ = ["all_gather", "all_to_all", "axis_index", "axis_size", "pbroadcast", "pmax", "pmean",
+           "pmin", "ppermute", "pshuffle", "psum", "psum_scatter", "pswapaxes",
+           "ragged_all_to_all"]
+
+# Names that move no data, where the installed jax.lax has them: its own.
+for _name in ("pcast", "pvary"):
+    if hasattr(_lax, _name):
+        globals()[_name] = getattr(_lax, _name)
+        __all__.append(_name)
 
 
 def _axes(axis_name) -> tuple:
@@ -97,6 +102,37 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, t
     """jax.lax.psum_scatter."""
     return _reduce_scatter(x, _axes(axis_name), scatter_dimension=scatter_dimension, tiled=tiled,
                            axis_index_groups=axis_index_groups)
+
+
+class Started:
+    """A collective started by a *_start function: done() gives its result. jaccl's CPU calls
+    of 64 KiB and more already run beside XLA's compute until their result is used, so the
+    call is made at start; the value is a pytree (it passes through jit and tree functions)."""
+
+    def __init__(self, result):
+        self._result = result
+
+    def done(self):
+        return self._result
+
+
+jax.tree_util.register_pytree_node(Started, lambda s: ((s._result,), None),
+                                   lambda _, children: Started(children[0]))
+
+
+def psum_scatter_start(x, axis_name, *, scatter_dimension=0, axis_index_groups=None,
+                       tiled=False):
+    """jax.lax.psum_scatter_start (jax 0.12): psum_scatter, started; `.done()` of each leaf
+    gives its result."""
+    return jax.tree_util.tree_map(
+        lambda leaf: Started(psum_scatter(leaf, axis_name, scatter_dimension=scatter_dimension,
+                                          axis_index_groups=axis_index_groups, tiled=tiled)), x)
+
+
+if hasattr(_lax, "psum_scatter_start"):
+    __all__.append("psum_scatter_start")
+else:  # this jax has no such name: neither has its stand-in
+    del psum_scatter_start
 
 
 def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False, to="varying"):

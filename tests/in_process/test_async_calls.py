@@ -36,14 +36,14 @@ def test_a_call_under_compute_on_a_gpu_stream_runs_on_cpus_unchanged():
     (XLA:GPU then runs the call beside the compute stream: tests/cuda checks that on a GPU);
     the same program on CPUs lowers and gives the same result (XLA:CPU ignores the stream)."""
     import jax
-    from jax.experimental.compute_on import compute_on
     from jax.sharding import PartitionSpec as P
 
     import jax_jaccl as jaccl
+    from gpu_streams import on_gpu_stream
     from util import N, mesh1d, put
 
     mesh = mesh1d()
-    reduce_on_stream = compute_on("gpu_stream:1")(jax.jit(lambda v: jaccl.all_reduce(v, "x")))
+    reduce_on_stream = on_gpu_stream(jax.jit(lambda v: jaccl.all_reduce(v, "x")))
     x = put(np.arange(N * 1000, dtype=np.float32), mesh)
     run = lambda body: jax.jit(jax.shard_map(  # noqa: E731
         body, mesh=mesh, in_specs=P("x"), out_specs=P("x")))(x)

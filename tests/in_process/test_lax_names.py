@@ -251,3 +251,26 @@ def test_the_gradient_of_a_jaccl_program_sums_on_jaccl():
     assert "stablehlo.all_reduce" not in texts[jlax]
     assert texts[jlax].count("@jaccl_all_reduce") == 4  # two forward, two for pvary's transpose
     assert_equal(program(jlax)(put(x, mesh1d())), program(jax.lax)(put(x, mesh1d())))
+
+
+def test_every_name_is_jax_laxs_and_none_is_missing():
+    """jax_jaccl.lax offers each of its names only where jax.lax has it (psum_scatter_start:
+    jax 0.12; pvary: none of the supported jax), and never a None."""
+    for name in jlax.__all__:
+        assert getattr(jlax, name) is not None and hasattr(jax.lax, name), name
+    assert hasattr(jlax, "psum_scatter_start") == hasattr(jax.lax, "psum_scatter_start")
+
+
+@pytest.mark.skipif(not hasattr(jax.lax, "psum_scatter_start"),
+                    reason="this jax has no jax.lax.psum_scatter_start (jax 0.12 has)")
+def test_psum_scatter_start_and_done():
+    x = data(np.float32, (N * 8, 3), seed=13)
+
+    def program(L, v):
+        started = L.psum_scatter_start({"a": v, "b": v * 2}, "x", tiled=True)
+        meanwhile = jnp.tanh(v).sum()
+        return jax.tree.map(lambda f: f.done(), started,
+                            is_leaf=lambda f: hasattr(f, "done"))["b"] + meanwhile
+
+    want, got = run(program, x)
+    assert_equal(got, want)

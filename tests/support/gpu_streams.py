@@ -22,10 +22,23 @@ ELEMENTS = 16 << 20  # float32 per device: 64 MiB
 MATRIX = 4096
 
 
+def on_gpu_stream(fn, stream: int = 1):
+    """compute_on("gpu_stream:N")(fn) on any supported jax: jax 0.12 asks for the compute type
+    and the outputs' memory spaces by keyword (device memory here)."""
+    import inspect
+
+    import jax
+    from jax.experimental.compute_on import compute_on
+
+    if "out_memory_spaces" not in inspect.signature(compute_on).parameters:
+        return compute_on(f"gpu_stream:{stream}")(fn)
+    return compute_on(fn, compute_type=f"gpu_stream:{stream}",
+                      out_memory_spaces=jax.memory.Space.Device)
+
+
 def check_streams(iters: int) -> None:
     import jax
     import jax.numpy as jnp
-    from jax.experimental.compute_on import compute_on
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     import jax_jaccl as jaccl
@@ -45,7 +58,7 @@ def check_streams(iters: int) -> None:
             c = jnp.tanh(c @ a)
         return c
 
-    on_stream = compute_on("gpu_stream:1")(jax.jit(lambda v: jaccl.all_reduce(v, "x")))
+    on_stream = on_gpu_stream(jax.jit(lambda v: jaccl.all_reduce(v, "x")))
 
     def program(body, specs):
         return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=specs))
