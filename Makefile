@@ -1,28 +1,67 @@
-# setup: a virtual environment with jax_jaccl built and installed (editable)
+# setup: a virtual environment (.venv) with jax_jaccl built and installed (editable) on the newest
+#        jax a user gets: jax 0.11 and later need Python >= 3.12, so it is made with the first of
+#        python3.12, python3.13 and pyenv's 3.12 / 3.13 that runs (PYTHON=... overrides)
 # demo:  the main job: 2 processes x 2 CPU devices train a model with jaccl collectives, then 4 x 1
 #        (where the jax.lax reference step's own collectives run on jaccl too)
-# test:  the test suite (test-fast: what runs in the pytest process alone, no jobs, no builds)
+# test:  the test suite on the newest jax (test-fast: what runs in the pytest process alone, no
+#        jobs, no builds)
+# test-oldest: the oldest jax supported (jax 0.10.2 on Python 3.11, in .venv-oldest): the fast
+#        loop and a representative set of jobs (OLDEST_JOBS)
 # bench: jaccl-bench collectives, 2 processes x 1 device, against jax's own collectives
 VENV ?= .venv
-PYTHON ?= python3
+OLDEST_VENV ?= .venv-oldest
+NEWEST_JAX := 'jax>=0.10.2,<0.13'
+OLDEST_JAX := jax==0.10.2 jaxlib==0.10.2
+PYTHON ?= $(shell for p in python3.12 python3.13 $$(pyenv root 2>/dev/null)/versions/3.12*/bin/python3 \
+	$$(pyenv root 2>/dev/null)/versions/3.13*/bin/python3; do \
+	"$$p" -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
+OLDEST_PYTHON ?= $(shell for p in python3.11 $$(pyenv root 2>/dev/null)/versions/3.11*/bin/python3; do \
+	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 11)' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
 PY := $(VENV)/bin/python
+OLDEST_PY := $(OLDEST_VENV)/bin/python
+# What the oldest jax runs besides the fast loop: one of every kind of job (fresh processes,
+# faults, XLA's collectives through the MPI shim, the launcher and demo, the transport choice
+# and jaccl-info with Debian's pyverbs (built for the system Python only), the batteries on one
+# host and between emulated hosts, MoE, every order of axes)
+OLDEST_JOBS := tests/processes/test_fresh_processes.py tests/processes/test_faults.py \
+	tests/processes/test_xla_collectives.py tests/processes/test_launcher.py \
+	tests/processes/test_transport_choice.py \
+	tests/plugin/test_axis_orders_as_jobs.py \
+	"tests/plugin/test_battery_as_jobs.py::test_collectives_match_lax[2x2]" \
+	"tests/plugin/test_battery_as_jobs.py::test_collectives_match_lax[4x1-2hosts-lo-tcp]" \
+	"tests/plugin/test_moe_as_jobs.py::test_moe_matches_reference[2x2]"
 SOURCES := pyproject.toml CMakeLists.txt $(shell find xla_ffi -name '*.cc' -o -name '*.c' -o -name '*.txt' -o -name '*.py' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name CMakeLists.txt)
 
-.PHONY: setup demo test test-fast bench bench-setup clean
+.PHONY: setup setup-oldest demo test test-fast test-oldest bench bench-setup libfabric clean
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: $(SOURCES)
-	@# libfabric for the OFI transport (RDMA NICs), from apt where we may; optional otherwise
+setup-oldest: $(OLDEST_VENV)/.installed
+
+# libfabric for the OFI transport (RDMA NICs), from apt where we may; optional otherwise
+libfabric:
 	@pkg-config --exists libfabric 2>/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get install -y -q libfabric-dev libfabric-bin pkg-config || (apt-get update -q && \
 	   apt-get install -y -q libfabric-dev libfabric-bin pkg-config)); } || \
 	  echo "note: no libfabric (apt-get install libfabric-dev): building without the OFI transport"
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q 'jax>=0.10' numpy nanobind 'scikit-build-core>=0.10' ninja cmake pytest pytest-timeout
-	$(PY) -m pip install -q --no-build-isolation -e '.[test]'
-	touch $@
+
+# $(call venv,VENV,INTERPRETER,JAX REQUIREMENT): the environment, its tools, jax_jaccl built in it
+define venv
+	@test -n "$(2)" || { echo "no suitable Python found: $(3) needs $(4) (set PYTHON=... or install it)"; exit 1; }
+	test -x $(1)/bin/python || $(2) -m venv $(1)
+	$(1)/bin/python -m pip install -q --upgrade pip
+	$(1)/bin/python -m pip install -q $(3) numpy nanobind 'scikit-build-core>=0.10' ninja cmake pytest pytest-timeout
+	$(1)/bin/python -m pip install -q --no-build-isolation -e '.[test]'
+	touch $(1)/.installed
+endef
+
+$(VENV)/.installed: $(SOURCES)
+	$(MAKE) -s libfabric
+	$(call venv,$(VENV),$(PYTHON),$(NEWEST_JAX),Python >= 3.12)
+
+$(OLDEST_VENV)/.installed: $(SOURCES)
+	$(MAKE) -s libfabric
+	$(call venv,$(OLDEST_VENV),$(OLDEST_PYTHON),$(OLDEST_JAX),Python 3.11)
 
 demo: setup
 	$(VENV)/bin/jaccl-run -n 2 --devices-per-process 2 -- $(PY) examples/train_data_parallel.py
@@ -34,6 +73,9 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q tests/in_process
 
+test-oldest: setup-oldest
+	$(OLDEST_PY) -m pytest -q tests/in_process $(OLDEST_JOBS)
+
 bench: setup
 	$(VENV)/bin/jaccl-bench collectives --nprocs 2 --runs 3 --vs lax --plot collectives.png
 
@@ -44,4 +86,4 @@ bench-setup: setup
 	CUDA_PATH=$$(mktemp -d) $(PY) -m pip install -q mpi4jax
 
 clean:
-	rm -rf build $(VENV)
+	rm -rf build $(VENV) $(OLDEST_VENV)

@@ -116,9 +116,10 @@ def is_initialized() -> bool:
 
 
 def shutdown() -> None:
-    """Releases the engine (shared memory mappings, sockets, threads). Programs compiled
-    before cannot run afterwards (they raise, saying so); one traced afterwards starts the
-    engine again, as init() does (in a multi-process job every process must then do so)."""
+    """Releases the engine (shared memory mappings, sockets, threads). Executables compiled
+    before cannot run afterwards (they raise, saying so); a program lowered afterwards (jax
+    may lower a jitted function again when it is called) starts the engine again, as init()
+    does (in a multi-process job every process must then do so)."""
     global _world
     with _lock:
         if _world is not None:

@@ -233,7 +233,7 @@ SHUTDOWN = textwrap.dedent("""
     program = lambda: jax.jit(jax.shard_map(lambda v: jaccl.all_reduce(v, "x"), mesh=mesh,
                                             in_specs=P("x"), out_specs=P("x")))
     x = np.arange(8.0, dtype=np.float32)
-    compiled = program()
+    compiled = program().lower(x).compile()  # an executable: jax cannot lower it again
     print("BEFORE", np.asarray(compiled(x)).tolist(), jaccl.is_initialized())
     jaccl.shutdown()
     print("AFTER", jaccl.is_initialized(), sorted(names() - before))
