@@ -59,9 +59,10 @@ def over_vmap_axes(axes: tuple, axis_index_groups, api: str, lax_collective):
     return lax_collective(batch[0] if len(batch) == 1 else batch)
 
 
-class UnboundAxisError(NameError, ValueError):
+class UnboundAxisError(NameError, AssertionError, ValueError):
     """An axis name no enclosing jax.shard_map (or jax.vmap) binds: jax.lax raises NameError
-    there; jaccl always raised ValueError. Both catch it."""
+    outside shard_map and a bare AssertionError inside one (jax 0.10.2 to 0.12); jaccl always
+    raised ValueError. Each catches it, and its message names the axis."""
 
 
 # What jax.lax calls each op, for messages that read as jax.lax's.

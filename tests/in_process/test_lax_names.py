@@ -274,3 +274,14 @@ def test_psum_scatter_start_and_done():
 
     want, got = run(program, x)
     assert_equal(got, want)
+
+
+def test_an_unbound_axis_raises_what_jax_lax_raises():
+    """Inside shard_map jax.lax raises a bare AssertionError for an axis no shard_map binds;
+    jaccl's error is one too (and a NameError, as outside, and a ValueError), naming it."""
+    for module in (jax.lax, jlax):
+        f = jax.shard_map(lambda v: module.psum(v, "y"), mesh=mesh1d(), in_specs=P("x"),
+                          out_specs=P("x"))
+        with pytest.raises(AssertionError) as raised:
+            jax.jit(f).lower(put(np.zeros(N, np.float32), mesh1d()))
+    assert isinstance(raised.value, (NameError, ValueError)) and "'y'" in str(raised.value)
