@@ -35,7 +35,8 @@ INTERNALS = (
 )
 OPTIONAL_INTERNALS = (
     ("jax._src.config", "_check_vma"), ("jax._src.config", "raise_on_ppermute_sort_diff"),
-    ("jax._src.lax.parallel", "psum_invariant_p"), ("jax._src.lib._jax", "make_gloo_tcp_collectives"),
+    ("jax._src.lax.parallel", "psum_invariant_p"),
+    ("jax._src.lib._jax", "make_gloo_tcp_collectives"),
 )
 
 try:  # jax >= 0.10

@@ -151,7 +151,6 @@ ad.primitive_transposes[all_reduce_p] = _transpose
 batching.fancy_primitive_batchers[all_reduce_p] = _batcher
 
 
-
 # JAX's own psum in a shard_map body that binds jaccl collectives, on the CPU. Where a value
 # that does not vary over an axis meets one that does, JAX inserts pvary, and pvary's transpose
 # is JAX's psum (psum_invariant): the backward pass of a program written with jaccl would

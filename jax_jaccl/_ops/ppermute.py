@@ -79,8 +79,8 @@ def _numbered_axes(ctx, axes: tuple) -> tuple:
     """The order of `axes` in which the installed jax.lax.ppermute numbers a group's members:
     member i is the i-th device of the group with that order's first axis slowest. jax up to
     0.11.1 sorts each group (the mesh's order, whatever the tuple's); later jax refuses a tuple
-    that sorting would reorder unless `jax.raise_on_ppermute_sort_diff(False)` is in effect,
-    and then numbers in the tuple's order, as jax.lax.axis_index does. jaccl does the same."""
+    that sorting would reorder unless its jax_raise_on_ppermute_sort_diff is off, and then
+    numbers in the tuple's order, as jax.lax.axis_index does. jaccl does the same."""
     mesh_order = _common.in_mesh_order(ctx, axes)
     if np.array_equal(_common.group_table(ctx, axes)[0], _common.group_table(ctx, mesh_order)[0]):
         return axes
@@ -92,8 +92,8 @@ def _numbered_axes(ctx, axes: tuple) -> tuple:
             "Make sure that the axis_name passed to jax.lax.ppermute is in the same order as the "
             f"axis_names declared on the mesh (jaccl.ppermute over {axes!r}: the mesh orders "
             f"them {mesh_order!r}). To number the members in the order of axis_name, as "
-            "jax.lax.axis_index does, lower it inside `with jax.raise_on_ppermute_sort_diff("
-            "False):`, as for jax.lax.ppermute.")
+            "jax.lax.axis_index does, turn jax's check off as for jax.lax.ppermute: "
+            "jax.config.update('jax_raise_on_ppermute_sort_diff', False).")
     return axes
 
 

@@ -14,9 +14,9 @@
 //
 // async_min_bytes(): calls of at least this many bytes go to the call thread; -1: none
 // (JACCL_ASYNC=0, every call blocks XLA's thread as before). Set by configure().
-// call_counts(): how many calls this process's handlers ran on XLA's thread (count_call(false))
-// and handed to a call thread (run()), since it started: what tests read to tell the two
-// ways apart.
+// call_counts(): how many calls this process's handlers ran on XLA's thread
+// (count_call_run_at_once()) and handed to a call thread (run()), since it started: what tests
+// read to tell the two ways apart.
 #pragma once
 
 #include <cstdint>

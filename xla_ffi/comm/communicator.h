@@ -2,7 +2,8 @@
 // groups a mesh axis (or tuple of axes) cuts the mesh into.
 //
 // Contract: built from a table of global device ids, group_size per row, in
-// rank order (a group smaller than others ends its row with -1s); every process builds the same table at trace time, so the id
+// rank order (a group smaller than others ends its row with -1s); every
+// process builds the same table at trace time, so the id
 // (a hash of the table) is the same everywhere. Each local device sees its own
 // group through a Member view: its rank, the channels to and from every other
 // rank, and its collective sequence number. A Member is used by one call at a
