@@ -81,7 +81,8 @@ bench: setup
 
 # Open MPI (apt) and the MPI peers for --vs mpi4jax,mpi (mpi4jax's build looks for CUDA: hide it)
 bench-setup: setup
-	command -v mpirun >/dev/null || (apt-get update -q && apt-get install -y -q openmpi-bin libopenmpi-dev)
+	(command -v mpirun && echo '#include <mpi.h>' | mpicc -E - ) >/dev/null 2>&1 || \
+	  (apt-get update -q && apt-get install -y -q openmpi-bin libopenmpi-dev)
 	$(PY) -m pip install -q --no-build-isolation -e '.[bench]'
 	CUDA_PATH=$$(mktemp -d) $(PY) -m pip install -q mpi4jax
 
