@@ -22,6 +22,7 @@ _DEFINED_IN = {
     "all_to_all": "._ops.all_to_all", "MoeHandle": "._ops.moe", "moe_combine": "._ops.moe",
     "moe_dispatch": "._ops.moe", "ppermute": "._ops.ppermute",
     "ragged_all_to_all": "._ops.ragged_all_to_all", "reduce_scatter": "._ops.reduce_scatter",
+    "Fp8Rows": "._ops.fp8", "quantize_fp8": "._ops.fp8", "dequantize_fp8": "._ops.fp8",
     "lax": ".lax",
 }
 
@@ -50,17 +51,20 @@ def __dir__():
 __version__ = "0.1.0"
 
 __all__ = [
+    "Fp8Rows",
     "MoeHandle",
     "WorldInfo",
     "all_gather",
     "all_reduce",
     "all_to_all",
+    "dequantize_fp8",
     "init",
     "is_initialized",
     "lax",
     "moe_combine",
     "moe_dispatch",
     "ppermute",
+    "quantize_fp8",
     "ragged_all_to_all",
     "reduce_scatter",
     "shutdown",

@@ -24,6 +24,7 @@ from jax.interpreters import mlir
 from .. import _compat
 from .._ext import PLATFORMS
 from . import _common
+from . import fp8 as fp8_mod
 from .all_gather import all_gather
 from .moe_routing import route
 
@@ -103,7 +104,8 @@ def _return(y_flat, h: MoeHandle, weights_or_dout, axes, pair_dot):
 
 # ----------------------------------------------------------------------- dispatch
 
-def moe_dispatch(x, topk_idx, topk_weights, *, num_experts: int, capacity: int, axis_name):
+def moe_dispatch(x, topk_idx, topk_weights, *, num_experts: int, capacity: int, axis_name,
+                 fp8: bool = False, scale_format: str = "float32"):
     """Sends every (token, expert) row of `x` [T, H] to the rank that owns the expert.
 
     topk_idx [T, K] int32 names each token's experts (-1: not routed); topk_weights [T, K]
@@ -113,21 +115,49 @@ def moe_dispatch(x, topk_idx, topk_weights, *, num_experts: int, capacity: int, 
     recv_count [E_loc] int32 (valid rows), and a MoeHandle for moe_combine. Rows past
     `capacity` are dropped, the largest (source rank, source token) first; handle.dropped
     counts them per local expert. Only rows that exist travel.
+
+    FP8 (H a multiple of 128): with fp8=True the rows are quantised before they are sent
+    (jaccl.quantize_fp8 with `scale_format`), and x may instead be an already quantised
+    (values float8_e4m3fn [T, H], scales [T, H / 128]) pair; recv_x is then an Fp8Rows of
+    values [E_loc, capacity, H] float8_e4m3fn and their scales [E_loc, capacity, H / 128]
+    (padding rows: zero values, zero scales). Only values and scales travel (bfloat16 rows:
+    H + 4 H / 128 bytes instead of 2 H). Gradients: the cast is straight-through (x's
+    cotangent is dispatch's transpose of d_values / scale; scales carry none), where JAX gives
+    d_values in float8_e4m3fn, unscaled (a dequantising consumer's cotangent times the scale,
+    so what falls below 2^-9 is lost); a caller's own FP8 pair has no gradient.
     """
     axes = _common.normalize_axes(axis_name)
     ranks = _common.check_axes(axes, "moe_dispatch")
-    _check_dispatch(x, topk_idx, topk_weights, num_experts, capacity, ranks)
+    pre_quantised = isinstance(x, tuple)
+    if pre_quantised:
+        fp8_mod.check_fp8_rows(x, "jaccl.moe_dispatch")
+        tokens = x[0].shape[0]
+    else:
+        _check_rows(x)
+        tokens = x.shape[0]
+    _check_routing(tokens, topk_idx, topk_weights, num_experts, capacity, ranks)
+    if pre_quantised:
+        return _dispatch_fp8_pair(fp8_mod.Fp8Rows(*x), topk_idx, topk_weights, num_experts,
+                                  capacity, axes, ranks)
+    if fp8:
+        fp8_mod.check_scale_format(scale_format, "jaccl.moe_dispatch")
+        fp8_mod.check_hidden(x.shape[1], "jaccl.moe_dispatch")
+        return _dispatch_fp8(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks,
+                             scale_format)
     return _dispatch(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks)
 
 
-def _check_dispatch(x, topk_idx, topk_weights, num_experts, capacity, ranks):
+def _check_rows(x):
     if np.ndim(x) != 2:
         raise ValueError(f"jaccl.moe_dispatch: x must be [tokens, hidden], got shape {np.shape(x)}")
     if np.dtype(x.dtype) not in DTYPES:
         raise TypeError(f"jaccl.moe_dispatch: x must be float32, bfloat16 or float16, not {x.dtype}")
-    if np.ndim(topk_idx) != 2 or topk_idx.shape[0] != x.shape[0]:
+
+
+def _check_routing(tokens, topk_idx, topk_weights, num_experts, capacity, ranks):
+    if np.ndim(topk_idx) != 2 or topk_idx.shape[0] != tokens:
         raise ValueError(f"jaccl.moe_dispatch: topk_idx must be [tokens, k] with tokens = "
-                         f"{x.shape[0]}, got {np.shape(topk_idx)}")
+                         f"{tokens}, got {np.shape(topk_idx)}")
     if np.dtype(topk_idx.dtype) != np.int32:
         raise TypeError(f"jaccl.moe_dispatch: topk_idx must be int32, not {topk_idx.dtype}")
     if np.shape(topk_weights) != np.shape(topk_idx):
@@ -147,7 +177,8 @@ def _dispatch(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks):
     return _dispatch_fwd(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks)[0]
 
 
-def _dispatch_fwd(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks):
+def _routed(topk_idx, topk_weights, num_experts, capacity, axes, ranks):
+    """The routing of every pair and the handle, router weights delivered."""
     T, K = topk_idx.shape
     E_loc = num_experts // ranks
     r = route(topk_idx, num_experts=num_experts, capacity=capacity, ranks=ranks,
@@ -157,9 +188,19 @@ def _dispatch_fwd(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks)
                        r.send_offsets, r.recv_rows, r.recv_offsets)
     weights = _exchange(topk_weights.reshape(T * K, 1), handle, r.send_pairs, E_loc * capacity,
                         axes, num_experts)
-    handle = handle._replace(recv_weights=weights.reshape(E_loc, capacity))
-    recv = _exchange(x, handle, r.send_tokens, E_loc * capacity, axes, num_experts)
-    out = (recv.reshape(E_loc, capacity, x.shape[1]), r.recv_count, handle)
+    return r, handle._replace(recv_weights=weights.reshape(E_loc, capacity))
+
+
+def _send_rows(rows, handle, axes, num_experts):
+    """rows [T, W] -> [E_loc, C, W]: each kept pair's token row in its expert's slot."""
+    E_loc, C = handle.recv_weights.shape
+    recv = _exchange(rows, handle, handle.send_tokens, E_loc * C, axes, num_experts)
+    return recv.reshape(E_loc, C, rows.shape[1])
+
+
+def _dispatch_fwd(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks):
+    r, handle = _routed(topk_idx, topk_weights, num_experts, capacity, axes, ranks)
+    out = (_send_rows(x, handle, axes, num_experts), r.recv_count, handle)
     return out, handle
 
 
@@ -172,6 +213,61 @@ def _dispatch_bwd(num_experts, capacity, axes, ranks, handle, cotangents):
 
 
 _dispatch.defvjp(_dispatch_fwd, _dispatch_bwd)
+
+
+# FP8 dispatch: values and scales travel as two row exchanges of one routing.
+
+def _send_fp8(rows: fp8_mod.Fp8Rows, handle, axes, num_experts):
+    return fp8_mod.Fp8Rows(_send_rows(rows.values, handle, axes, num_experts),
+                           _send_rows(rows.scales, handle, axes, num_experts))
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
+def _dispatch_fp8(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks, scale_format):
+    return _dispatch_fp8_fwd(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks,
+                             scale_format)[0]
+
+
+def _dispatch_fp8_fwd(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks,
+                      scale_format):
+    r, handle = _routed(topk_idx, topk_weights, num_experts, capacity, axes, ranks)
+    recv = _send_fp8(fp8_mod.quantize_fp8(x, scale_format), handle, axes, num_experts)
+    return (recv, r.recv_count, handle), (handle, recv.scales, jnp.zeros((0,), x.dtype))
+
+
+def _dispatch_fp8_bwd(num_experts, capacity, axes, ranks, scale_format, residual, cotangents):
+    """Straight-through: values = x / scale as if the cast were the identity, so a row's
+    cotangent is d_values / scale (padding rows, scale 0, give 0), returned like _dispatch's."""
+    handle, scales, like_x = residual
+    d_values = cotangents[0].values.astype(jnp.float32)
+    E_loc, C, H = d_values.shape
+    scale = jnp.repeat(fp8_mod.scales_as_float(scales), fp8_mod.BLOCK, axis=-1)
+    rows = jnp.where(scale > 0, d_values / jnp.where(scale > 0, scale, 1.0), 0.0)
+    return _dispatch_bwd(num_experts, capacity, axes, ranks, handle,
+                         (rows.astype(like_x.dtype),))
+
+
+_dispatch_fp8.defvjp(_dispatch_fp8_fwd, _dispatch_fp8_bwd)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
+def _dispatch_fp8_pair(rows, topk_idx, topk_weights, num_experts, capacity, axes, ranks):
+    r, handle = _routed(topk_idx, topk_weights, num_experts, capacity, axes, ranks)
+    return _send_fp8(rows, handle, axes, num_experts), r.recv_count, handle
+
+
+def _dispatch_fp8_pair_fwd(rows, topk_idx, topk_weights, num_experts, capacity, axes, ranks):
+    return _dispatch_fp8_pair(rows, topk_idx, topk_weights, num_experts, capacity, axes,
+                              ranks), None
+
+
+def _dispatch_fp8_pair_bwd(*_):
+    raise TypeError("jaccl.moe_dispatch: an already quantised (values, scales) pair has no "
+                    "gradient; pass the unquantised rows with fp8=True for a straight-through "
+                    "gradient")
+
+
+_dispatch_fp8_pair.defvjp(_dispatch_fp8_pair_fwd, _dispatch_fp8_pair_bwd)
 
 
 # ----------------------------------------------------------------------- combine

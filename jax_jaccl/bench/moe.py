@@ -6,9 +6,10 @@ remote-first combine schedule against arrival order on emulated hosts.
                     --slow-link-rate 400mbit [--tokens 1024] [--hidden 1024] [--experts 8]
 
 The first times dispatch and combine (bf16, top-k routing drawn at random) with jaccl and
-with lax.all_to_all of per-destination blocks padded to capacity, in one job. GB/s counts one
-row per routed (token, expert), as DeepEP does; rows to experts on the same host and on
-other hosts are shown apart. The second runs combine under JACCL_MOE_SCHEDULE=remote_first
+with lax.all_to_all of per-destination blocks padded to capacity, in one job, and jaccl's FP8
+dispatch (fp8=True: quantised on the send path). GB/s counts one row per routed (token,
+expert), as DeepEP does (an FP8 row: H bytes of values and H / 128 float32 scales, against
+2 H of bf16); rows to experts on the same host and on other hosts are shown apart. The second runs combine under JACCL_MOE_SCHEDULE=remote_first
 and =arrival on emulated hosts whose last host sends through a slower link, and reports
 each rank's combine time: remote-first should lower the slowest rank's time and the spread.
 """
@@ -50,9 +51,9 @@ def throughput_table(records) -> str:
     for (impl, h, e, op), r in sorted(keyed.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][3])):
         if impl != "jaccl":
             continue
-        base = keyed.get(("lax", h, e, op))
+        base = keyed.get(("lax", h, e, op.split()[0]))  # dispatch fp8: against lax's bf16 one
         total = r["intra_bytes"] + r["inter_bytes"]
-        gbps = lambda rec: total / rec["median_s"] / 1e9  # noqa: E731
+        gbps = lambda rec: (rec["intra_bytes"] + rec["inter_bytes"]) / rec["median_s"] / 1e9  # noqa: E731
         lines.append(
             f"| {h} | {e} | {op} | {_ms(r['median_s'])} | {gbps(r):.2f} "
             f"({r['intra_bytes'] / r['median_s'] / 1e9:.2f} + {r['inter_bytes'] / r['median_s'] / 1e9:.2f}) | "
@@ -96,7 +97,7 @@ def run(args) -> None:
                       "--xla-collectives", "gloo"]  # the lax baseline: JAX's own collectives
             records = []
             for i in range(args.runs):
-                records += _worker(launch, args, "jaccl,lax", os.path.join(tmp, f"{i}.json"))
+                records += _worker(launch, args, "jaccl,jaccl_fp8,lax", os.path.join(tmp, f"{i}.json"))
             print(f"# jaccl-bench moe: {args.nprocs} processes x 1 device, T={args.tokens} tokens "
                   f"per rank, K={args.k}, bf16, capacity factor 1.5; slowest rank's median")
             print(throughput_table(records))

@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--experts", default="8,32")
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--capacity-factor", type=float, default=1.5)
-    parser.add_argument("--impls", default="jaccl,lax")
+    parser.add_argument("--impls", default="jaccl,jaccl_fp8,lax")
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
@@ -91,18 +91,20 @@ def main() -> None:
 
             xs, ids, ws = put(x), put(idx), put(w)
 
-            def jaccl_programs():
+            def jaccl_programs(fp8=False):
                 def dispatch(x, i, w):
                     recv, _, handle = jaccl.moe_dispatch(x, i, w, num_experts=experts,
-                                                         capacity=capacity, axis_name="ep")
+                                                         capacity=capacity, axis_name="ep",
+                                                         fp8=fp8)
                     return recv, handle
 
                 def combine(y, handle, w):
                     return jaccl.moe_combine(y, handle, w, axis_name="ep")
 
                 handle_spec = jaccl.MoeHandle(*([P("ep")] * len(jaccl.MoeHandle._fields)))
+                recv_spec = jaccl.Fp8Rows(P("ep"), P("ep")) if fp8 else P("ep")
                 d = jax.jit(jax.shard_map(dispatch, mesh=mesh, in_specs=(P("ep"),) * 3,
-                                          out_specs=(P("ep"), handle_spec)))
+                                          out_specs=(recv_spec, handle_spec)))
                 c = jax.jit(jax.shard_map(combine, mesh=mesh, in_specs=(P("ep"), handle_spec, P("ep")),
                                           out_specs=P("ep")))
                 return d, c
@@ -140,26 +142,34 @@ def main() -> None:
                 return d, c
 
             for impl in args.impls.split(","):
-                d, c = jaccl_programs() if impl == "jaccl" else lax_programs()
+                # jaccl_fp8: dispatch alone (combine is jaccl's), rows quantised on the send
+                # path; its bytes are what travels: H e4m3 values + H / 128 float32 scales a row
+                fp8 = impl == "jaccl_fp8"
+                d, c = jaccl_programs(fp8) if impl.startswith("jaccl") else lax_programs()
                 recv, handle = d(xs, ids, ws)
-                jax.block_until_ready(c(recv, handle, ws))
-                times = {"dispatch": [], "combine": []}
+                jax.block_until_ready(recv if fp8 else c(recv, handle, ws))
+                times = {"dispatch": []} if fp8 else {"dispatch": [], "combine": []}
                 for _ in range(args.iters):
                     sync.barrier()
                     start = time.perf_counter()
                     recv, handle = d(xs, ids, ws)
                     jax.block_until_ready(recv)
                     times["dispatch"].append(time.perf_counter() - start)
+                    if fp8:
+                        continue
                     sync.barrier()
                     start = time.perf_counter()
                     jax.block_until_ready(c(recv, handle, ws))
                     times["combine"].append(time.perf_counter() - start)
+                row_scale = (hidden + 4 * hidden // 128) / (2 * hidden) if fp8 else 1.0
                 for op, ts in times.items():
                     per_rank = sync.gather(float(np.median(ts)))
-                    records.append({"impl": impl, "op": op, "hidden": hidden, "experts": experts,
+                    records.append({"impl": "jaccl" if fp8 else impl,
+                                    "op": "dispatch fp8" if fp8 else op, "hidden": hidden,
+                                    "experts": experts,
                                     "tokens": T, "k": K, "ranks": n, "capacity": capacity,
-                                    "block": block, "intra_bytes": intra_bytes,
-                                    "inter_bytes": inter_bytes,
+                                    "block": block, "intra_bytes": int(intra_bytes * row_scale),
+                                    "inter_bytes": int(inter_bytes * row_scale),
                                     "per_rank_s": [float(v) for v in np.ravel(per_rank)],
                                     "median_s": float(np.max(per_rank))})
                 del recv, handle

@@ -1,7 +1,8 @@
 """MoE dispatch and combine across processes and emulated hosts, as pytest-plugin jobs: every
 case of tests/support/moe_cases.py against the jax.numpy reference (tests/support/moe_reference.py)
 in the same job, bitwise on every device of every process, for float32 and bfloat16 (float32
-alone between hosts); gradients
+alone between hosts); FP8
+dispatch in every scale format against the reference's rows quantised in numpy; gradients
 of dispatch-expert-combine against the reference's, also in a shard_map manual over the
 expert axis only. Layouts: 2 processes x 2 devices on one
 host; 2 hosts x 2 processes on loopback over jaccl's TCP and in network namespaces (as root)
@@ -18,7 +19,9 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import jax_jaccl as jaccl
 from job_layouts import OFI, expected, layout, needs_ofi
 import moe_reference as ref
-from moe_cases import CASES, expert, routing, tanh_expert_round_trips
+import fp8_reference as fref
+from moe_cases import (CASES, FP8_FORMATS, expert, fp8_dispatches, fp8_inputs, routing,
+                       tanh_expert_round_trips)
 
 
 class Checks:
@@ -79,6 +82,27 @@ def check_every_case(c: Checks, dtypes=BOTH_DTYPES) -> None:
             c.assert_same(name + "/recv_x", recv, f_recv)
             c.assert_same(name + "/recv_count", cnt, f_cnt)
             c.assert_same(name + "/combine", out, want.reshape(out.shape))
+
+
+def check_fp8(c: Checks) -> None:
+    """FP8 dispatch in every scale format, on every device of every process: values and scales
+    bitwise against the reference dispatch's rows quantised in numpy."""
+    for scale_format in FP8_FORMATS:
+        ours, theirs = fp8_dispatches(scale_format)
+        a = [c.put(v) for v in fp8_inputs(c.n)]
+        values, scales, cnt = c.smap(ours, 3, 3)(*a)
+        rows, f_cnt = c.smap(theirs, 3, 2)(*a)
+        shards = lambda arr: {s.device.id: np.asarray(s.data) for s in arr.addressable_shards}  # noqa: E731
+        got_values, got_scales, counts = shards(values), shards(scales), shards(cnt)
+        assert got_values and np.dtype(values.dtype) == jnp.float8_e4m3fn
+        for dev, block in shards(rows).items():
+            want_values, want_scales = fref.expected_dispatch(block, counts[dev], scale_format)
+            np.testing.assert_array_equal(counts[dev], shards(f_cnt)[dev])
+            np.testing.assert_array_equal(got_values[dev].view(np.uint8), want_values.view(np.uint8),
+                                          err_msg=f"fp8/{scale_format} values on device {dev}")
+            np.testing.assert_array_equal(got_scales[dev], want_scales,
+                                          err_msg=f"fp8/{scale_format} scales on device {dev}")
+        c.checked.append(f"fp8/{scale_format}")
 
 
 def check_gradients(c: Checks) -> None:
@@ -148,5 +172,6 @@ def test_moe_matches_reference(jax_job, nprocs, devices, hosts, transport):
     check_every_case(c, dtypes)
     cases = sum(1 for (_, _, _, E, _, _) in CASES.values() if E % c.n == 0)
     assert len(c.checked) == 3 * len(dtypes) * cases > 0
+    check_fp8(c)
     check_gradients(c)
     check_partly_manual_layer(c)

@@ -85,10 +85,35 @@ def check_moe(devices=None, reference=None, verbose=True, dtypes=None):
                 for p, value in got.items():
                     np.testing.assert_array_equal(value, expected[p], err_msg=f"{name}/{label} @{p}")
                     checked += 1
+    checked += check_fp8(devices, reference)
     checked += check_gradients(devices, reference)
     if verbose:
         print(f"OK {checked} MoE checks on {n} {devices[0].platform} device(s), process "
               f"{jax.process_index()} of {jax.process_count()}", flush=True)
+    return checked
+
+
+def check_fp8(devices, reference):
+    """FP8 dispatch in every scale format: values and scales bitwise against the reference's
+    rows quantised in numpy."""
+    import fp8_reference as fref
+    from moe_cases import FP8_FORMATS, fp8_dispatches, fp8_inputs
+
+    checked = 0
+    for scale_format in FP8_FORMATS:
+        ours, theirs = fp8_dispatches(scale_format)
+        arrays = fp8_inputs(len(devices))
+        (values, scales, cnt), _ = on(devices, ours, arrays, 3)
+        (rows, f_cnt), _ = on(reference, theirs, arrays, 2)
+        got_values, got_scales, counts = positions(values), positions(scales), positions(cnt)
+        for p, block in positions(rows).items():
+            want_values, want_scales = fref.expected_dispatch(block, counts[p], scale_format)
+            np.testing.assert_array_equal(counts[p], positions(f_cnt)[p])
+            np.testing.assert_array_equal(got_values[p], want_values.astype(np.float32),
+                                          err_msg=f"fp8/{scale_format}/values @{p}")
+            np.testing.assert_array_equal(got_scales[p], want_scales.astype(np.float32),
+                                          err_msg=f"fp8/{scale_format}/scales @{p}")
+            checked += 1
     return checked
 
 

@@ -66,3 +66,37 @@ def inputs(case, dtype, seed=0):
     return x, idx, w, E, C
 
 
+
+
+# FP8 dispatch: (tokens per rank, hidden (two scale blocks), k, experts, capacity)
+FP8_CASE = (12, 256, 2, 8, 9)
+FP8_FORMATS = ("float32", "pow2", "ue8m0")
+
+
+def fp8_inputs(n, seed=0):
+    """Rows whose 128-channel blocks differ in magnitude by up to 2^20, routing, weights."""
+    T, H, K, E, C = FP8_CASE
+    rng = np.random.default_rng(seed)
+    magnitude = np.exp2(rng.integers(-10, 10, size=(n * T, H // 128, 1)))
+    x = (rng.normal(size=(n * T, H // 128, 128)) * magnitude).reshape(n * T, H).astype(np.float32)
+    idx = np.concatenate([routing("random", T, K, E, seed + r) for r in range(n)])
+    w = rng.random(size=(n * T, K)).astype(np.float32)
+    return x, idx, w
+
+
+def fp8_dispatches(scale_format):
+    """jaccl's FP8 dispatch over axis "x" -> (values, scales, count), and the reference
+    dispatch of the same rows unquantised -> (rows, count): compare with
+    fp8_reference.expected_dispatch per device."""
+    _, _, _, E, C = FP8_CASE
+
+    def ours(x, i, w):
+        recv, count, _ = jaccl.moe_dispatch(x, i, w, num_experts=E, capacity=C, axis_name="x",
+                                            fp8=True, scale_format=scale_format)
+        return recv.values, recv.scales, count
+
+    def theirs(x, i, w):
+        recv, count, _ = ref.dispatch(x, i, num_experts=E, capacity=C, axis="x")
+        return recv, count
+
+    return ours, theirs

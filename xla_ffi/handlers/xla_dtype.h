@@ -29,6 +29,17 @@ inline bool dtype_of_xla(xla::ffi::DataType type, Dtype* dtype) {
   }
 }
 
+// The Dtype an MoE exchange moves rows of `type` as: the engine's own types, and the 8-bit
+// floats (FP8 dispatch) as bytes, which an exchange only copies (nothing adds them).
+inline bool row_dtype_of_xla(xla::ffi::DataType type, Dtype* dtype) {
+  using xla::ffi::DataType;
+  if (type == DataType::F8E4M3FN || type == DataType::F8E5M2) {
+    *dtype = Dtype::kU8;
+    return true;
+  }
+  return dtype_of_xla(type, dtype);
+}
+
 // The same as a value: *ok = false for element types the engine does not move.
 inline Dtype dtype_of(xla::ffi::DataType type, bool* ok) {
   Dtype dtype = Dtype::kF32;

@@ -71,7 +71,7 @@ ffi::Future ExchangeImpl(int32_t device, OrderIn, ffi::AnyBuffer src, Ints send_
                         ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
                         int64_t num_experts) {
   Dtype dtype;
-  if (!dtype_of_xla(src.element_type(), &dtype)) {
+  if (!row_dtype_of_xla(src.element_type(), &dtype)) {
     return completed(unsupported_type(CollectiveKind::kMoeDispatch, src.element_type()));
   }
   MoeRequest r = request(CollectiveKind::kMoeDispatch, device, groups, group_size, site, dtype, src,

@@ -107,8 +107,10 @@ ffi::Error invalid(const std::string& what) { return ffi::Error::InvalidArgument
 
 // The checks the CPU code makes on the shapes, made here before the peer path enqueues.
 ffi::Error check_shapes(const JacclHostMoeCall& c) {
+  // An exchange moves rows as bytes (FP8 values travel as uint8); combine adds them.
   const auto dtype = static_cast<Dtype>(c.dtype);
-  if (dtype != Dtype::kF32 && dtype != Dtype::kBF16 && dtype != Dtype::kF16) {
+  if (c.kind == static_cast<int32_t>(CollectiveKind::kMoeCombine) && dtype != Dtype::kF32 &&
+      dtype != Dtype::kBF16 && dtype != Dtype::kF16) {
     return invalid(std::string("MoE rows must be float32, bfloat16 or float16, not ") + dtype_name(dtype));
   }
   const uint64_t n = static_cast<uint64_t>(c.group_size) + 1;
@@ -197,9 +199,10 @@ ffi::Error describe(int32_t ordinal, CollectiveKind kind, ffi::Span<const int64_
                     ffi::AnyBuffer& out, JacclHostMoeCall* call) {
   int64_t device;
   if (Status s = global_device(ordinal, &device); s.failure()) return to_ffi(s);
-  bool ok;
-  const Dtype dtype = dtype_of(rows.element_type(), &ok);
-  if (!ok) return ffi::Error::InvalidArgument("jaccl: unsupported MoE row type on CUDA");
+  Dtype dtype;  // FP8 rows as bytes (combine refuses them in check_shapes)
+  if (!row_dtype_of_xla(rows.element_type(), &dtype)) {
+    return ffi::Error::InvalidArgument("jaccl: unsupported MoE row type on CUDA");
+  }
   *call = JacclHostMoeCall{};
   call->kind = static_cast<int32_t>(kind);
   call->device = device;

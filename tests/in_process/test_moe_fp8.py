@@ -1,0 +1,177 @@
+"""FP8 MoE dispatch, one process x 4 devices: jaccl.quantize_fp8 against the numpy rule
+(fp8_reference.py) bit for bit in every scale format, and within e4m3's rounding of x;
+moe_dispatch(fp8=True) and with a caller's (values, scales) pair against the reference
+dispatch quantised in numpy; the straight-through gradient; trace-time errors."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import fp8_reference as fref
+import jax_jaccl as jaccl
+import moe_reference as ref
+from moe_cases import routing
+
+from util import N, mesh1d, put
+
+FORMATS = ("float32", "pow2", "ue8m0")
+T, H, K, E, C = 12, 256, 2, 8, 9
+
+
+def smap(fn, n_in, n_out):
+    return jax.jit(jax.shard_map(fn, mesh=mesh1d(), in_specs=(P("x"),) * n_in,
+                                 out_specs=(P("x"),) * n_out))
+
+
+def rows(dtype=np.float32, seed=0, magnitudes=(-12, 12)):
+    """Rows whose 128-channel blocks span very different magnitudes, a zero block among them."""
+    rng = np.random.default_rng(seed)
+    magnitude = np.exp2(rng.integers(*magnitudes, size=(N * T, H // 128, 1)))
+    x = (rng.normal(size=(N * T, H // 128, 128)) * magnitude).reshape(N * T, H)
+    x[0, :128] = 0.0
+    x[1, 5] = 1000.0
+    return x.astype(dtype)
+
+
+def routed(seed=0):
+    idx = np.concatenate([routing("random", T, K, E, seed + r) for r in range(N)])
+    w = np.random.default_rng(seed).random(size=(N * T, K)).astype(np.float32)
+    return idx, w
+
+
+def as_bits(a):
+    return np.asarray(a).view(np.uint8)
+
+
+@pytest.mark.parametrize("scale_format", FORMATS)
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16])
+def test_quantize_follows_the_rule_bit_for_bit(scale_format, dtype):
+    x = rows(dtype)
+    values, scales = jax.jit(jaccl.quantize_fp8, static_argnums=1)(x, scale_format)
+    want_values, want_scales = fref.quantize(x.astype(np.float32), scale_format)
+    assert values.dtype == jnp.float8_e4m3fn and values.shape == x.shape
+    assert scales.shape == (N * T, H // 128)
+    assert scales.dtype == (np.uint8 if scale_format == "ue8m0" else np.float32)
+    np.testing.assert_array_equal(as_bits(values), as_bits(want_values))
+    np.testing.assert_array_equal(np.asarray(scales), want_scales)
+
+
+@pytest.mark.parametrize("scale_format", FORMATS)
+def test_dequantized_rows_are_within_e4m3_rounding(scale_format):
+    """|x - values * scale| <= 2^-4 |x| (3 mantissa bits, half an ulp) + 2^-10 scale (the
+    subnormal step of e4m3, halved); the 1000 survives the cast (no NaN)."""
+    x = rows()
+    q = jaccl.quantize_fp8(x, scale_format)
+    back = np.asarray(jaccl.dequantize_fp8(q))
+    np.testing.assert_array_equal(back, fref.dequantize(*map(np.asarray, q)))
+    scale = fref.dequantize(np.ones(x.shape, fref.E4M3), np.asarray(q.scales))  # per channel
+    assert np.all(np.abs(back - x) <= np.exp2(-4) * np.abs(x) + np.exp2(-10) * scale)
+    assert np.isfinite(back).all() and abs(back[1, 5] - 1000) <= 1000 / 16
+
+
+def dispatch_both(scale_format, pair: bool):
+    """jaccl's FP8 dispatch (fp8=True, or a pair quantised before) and the reference dispatch
+    of the unquantised rows, run on the same inputs."""
+    def ours(x, i, w):
+        if pair:
+            x = tuple(jaccl.quantize_fp8(x, scale_format))
+        recv, count, _ = jaccl.moe_dispatch(x, i, w, num_experts=E, capacity=C, axis_name="x",
+                                            fp8=not pair, scale_format=scale_format)
+        return recv.values[None], recv.scales[None], count[None]
+
+    def theirs(x, i, w):
+        recv, count, _ = ref.dispatch(x, i, num_experts=E, capacity=C, axis="x")
+        return recv[None], count[None]
+
+    x = rows()
+    idx, w = routed()
+    args = put(x, mesh1d()), put(idx, mesh1d()), put(w, mesh1d())
+    return smap(ours, 3, 3)(*args), smap(theirs, 3, 2)(*args)
+
+
+@pytest.mark.parametrize("pair", [False, True], ids=["fp8=True", "quantised-pair"])
+@pytest.mark.parametrize("scale_format", FORMATS)
+def test_dispatch_sends_the_quantised_rows(scale_format, pair):
+    outputs = dispatch_both(scale_format, pair)
+    (values, scales, count), (f_recv, f_count) = jax.tree.map(np.asarray, outputs)
+    np.testing.assert_array_equal(np.asarray(count), np.asarray(f_count))
+    assert values.dtype == jnp.float8_e4m3fn and values.shape == (N, E // N, C, H)
+    for rank in range(N):
+        want_values, want_scales = fref.quantize(np.asarray(f_recv[rank]), scale_format)
+        cnt = np.asarray(count[rank])
+        np.testing.assert_array_equal(as_bits(values[rank]),
+                                      as_bits(fref.valid_rows(want_values, cnt)))
+        np.testing.assert_array_equal(np.asarray(scales[rank]), fref.valid_rows(want_scales, cnt))
+    assert int(np.asarray(count).sum()) > 0
+
+
+def test_the_cast_is_straight_through_for_gradients():
+    """JAX hands dispatch the cotangent of its float8 values in float8 (unscaled): with
+    power-of-two scales of 2^-9 .. 2^-1 and a loss of small integers every such cotangent is
+    exact in e4m3, and d/dx of sum(dequantised recv * S) equals the unquantised dispatch's
+    d/dx of sum(recv * S)."""
+    x = rows(seed=2, magnitudes=(0, 7))
+    x[0, :128] = 1.0  # no zero block (its scale, 2^-22, would flush every cotangent)
+    idx, w = routed(seed=2)
+    S = np.random.default_rng(3).integers(-2, 3, size=(N, E // N, C, H)).astype(np.float32)
+
+    def loss(fp8):
+        def layer(x, i, w, s):
+            recv, _, _ = jaccl.moe_dispatch(x, i, w, num_experts=E, capacity=C, axis_name="x",
+                                            fp8=fp8, scale_format="pow2")
+            rows = jaccl.dequantize_fp8(recv) if fp8 else recv
+            return jnp.sum(rows * s[0])[None]
+
+        def f(x, s):
+            return jnp.sum(jax.shard_map(layer, mesh=mesh1d(), in_specs=(P("x"),) * 4,
+                                         out_specs=P("x"))(x, idx, w, s))
+        return jax.jit(jax.grad(f))(put(x, mesh1d()), put(S, mesh1d()))
+
+    idx, w = put(idx, mesh1d()), put(w, mesh1d())
+
+    got, want = np.asarray(loss(True)), np.asarray(loss(False))
+    np.testing.assert_array_equal(got, want)
+    assert np.abs(want).sum() > 0
+
+
+def test_a_quantised_pair_has_no_gradient():
+    x = rows()
+    idx, w = (put(a, mesh1d()) for a in routed())
+
+    def f(x):
+        def layer(x, i, w):
+            pair = tuple(jaccl.quantize_fp8(x))
+            recv, _, _ = jaccl.moe_dispatch(pair, i, w, num_experts=E, capacity=C, axis_name="x")
+            return jnp.sum(jaccl.dequantize_fp8(recv))[None]
+        return jnp.sum(jax.shard_map(layer, mesh=mesh1d(), in_specs=(P("x"),) * 3,
+                                     out_specs=P("x"))(x, idx, w))
+
+    with pytest.raises(TypeError, match="already quantised .* has no gradient"):
+        jax.jit(jax.grad(f)).lower(put(x, mesh1d()))
+
+
+@pytest.mark.parametrize("make, error, match", [
+    (lambda x: dict(x=x[:, :200], fp8=True), ValueError, "multiple of 128"),
+    (lambda x: dict(x=x, fp8=True, scale_format="e5m2"), ValueError, "scale_format must be"),
+    (lambda x: dict(x=(x.astype(jnp.bfloat16), jnp.ones((x.shape[0], 2)))), TypeError,
+     "float8_e4m3fn"),
+    (lambda x: dict(x=(x.astype(jnp.float8_e4m3fn), jnp.ones((x.shape[0], 3)))), ValueError,
+     r"scales must be \[tokens, hidden / 128\]"),
+    (lambda x: dict(x=(x.astype(jnp.float8_e4m3fn), jnp.ones((x.shape[0], 2), jnp.int32))),
+     TypeError, "float32 .*or uint8"),
+])
+def test_trace_time_errors(make, error, match):
+    x = rows()
+    idx, w = routed()
+
+    def layer(x, i, w):
+        recv, _, _ = jaccl.moe_dispatch(topk_idx=i, topk_weights=w, num_experts=E, capacity=C,
+                                        axis_name="x", **make(x))
+        return jax.tree.leaves(recv)[0][None]
+
+    with pytest.raises(error, match=match):
+        smap(layer, 3, 1).lower(put(x, mesh1d()), put(idx, mesh1d()), put(w, mesh1d()))
