@@ -1,6 +1,6 @@
 """An expert-parallel MoE MLP trained with jaccl.moe_dispatch / moe_combine, run with jaccl-run.
 
-    jaccl-run -n 2 --devices-per-process 2 -- python examples/moe_layer.py
+    jaccl-run -n 2 --devices-per-process 2 -- python examples/moe_layer.py [--dropless]
 
 Every device holds a slice of the tokens and `experts / devices` of the experts. A
 jit-compiled step routes each token to its top-k experts (moe_dispatch), runs the local
@@ -8,7 +8,9 @@ experts on the rows they received, sends the results back weighted by the router
 (moe_combine), and trains router and experts with Adam; the router's gradient is summed
 over devices with jaccl.all_reduce. The same model written densely on one device (every
 token through its k experts, no communication) trains beside it from the same start; the
-script prints both losses per step and exits non-zero if they differ.
+script prints both losses per step and exits non-zero if they differ. With --dropless,
+dispatch keeps every routed row, grouped by local expert, and the experts run as
+jax.lax.ragged_dot over the groups.
 """
 
 from __future__ import annotations
@@ -57,12 +59,24 @@ def dense_loss(params, x, target, k):
     return jnp.mean((out - target) ** 2)
 
 
+def grouped_expert_mlp(w1, w2, rows, group_sizes):
+    """The local experts on their groups of rows (dropless layout): one ragged_dot per layer."""
+    h = jnp.tanh(jax.lax.ragged_dot(rows, w1, group_sizes=group_sizes))
+    return jax.lax.ragged_dot(h, w2, group_sizes=group_sizes)
+
+
 def parallel_loss(params, x, target, k, experts, capacity, n):
-    """Inside shard_map: tokens and experts split over AXIS."""
+    """Inside shard_map: tokens and experts split over AXIS. capacity None: dropless."""
     idx, weights = route(params["router"], x, k)
-    recv, _, handle = jaccl.moe_dispatch(x, idx, weights, num_experts=experts, capacity=capacity,
-                                         axis_name=AXIS)
-    y = jax.vmap(expert_mlp)(params["w1"], params["w2"], recv)
+    if capacity is None:
+        # every routed row arrives, grouped by local expert: recv [M, D], counts [E_loc]
+        recv, counts, handle = jaccl.moe_dispatch(x, idx, weights, num_experts=experts,
+                                                  axis_name=AXIS, dropless=True)
+        y = grouped_expert_mlp(params["w1"], params["w2"], recv, counts)
+    else:
+        recv, _, handle = jaccl.moe_dispatch(x, idx, weights, num_experts=experts,
+                                             capacity=capacity, axis_name=AXIS)
+        y = jax.vmap(expert_mlp)(params["w1"], params["w2"], recv)
     out = jaccl.moe_combine(y, handle, weights, axis_name=AXIS)
     local = jnp.sum((out - target) ** 2) / (x.shape[0] * n * x.shape[1])
     return local  # summed over devices by the caller
@@ -85,11 +99,14 @@ def main():
     parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--experts-per-device", type=int, default=2)
     parser.add_argument("--k", type=int, default=2)
+    parser.add_argument("--dropless", action="store_true",
+                        help="dropless dispatch, the experts as jax.lax.ragged_dot over groups")
     args = parser.parse_args()
 
     n = len(jax.devices())
     experts = n * args.experts_per_device
-    capacity = n * args.tokens  # room for every token: no drops, so the dense model is exact
+    # room for every token (no drops, so the dense model is exact), or dropless
+    capacity = None if args.dropless else n * args.tokens
     mesh = jax.make_mesh((n,), (AXIS,))
     params = init(jax.random.PRNGKey(0), args.dim, args.hidden, experts)
     rng = np.random.default_rng(0)
@@ -123,7 +140,8 @@ def main():
     worst = 0.0
     if process_index == 0:
         print(f"{process_count} processes x {n // process_count} devices, {experts} experts "
-              f"({args.experts_per_device} per device), top-{args.k}, {n * args.tokens} tokens")
+              f"({args.experts_per_device} per device), top-{args.k}, {n * args.tokens} tokens"
+              + (", dropless (ragged_dot)" if args.dropless else ""))
         print(f"{'step':>4} {'loss (expert-parallel)':>23} {'loss (dense)':>13} {'|diff|':>10}")
     for t in range(1, args.steps + 1):
         loss, grads = parallel_step(par, xs, ts)

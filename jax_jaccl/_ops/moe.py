@@ -37,7 +37,8 @@ class MoeHandle(NamedTuple):
     send_slot: jax.Array     # [T, K] int32: row of each pair in its expert's buffer, -1 if none
     counts: jax.Array        # [R, E] int32: rows each rank routed to each expert, before capacity
     dropped: jax.Array       # [E_loc] int32: rows dropped by this rank's experts (capacity)
-    recv_weights: jax.Array  # [E_loc, C] float32: router weight of each received row (0 = padding)
+    recv_weights: jax.Array  # [E_loc, C] float32: router weight of each received row (0 = padding);
+    #                          dropless: [M], the rows of recv_x
     send_pairs: jax.Array    # routing lists (moe_routing.Routing)
     send_tokens: jax.Array
     send_offsets: jax.Array
@@ -104,8 +105,8 @@ def _return(y_flat, h: MoeHandle, weights_or_dout, axes, pair_dot):
 
 # ----------------------------------------------------------------------- dispatch
 
-def moe_dispatch(x, topk_idx, topk_weights, *, num_experts: int, capacity: int, axis_name,
-                 fp8: bool = False, scale_format: str = "float32"):
+def moe_dispatch(x, topk_idx, topk_weights, *, num_experts: int, capacity=None, axis_name,
+                 dropless: bool = False, fp8: bool = False, scale_format: str = "float32"):
     """Sends every (token, expert) row of `x` [T, H] to the rank that owns the expert.
 
     topk_idx [T, K] int32 names each token's experts (-1: not routed); topk_weights [T, K]
@@ -116,10 +117,18 @@ def moe_dispatch(x, topk_idx, topk_weights, *, num_experts: int, capacity: int, 
     `capacity` are dropped, the largest (source rank, source token) first; handle.dropped
     counts them per local expert. Only rows that exist travel.
 
+    dropless=True (no capacity): no row is ever dropped. recv_x is [M, H] with
+    M = T * K * (group size), the most rows that can arrive (every pair of every rank): local
+    expert j's rows are rows group_start[j] .. group_start[j] + recv_count[j] (group_start the
+    running sum of recv_count), in (source rank, source token) order, and the rows past them are
+    zero: jax.lax.ragged_dot(recv_x, w, group_sizes=recv_count) takes it as it is, and
+    moe_combine takes expert outputs [M, H'] back.
+
     FP8 (H a multiple of 128): with fp8=True the rows are quantised before they are sent
     (jaccl.quantize_fp8 with `scale_format`), and x may instead be an already quantised
     (values float8_e4m3fn [T, H], scales [T, H / 128]) pair; recv_x is then an Fp8Rows of
     values [E_loc, capacity, H] float8_e4m3fn and their scales [E_loc, capacity, H / 128]
+    ([M, H] and [M, H / 128] dropless)
     (padding rows: zero values, zero scales). Only values and scales travel (bfloat16 rows:
     H + 4 H / 128 bytes instead of 2 H). Gradients: the cast is straight-through (x's
     cotangent is dispatch's transpose of d_values / scale; scales carry none), where JAX gives
@@ -135,7 +144,7 @@ def moe_dispatch(x, topk_idx, topk_weights, *, num_experts: int, capacity: int, 
     else:
         _check_rows(x)
         tokens = x.shape[0]
-    _check_routing(tokens, topk_idx, topk_weights, num_experts, capacity, ranks)
+    _check_routing(tokens, topk_idx, topk_weights, num_experts, capacity, ranks, dropless)
     if pre_quantised:
         return _dispatch_fp8_pair(fp8_mod.Fp8Rows(*x), topk_idx, topk_weights, num_experts,
                                   capacity, axes, ranks)
@@ -154,7 +163,7 @@ def _check_rows(x):
         raise TypeError(f"jaccl.moe_dispatch: x must be float32, bfloat16 or float16, not {x.dtype}")
 
 
-def _check_routing(tokens, topk_idx, topk_weights, num_experts, capacity, ranks):
+def _check_routing(tokens, topk_idx, topk_weights, num_experts, capacity, ranks, dropless):
     if np.ndim(topk_idx) != 2 or topk_idx.shape[0] != tokens:
         raise ValueError(f"jaccl.moe_dispatch: topk_idx must be [tokens, k] with tokens = "
                          f"{tokens}, got {np.shape(topk_idx)}")
@@ -165,8 +174,13 @@ def _check_routing(tokens, topk_idx, topk_weights, num_experts, capacity, ranks)
                          f"topk_idx's shape {np.shape(topk_idx)}")
     if np.dtype(topk_weights.dtype) != np.float32:
         raise TypeError(f"jaccl.moe_dispatch: topk_weights must be float32, not {topk_weights.dtype}")
-    if not isinstance(capacity, (int, np.integer)) or capacity < 1:
-        raise ValueError(f"jaccl.moe_dispatch: capacity must be a positive int, got {capacity!r}")
+    if dropless:
+        if capacity is not None:
+            raise ValueError(f"jaccl.moe_dispatch: dropless=True takes no capacity (got "
+                             f"{capacity!r}): every row arrives")
+    elif not isinstance(capacity, (int, np.integer)) or capacity < 1:
+        raise ValueError(f"jaccl.moe_dispatch: capacity must be a positive int (or "
+                         f"dropless=True), got {capacity!r}")
     if not isinstance(num_experts, (int, np.integer)) or num_experts < 1 or num_experts % ranks:
         raise ValueError(f"jaccl.moe_dispatch: num_experts={num_experts} must be a positive "
                          f"multiple of the group size {ranks}")
@@ -181,21 +195,24 @@ def _routed(topk_idx, topk_weights, num_experts, capacity, axes, ranks):
     """The routing of every pair and the handle, router weights delivered."""
     T, K = topk_idx.shape
     E_loc = num_experts // ranks
+    # where rows land: [E_loc, capacity], or dropless [M] (capacity None)
+    slots = (T * K * ranks,) if capacity is None else (E_loc, capacity)
     r = route(topk_idx, num_experts=num_experts, capacity=capacity, ranks=ranks,
               axis_name=axes, all_gather=all_gather)
     handle = MoeHandle(topk_idx, r.send_slot, r.counts, r.dropped,
-                       jnp.zeros((E_loc, capacity), jnp.float32), r.send_pairs, r.send_tokens,
+                       jnp.zeros(slots, jnp.float32), r.send_pairs, r.send_tokens,
                        r.send_offsets, r.recv_rows, r.recv_offsets)
-    weights = _exchange(topk_weights.reshape(T * K, 1), handle, r.send_pairs, E_loc * capacity,
-                        axes, num_experts)
-    return r, handle._replace(recv_weights=weights.reshape(E_loc, capacity))
+    weights = _exchange(topk_weights.reshape(T * K, 1), handle, r.send_pairs,
+                        int(np.prod(slots)), axes, num_experts)
+    return r, handle._replace(recv_weights=weights.reshape(slots))
 
 
 def _send_rows(rows, handle, axes, num_experts):
-    """rows [T, W] -> [E_loc, C, W]: each kept pair's token row in its expert's slot."""
-    E_loc, C = handle.recv_weights.shape
-    recv = _exchange(rows, handle, handle.send_tokens, E_loc * C, axes, num_experts)
-    return recv.reshape(E_loc, C, rows.shape[1])
+    """rows [T, W] -> [E_loc, C, W] ([M, W] dropless): each kept pair's token row in its
+    expert's slot."""
+    slots = handle.recv_weights.shape
+    recv = _exchange(rows, handle, handle.send_tokens, int(np.prod(slots)), axes, num_experts)
+    return recv.reshape(slots + (rows.shape[1],))
 
 
 def _dispatch_fwd(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks):
@@ -240,7 +257,6 @@ def _dispatch_fp8_bwd(num_experts, capacity, axes, ranks, scale_format, residual
     cotangent is d_values / scale (padding rows, scale 0, give 0), returned like _dispatch's."""
     handle, scales, like_x = residual
     d_values = cotangents[0].values.astype(jnp.float32)
-    E_loc, C, H = d_values.shape
     scale = jnp.repeat(fp8_mod.scales_as_float(scales), fp8_mod.BLOCK, axis=-1)
     rows = jnp.where(scale > 0, d_values / jnp.where(scale > 0, scale, 1.0), 0.0)
     return _dispatch_bwd(num_experts, capacity, axes, ranks, handle,
@@ -273,7 +289,8 @@ _dispatch_fp8_pair.defvjp(_dispatch_fp8_pair_fwd, _dispatch_fp8_pair_bwd)
 # ----------------------------------------------------------------------- combine
 
 def moe_combine(y, handle: MoeHandle, topk_weights, *, axis_name):
-    """Sends expert outputs y [E_loc, C, H] back to the tokens they serve and returns
+    """Sends expert outputs y [E_loc, C, H] ([M, H] after a dropless dispatch) back to the
+    tokens they serve and returns
     out [T, H]: out[t] = sum over k ascending of topk_weights[t, k] * y[row of (t, k)],
     skipping masked and dropped pairs, accumulated in float32 and cast to y's dtype.
     Deterministic. Remote rows are sent first and local rows reduced while they travel
@@ -282,10 +299,11 @@ def moe_combine(y, handle: MoeHandle, topk_weights, *, axis_name):
     _common.check_axes(axes, "moe_combine")
     if np.dtype(y.dtype) not in DTYPES:
         raise TypeError(f"jaccl.moe_combine: y must be float32, bfloat16 or float16, not {y.dtype}")
-    E_loc, C = handle.recv_weights.shape
-    if np.ndim(y) != 3 or y.shape[:2] != (E_loc, C):
-        raise ValueError(f"jaccl.moe_combine: y must be [E_loc={E_loc}, capacity={C}, hidden], "
-                         f"got {np.shape(y)}")
+    slots = handle.recv_weights.shape
+    if np.ndim(y) != len(slots) + 1 or y.shape[:-1] != slots:
+        want = (f"[E_loc={slots[0]}, capacity={slots[1]}, hidden]" if len(slots) == 2 else
+                f"[rows={slots[0]}, hidden] (dispatch was dropless)")
+        raise ValueError(f"jaccl.moe_combine: y must be {want}, got {np.shape(y)}")
     if np.shape(topk_weights) != handle.topk_idx.shape or np.dtype(topk_weights.dtype) != np.float32:
         raise ValueError(f"jaccl.moe_combine: topk_weights must be float32 {handle.topk_idx.shape}")
     return _combine(y, handle, topk_weights, axes)
@@ -302,10 +320,11 @@ def _combine_fwd(y, handle, topk_weights, axes):
 
 def _combine_bwd(axes, residual, d_out):
     y, handle, topk_weights = residual
-    E_loc, C, H = y.shape
+    H = y.shape[-1]
     num_experts = handle.counts.shape[1]
-    rows = _exchange(d_out, handle, handle.send_tokens, E_loc * C, axes, num_experts)
-    dy = (rows.reshape(E_loc, C, H).astype(jnp.float32) * handle.recv_weights[..., None]).astype(y.dtype)
+    rows = _exchange(d_out, handle, handle.send_tokens, int(np.prod(y.shape[:-1])), axes,
+                     num_experts)
+    dy = (rows.reshape(y.shape).astype(jnp.float32) * handle.recv_weights[..., None]).astype(y.dtype)
     dw = _return(y.reshape(-1, H), handle, d_out.astype(y.dtype), axes, pair_dot=True)
     return dy, jax.tree.map(lambda _: None, handle), dw
 

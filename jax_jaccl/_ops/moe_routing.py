@@ -13,6 +13,10 @@ returns a Routing of int32 arrays every rank derives consistently:
   tokens ascending) and receive lists (rows j * capacity + slot of this rank's buffers,
   grouped by source rank in the same order): what moe/moe.h streams;
 - recv_count [E_loc] (valid rows per local expert) and dropped [E_loc].
+
+capacity=None routes dropless: no slot limit, and the receive rows pack the local experts'
+groups one after another in a buffer of T * K * R rows (the most that can arrive: every
+pair of every rank), the layout jax.lax.ragged_dot takes with recv_count as group sizes.
 """
 
 from __future__ import annotations
@@ -40,9 +44,11 @@ def exclusive_cumsum(x, axis):
     return jnp.cumsum(x, axis=axis) - x
 
 
-def route(topk_idx, *, num_experts: int, capacity: int, ranks: int, axis_name, all_gather):
+def route(topk_idx, *, num_experts: int, capacity, ranks: int, axis_name, all_gather):
+    """capacity None: dropless (receive_rows_dropless); otherwise rows j * C + slot."""
     T, K = topk_idx.shape
-    E, R, C = num_experts, ranks, capacity
+    E, R = num_experts, ranks
+    C = T * K * R if capacity is None else capacity          # dropless: no expert overflows
     E_loc = E // R
     P = T * K
     i32 = jnp.int32
@@ -81,6 +87,13 @@ def route(topk_idx, *, num_experts: int, capacity: int, ranks: int, axis_name, a
     mine_kept = kept_e[:, local]
     recv_count = mine_kept.sum(axis=0).astype(i32)
     dropped = (counts[:, local].sum(axis=0) - recv_count).astype(i32)
+    from_rank = mine_kept.sum(axis=1)
+    recv_offsets = jnp.concatenate([jnp.zeros((1,), i32), jnp.cumsum(from_rank).astype(i32)])
+    if capacity is None:
+        recv_rows = receive_rows_dropless(mine_kept, mine_base, recv_count, C)
+        return Routing(counts, send_slot.reshape(T, K), send_pairs.astype(i32),
+                       send_tokens.astype(i32), send_offsets, recv_rows, recv_offsets,
+                       recv_count, dropped)
     c = jnp.arange(C, dtype=i32)
     # source of slot (j, c): the last rank whose first slot is <= c
     source = jnp.sum(mine_base[:, :, None] <= c[None, None, :], axis=0) - 1  # [E_loc, C]
@@ -88,9 +101,27 @@ def route(topk_idx, *, num_experts: int, capacity: int, ranks: int, axis_name, a
     row = jnp.arange(E_loc, dtype=i32)[:, None] * C + c[None, :]
     recv_key = jnp.where(slot_ok, source * (E_loc * C) + row, R * E_loc * C + row)
     recv_rows = jnp.argsort(recv_key.reshape(-1), stable=True).astype(i32)
-    from_rank = mine_kept.sum(axis=1)
-    recv_offsets = jnp.concatenate([jnp.zeros((1,), i32), jnp.cumsum(from_rank).astype(i32)])
 
     return Routing(counts, send_slot.reshape(T, K), send_pairs.astype(i32),
                    send_tokens.astype(i32), send_offsets, recv_rows, recv_offsets, recv_count,
                    dropped)
+
+
+def receive_rows_dropless(kept, base, recv_count, rows):
+    """Dropless receive list: kept [R, E_loc] rows arriving from each rank for each local
+    expert, base [R, E_loc] their first slot in the expert's group. The output holds the
+    groups one after another (expert j's rows at group_start[j] .. + recv_count[j]), so
+    position p of the list (arrivals in (source rank, j, slot) order) is row
+    group_start[j] + base[s, j] + c, with (s, j, c) found by a search over the
+    running totals; positions past the arrivals are never read (row 0)."""
+    i32 = jnp.int32
+    R, E_loc = kept.shape
+    group_start = exclusive_cumsum(recv_count, 0)              # [E_loc]
+    ends = jnp.cumsum(kept.reshape(-1)).astype(i32)           # [R * E_loc], (s, j) order
+    p = jnp.arange(rows, dtype=i32)
+    f = jnp.searchsorted(ends, p, side="right").astype(i32)   # (s, j) of arrival p
+    ok = f < R * E_loc
+    f = jnp.minimum(f, R * E_loc - 1)
+    s, j = f // E_loc, f % E_loc
+    c = p - (ends[f] - kept.reshape(-1)[f])
+    return jnp.where(ok, group_start[j] + base[s, j] + c, 0).astype(i32)

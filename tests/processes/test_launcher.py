@@ -93,9 +93,11 @@ def test_demo_trains_and_matches_lax(devices, lax_on):
     assert f"the jax.lax step's collectives: {lax_on}" in done.stdout
 
 
-def test_moe_example_trains_and_matches_dense():
+@pytest.mark.parametrize("mode", [[], ["--dropless"]], ids=["capacity", "dropless"])
+def test_moe_example_trains_and_matches_dense(mode):
     done = jaccl_run("-n", "2", "--devices-per-process", "2", "--", sys.executable,
-                     str(REPO / "examples" / "moe_layer.py"), "--steps", "3", timeout=240)
+                     str(REPO / "examples" / "moe_layer.py"), "--steps", "3", *mode, timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "[0] OK: expert-parallel and dense losses agree" in done.stdout
     assert "[0] 2 processes x 2 devices" in done.stdout, done.stdout[-3000:]
+    assert ("dropless (ragged_dot)" in done.stdout) == bool(mode)

@@ -1,0 +1,189 @@
+"""Dropless MoE dispatch, one process x 4 devices: recv_x [M, H] holds every routed row, the
+local experts' groups packed one after another in (source rank, token) order with recv_count
+as their sizes, zero past them; against the reference dispatch with room for every row,
+packed in numpy; combine of [M, H] expert outputs bitwise against the reference; gradients;
+jax.lax.ragged_dot on the groups against a per-expert matmul; FP8 rows dropless; errors."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import jax_jaccl as jaccl
+import moe_reference as ref
+from moe_cases import CASES, expert, inputs
+
+from util import N, dtype_id, mesh1d, put
+
+
+def smap(fn, n_in, n_out):
+    return jax.jit(jax.shard_map(fn, mesh=mesh1d(), in_specs=(P("x"),) * n_in,
+                                 out_specs=(P("x"),) * n_out))
+
+
+def stacked(*arrays):
+    return tuple(a[None] for a in arrays)
+
+
+def packed(rows: np.ndarray, counts: np.ndarray, m: int) -> np.ndarray:
+    """[E_loc, C, H] rows with counts[j] valid in expert j -> [m, H], the groups back to back."""
+    out = np.zeros((m,) + rows.shape[2:], rows.dtype)
+    at = 0
+    for j, n in enumerate(counts):
+        out[at:at + n] = rows[j, :n]
+        at += n
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16], ids=dtype_id)
+@pytest.mark.parametrize("case", CASES)
+def test_dropless_dispatch_and_combine_match_reference(case, dtype):
+    x, idx, w, E, _ = inputs(case, dtype)
+    T, K = CASES[case][0], CASES[case][2]
+    M, room = T * K * N, T * N    # dropless rows; the reference's capacity: every token
+
+    def ours(x, i, w):
+        recv, count, handle = jaccl.moe_dispatch(x, i, w, num_experts=E, axis_name="x",
+                                                 dropless=True)
+        out = jaccl.moe_combine(expert(recv), handle, w, axis_name="x")
+        return stacked(recv, count, handle.dropped, out)
+
+    def theirs(x, i, w):
+        recv, count, dropped = ref.dispatch(x, i, num_experts=E, capacity=room, axis="x")
+        products, ok = ref.pair_products(expert(recv), i, w, num_experts=E, capacity=room, axis="x")
+        return stacked(recv, count, dropped) + (products, ok)
+
+    args = put(x, mesh1d()), put(idx, mesh1d()), put(w, mesh1d())
+    recv, count, dropped, out = (np.asarray(a) for a in smap(ours, 3, 4)(*args))
+    f_recv, f_count, f_dropped, products, ok = smap(theirs, 3, 5)(*args)
+    want = jax.jit(ref.accumulate, static_argnums=2)(products, ok, x.dtype)
+    f_recv = np.asarray(f_recv)
+    assert recv.shape == (N, M, x.shape[1])
+    np.testing.assert_array_equal(count, np.asarray(f_count))
+    assert not dropped.any() and not np.asarray(f_dropped).any()
+    for rank in range(N):
+        np.testing.assert_array_equal(recv[rank].astype(np.float32),
+                                      packed(np.asarray(f_recv[rank], np.float32), count[rank], M))
+    np.testing.assert_array_equal(out.astype(np.float32).reshape(want.shape),
+                                  np.asarray(want, np.float32))
+
+
+def test_every_row_arrives_where_capacity_would_drop():
+    """All tokens to expert 0: a capacity of 5 drops most; dropless keeps every one."""
+    x, idx, w, E, C = inputs("all-to-one-expert", np.float32)
+
+    def counts(dropless):
+        def f(x, i, w):
+            kwargs = dict(dropless=True) if dropless else dict(capacity=C)
+            _, count, handle = jaccl.moe_dispatch(x, i, w, num_experts=E, axis_name="x", **kwargs)
+            return stacked(count, handle.dropped)
+        return [np.asarray(a) for a in smap(f, 3, 2)(put(x, mesh1d()), put(idx, mesh1d()),
+                                                         put(w, mesh1d()))]
+
+    (capped, dropped), (whole, none) = counts(False), counts(True)
+    assert dropped[0, 0] > 0 and not none.any()
+    assert whole[0, 0] == capped[0, 0] + dropped[0, 0] == N * CASES["all-to-one-expert"][0]
+
+
+def test_gradients_match_reference():
+    x, idx, w, E, _ = inputs("k8-eloc4", np.float32, seed=3)
+    T, K = CASES["k8-eloc4"][0], CASES["k8-eloc4"][2]
+    s = np.random.default_rng(4).normal(size=x.shape).astype(np.float32)
+
+    def ours(x, i, w):
+        recv, _, h = jaccl.moe_dispatch(x, i, w, num_experts=E, axis_name="x", dropless=True)
+        return jaccl.moe_combine(jnp.tanh(recv), h, w, axis_name="x")
+
+    def theirs(x, i, w):
+        recv, _, _ = ref.dispatch(x, i, num_experts=E, capacity=T * N, axis="x")
+        products, ok = ref.pair_products(jnp.tanh(recv), i, w, num_experts=E, capacity=T * N,
+                                         axis="x")
+        return ref.accumulate(products, ok, x.dtype)
+
+    def grads(layer):
+        def f(x, w, i, s):
+            out = jax.shard_map(layer, mesh=mesh1d(), in_specs=(P("x"),) * 3, out_specs=P("x"))(x, i, w)
+            return jnp.sum(out * s)
+        return jax.jit(jax.grad(f, argnums=(0, 1)))(put(x, mesh1d()), put(w, mesh1d()),
+                                                    put(idx, mesh1d()), put(s, mesh1d()))
+
+    for a, b in zip(grads(ours), grads(theirs)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+        assert np.abs(np.asarray(b)).sum() > 0
+
+
+def test_ragged_dot_takes_the_groups_as_they_are():
+    """ragged_dot(recv_x, W[E_loc], group_sizes=recv_count) equals each row times its own
+    expert's matrix (found from the packed layout), and zero past the groups."""
+    x, idx, w, E, _ = inputs("random", np.float32)
+    E_loc, F = E // N, 5
+    weights = np.random.default_rng(1).normal(size=(N * E_loc, x.shape[1], F)).astype(np.float32)
+
+    def f(x, i, w, ew):
+        recv, count, _ = jaccl.moe_dispatch(x, i, w, num_experts=E, axis_name="x", dropless=True)
+        y = jax.lax.ragged_dot(recv, ew, group_sizes=count)
+        return stacked(recv, count, y)
+
+    recv, count, y = (np.asarray(a) for a in smap(f, 4, 3)(
+        put(x, mesh1d()), put(idx, mesh1d()), put(w, mesh1d()), put(weights, mesh1d())))
+    for rank in range(N):
+        group = np.repeat(np.arange(E_loc), count[rank])
+        rows = len(group)
+        want = np.einsum("mh,mhf->mf", recv[rank, :rows], weights[rank * E_loc + group])
+        np.testing.assert_allclose(y[rank, :rows], want, rtol=1e-5, atol=1e-5)
+        assert not y[rank, rows:].any() and not recv[rank, rows:].any()
+
+
+def test_fp8_rows_dropless():
+    T, H, K, E = 6, 128, 2, 8
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(N * T, H)).astype(np.float32)
+    idx = np.stack([rng.choice(E, K, replace=False) for _ in range(N * T)]).astype(np.int32)
+    w = rng.random((N * T, K)).astype(np.float32)
+
+    def f(x, i, w):
+        recv, count, _ = jaccl.moe_dispatch(x, i, w, num_experts=E, axis_name="x", dropless=True,
+                                            fp8=True)
+        plain, _, _ = jaccl.moe_dispatch(x, i, w, num_experts=E, axis_name="x", dropless=True)
+        q = jaccl.quantize_fp8(plain)
+        return stacked(recv.values.astype(jnp.float32), recv.scales, q.values.astype(jnp.float32),
+                       q.scales, count)
+
+    values, scales, want_values, want_scales, count = (np.asarray(a) for a in smap(f, 3, 5)(
+        put(x, mesh1d()), put(idx, mesh1d()), put(w, mesh1d())))
+    assert values.shape == (N, T * K * N, H) and scales.shape == (N, T * K * N, 1)
+    for rank in range(N):
+        rows = count[rank].sum()
+        np.testing.assert_array_equal(values[rank, :rows], want_values[rank, :rows])
+        np.testing.assert_array_equal(scales[rank, :rows], want_scales[rank, :rows])
+        assert not values[rank, rows:].any() and not scales[rank, rows:].any()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(dropless=True, capacity=4), "dropless=True takes no capacity"),
+    (dict(), r"capacity must be a positive int \(or dropless=True\)"),
+])
+def test_trace_time_errors(kwargs, match):
+    x, idx, w, E, _ = inputs("random", np.float32)
+
+    def f(x, i, w):
+        recv, _, _ = jaccl.moe_dispatch(x, i, w, num_experts=E, axis_name="x", **kwargs)
+        return stacked(recv)
+
+    with pytest.raises(ValueError, match=match):
+        smap(f, 3, 1).lower(put(x, mesh1d()), put(idx, mesh1d()), put(w, mesh1d()))
+
+
+def test_combine_names_the_dropless_shape():
+    x, idx, w, E, _ = inputs("random", np.float32)
+    M = CASES["random"][0] * CASES["random"][2] * N
+
+    def f(x, i, w):
+        recv, _, h = jaccl.moe_dispatch(x, i, w, num_experts=E, axis_name="x", dropless=True)
+        return stacked(jaccl.moe_combine(recv[None], h, w, axis_name="x"))
+
+    with pytest.raises(ValueError, match=rf"y must be \[rows={M}, hidden\] \(dispatch was dropless\)"):
+        smap(f, 3, 1).lower(put(x, mesh1d()), put(idx, mesh1d()), put(w, mesh1d()))
