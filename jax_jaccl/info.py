@@ -80,12 +80,14 @@ def gather() -> dict:
     from jax_jaccl import _settings, _transport
     from jax_jaccl._ext import cuda_engine, engine
 
-    # The settings set here, as jaccl reads them, and JACCL_* variables it does not know.
-    settings = {name: "unknown: ignored" for name in _settings.unknown()}
+    # Every setting as a process here would run with it (value, and whether the environment
+    # sets it), and JACCL_* variables jaccl does not know.
+    settings = {name: {"value": "unknown: ignored", "set": True} for name in _settings.unknown()}
     try:
-        values = _settings.read()
-        settings.update({v.env: getattr(values, v.field) for v in _settings.VARIABLES
-                         if os.environ.get(v.env, "").strip()})
+        values = _settings.read()  # checks every value (a bad one is the error below)
+        for v in _settings.VARIABLES:  # shown in the variable's own units
+            raw = os.environ.get(v.env, "").strip()
+            settings[v.env] = {"value": raw or v.default or "(unset: its default)", "set": bool(raw)}
         choice = _transport.choose(values)
         transport = {"transport": choice.label, "why": choice.why}
     except ValueError as e:
@@ -109,7 +111,8 @@ def render(info: dict) -> str:
              f"{info['built']['libfabric'] or 'no'}",
              f"devices: {', '.join(info['devices'])}"]
     if info["settings"]:
-        lines.append("settings: " + " ".join(f"{k}={v}" for k, v in info["settings"].items()))
+        lines.append("settings (as a process here runs with them; * set in the environment):")
+        lines += [f"  {'*' if s['set'] else ' '} {k}={s['value']}" for k, s in info["settings"].items()]
     t = info["between_hosts"]
     lines += [f"between hosts: {t['transport']} ({t['why']})", "", "libfabric providers (RDM):"]
     if info["providers"]:

@@ -99,7 +99,11 @@ def test_jaccl_info_lists_providers_transport_and_no_rdma_device():
     assert "between hosts: " in text and "RDMA devices (" in text, text
     if not HARDWARE:
         assert "no RDMA device" in text, text
-    data = json.loads(info({"JACCL_TRANSPORT": "ofi", **OFI}, "--json"))
+    assert "    JACCL_MOE_SCHEDULE=remote_first\n" in text, text  # every setting, defaults too
+    data = json.loads(info({"JACCL_TRANSPORT": "ofi", "JACCL_NOT_A_SETTING": "1", **OFI}, "--json"))
+    assert data["settings"]["JACCL_TRANSPORT"] == {"value": "ofi", "set": True}
+    assert data["settings"]["JACCL_MOE_SCHEDULE"]["set"] is False
+    assert data["settings"]["JACCL_NOT_A_SETTING"]["value"] == "unknown: ignored"
     assert data["between_hosts"]["transport"] == "ofi:tcp;ofi_rxm"
     assert any(p["provider"] == "tcp;ofi_rxm" and p["rma"] for p in data["providers"])
 
