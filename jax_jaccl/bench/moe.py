@@ -9,7 +9,10 @@ The first times dispatch and combine (bf16, top-k routing drawn at random) with 
 with lax.all_to_all of per-destination blocks padded to capacity, in one job, and jaccl's FP8
 dispatch (fp8=True: quantised on the send path). GB/s counts one row per routed (token,
 expert), as DeepEP does (an FP8 row: H bytes of values and H / 128 float32 scales, against
-2 H of bf16); rows to experts on the same host and on other hosts are shown apart. The second runs combine under JACCL_MOE_SCHEDULE=remote_first
+2 H of bf16); rows to experts on the same host and on other hosts are shown apart. The
+memory bound, run by every rank at once with no communication: for dispatch a plain copy of
+the T * K rows it writes (np.copyto into a preallocated buffer), for combine the weighted sum
+fused by XLA over T * K distinct rows; "jaccl / bound" is how far jaccl is from it. The second runs combine under JACCL_MOE_SCHEDULE=remote_first
 and =arrival on emulated hosts whose last host sends through a slower link, and reports
 each rank's combine time: remote-first should lower the slowest rank's time and the spread.
 """
@@ -45,9 +48,11 @@ def _ms(seconds: float) -> str:
 
 
 def throughput_table(records) -> str:
-    lines = ["| H | E | op | jaccl | jaccl GB/s (intra + inter) | lax.all_to_all padded | baseline GB/s | speed-up |",
-             "|---|---|---|---|---|---|---|---|"]
     keyed = {(r["impl"], r["hidden"], r["experts"], r["op"]): r for r in records}
+    bounded = any(impl == "bound" for impl, *_ in keyed)
+    lines = ["| H | E | op | jaccl | jaccl GB/s (intra + inter) | lax.all_to_all padded | baseline GB/s | speed-up |"
+             + (" memory bound | jaccl / bound |" if bounded else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|---|" if bounded else "")]
     for (impl, h, e, op), r in sorted(keyed.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][3])):
         if impl != "jaccl":
             continue
@@ -59,6 +64,10 @@ def throughput_table(records) -> str:
             f"({r['intra_bytes'] / r['median_s'] / 1e9:.2f} + {r['inter_bytes'] / r['median_s'] / 1e9:.2f}) | "
             + (f"{_ms(base['median_s'])} | {gbps(base):.2f} | {base['median_s'] / r['median_s']:.1f}x |"
                if base else "— | — | — |"))
+        if bounded:
+            bound = keyed.get(("bound", h, e, op))
+            lines[-1] += (f" {_ms(bound['median_s'])} | {r['median_s'] / bound['median_s']:.2f}x |"
+                          if bound else " — | — |")
     return "\n".join(lines)
 
 
@@ -97,7 +106,8 @@ def run(args) -> None:
                       "--xla-collectives", "gloo"]  # the lax baseline: JAX's own collectives
             records = []
             for i in range(args.runs):
-                records += _worker(launch, args, "jaccl,jaccl_fp8,lax", os.path.join(tmp, f"{i}.json"))
+                records += _worker(launch, args, "jaccl,jaccl_fp8,lax,bound",
+                                   os.path.join(tmp, f"{i}.json"))
             print(f"# jaccl-bench moe: {args.nprocs} processes x 1 device, T={args.tokens} tokens "
                   f"per rank, K={args.k}, bf16, capacity factor 1.5; slowest rank's median")
             print(throughput_table(records))

@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--experts", default="8,32")
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--capacity-factor", type=float, default=1.5)
-    parser.add_argument("--impls", default="jaccl,jaccl_fp8,lax")
+    parser.add_argument("--impls", default="jaccl,jaccl_fp8,lax,bound")
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
@@ -141,7 +141,49 @@ def main() -> None:
                                           out_specs=P("ep")))
                 return d, c
 
+            def bounds():
+                """What the ranks' memory allows, no communication, every rank at once: for
+                dispatch a plain copy of the bytes it writes per rank (T * K rows of H bf16,
+                np.copyto into a preallocated buffer); for combine the same math fused by XLA,
+                out[t] = sum_k w[t, k] * y[idx[t, k]] in float32 over T * K distinct rows."""
+                rows = np.resize(x, (T * K, hidden))                   # bf16, T * K rows
+                copy_to = np.empty_like(rows)
+                dev = jax.local_devices()[0]
+                y = jax.device_put(rows, dev)
+                pick = jax.device_put(rng.permutation(T * K).reshape(T, K).astype(np.int32), dev)
+                weights = jax.device_put(w[:T], dev)
+
+                @jax.jit
+                def fused(y, pick, weights):  # k by k: XLA:CPU fuses it into one loop (a
+                    # [T, K, H] gather then a sum over k is 10-20x slower there)
+                    acc = jnp.zeros((T, hidden), jnp.float32)
+                    for k in range(K):
+                        acc = acc + weights[:, k, None] * y[pick[:, k]].astype(jnp.float32)
+                    return acc.astype(y.dtype)
+
+                jax.block_until_ready(fused(y, pick, weights))
+                np.copyto(copy_to, rows)
+                times = {"dispatch": [], "combine": []}
+                for _ in range(args.iters):
+                    sync.barrier()
+                    start = time.perf_counter()
+                    np.copyto(copy_to, rows)
+                    times["dispatch"].append(time.perf_counter() - start)
+                    sync.barrier()
+                    start = time.perf_counter()
+                    jax.block_until_ready(fused(y, pick, weights))
+                    times["combine"].append(time.perf_counter() - start)
+                return times
+
             for impl in args.impls.split(","):
+                if impl == "bound":
+                    for op, ts in bounds().items():
+                        per_rank = sync.gather(float(np.median(ts)))
+                        records.append({"impl": "bound", "op": op, "hidden": hidden,
+                                        "experts": experts, "tokens": T, "k": K, "ranks": n,
+                                        "per_rank_s": [float(v) for v in np.ravel(per_rank)],
+                                        "median_s": float(np.max(per_rank))})
+                    continue
                 # jaccl_fp8: dispatch alone (combine is jaccl's), rows quantised on the send
                 # path; its bytes are what travels: H e4m3 values + H / 128 float32 scales a row
                 fp8 = impl == "jaccl_fp8"

@@ -14,7 +14,7 @@ from jax.sharding import PartitionSpec as P
 
 import jax_jaccl as jaccl
 import moe_reference as ref
-from moe_cases import CASES, expert, inputs
+from moe_cases import CASES, expert, inputs, packed
 
 from util import N, dtype_id, mesh1d, put
 
@@ -26,16 +26,6 @@ def smap(fn, n_in, n_out):
 
 def stacked(*arrays):
     return tuple(a[None] for a in arrays)
-
-
-def packed(rows: np.ndarray, counts: np.ndarray, m: int) -> np.ndarray:
-    """[E_loc, C, H] rows with counts[j] valid in expert j -> [m, H], the groups back to back."""
-    out = np.zeros((m,) + rows.shape[2:], rows.dtype)
-    at = 0
-    for j, n in enumerate(counts):
-        out[at:at + n] = rows[j, :n]
-        at += n
-    return out
 
 
 @pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16], ids=dtype_id)

@@ -2,7 +2,8 @@
 case of tests/support/moe_cases.py against the jax.numpy reference (tests/support/moe_reference.py)
 in the same job, bitwise on every device of every process, for float32 and bfloat16 (float32
 alone between hosts); FP8
-dispatch in every scale format against the reference's rows quantised in numpy; gradients
+dispatch in every scale format against the reference's rows quantised in numpy; dropless
+dispatch and combine against the reference with room for every row; gradients
 of dispatch-expert-combine against the reference's, also in a shard_map manual over the
 expert axis only. Layouts: 2 processes x 2 devices on one
 host; 2 hosts x 2 processes on loopback over jaccl's TCP and in network namespaces (as root)
@@ -20,8 +21,8 @@ import jax_jaccl as jaccl
 from job_layouts import OFI, expected, layout, needs_ofi
 import moe_reference as ref
 import fp8_reference as fref
-from moe_cases import (CASES, FP8_FORMATS, expert, fp8_dispatches, fp8_inputs, routing,
-                       tanh_expert_round_trips)
+from moe_cases import (CASES, FP8_FORMATS, dropless_dispatches, expert, fp8_dispatches,
+                       fp8_inputs, packed, routing, tanh_expert_round_trips)
 
 
 class Checks:
@@ -105,6 +106,35 @@ def check_fp8(c: Checks) -> None:
         c.checked.append(f"fp8/{scale_format}")
 
 
+def check_dropless(c: Checks) -> None:
+    """Dropless dispatch and combine, float32, on every device of every process: recv_x
+    bitwise against the reference's rows packed by group, combine bitwise."""
+    for case in ("random", "k8-eloc4"):
+        T, H, K, E, C, kind = CASES[case]
+        if E % c.n:
+            continue
+        rng = np.random.default_rng(1)
+        x = (rng.integers(-64, 64, size=(c.n * T, H)) / 16).astype(np.float32)
+        idx = np.concatenate([routing(kind, T, K, E, r) for r in range(c.n)])
+        w = rng.random(size=(c.n * T, K)).astype(np.float32)
+        ours, theirs = dropless_dispatches(case)
+        a = c.put(x), c.put(idx), c.put(w)
+        wrap = lambda fn: lambda *v: tuple(r[None] for r in fn(*v))  # noqa: E731
+        recv, cnt, out = c.smap(wrap(ours), 3, 3)(*a)
+        f_recv, f_cnt, products, ok = c.smap(wrap(theirs), 3, 4)(*a)
+        merge = lambda p, o: ref.accumulate(p.reshape((-1,) + p.shape[2:]),  # noqa: E731
+                                            o.reshape((-1,) + o.shape[2:]), x.dtype)
+        want = jax.jit(merge)(products, ok)
+        shards = lambda arr: {s.device.id: np.asarray(s.data)[0] for s in arr.addressable_shards}  # noqa: E731
+        got, counts, f_counts, rows = shards(recv), shards(cnt), shards(f_cnt), shards(f_recv)
+        assert got
+        for dev in got:
+            np.testing.assert_array_equal(counts[dev], f_counts[dev])
+            np.testing.assert_array_equal(got[dev], packed(rows[dev], counts[dev], T * K * c.n),
+                                          err_msg=f"dropless/{case} recv_x on device {dev}")
+        c.assert_same(f"dropless/{case}/combine", out, want.reshape(out.shape))
+
+
 def check_gradients(c: Checks) -> None:
     """d/dx and d/dw of sum(combine(tanh(dispatch(x))) ** 2) against the reference's."""
     T, H, K, E, C, _ = CASES["random"]
@@ -173,5 +203,6 @@ def test_moe_matches_reference(jax_job, nprocs, devices, hosts, transport):
     cases = sum(1 for (_, _, _, E, _, _) in CASES.values() if E % c.n == 0)
     assert len(c.checked) == 3 * len(dtypes) * cases > 0
     check_fp8(c)
+    check_dropless(c)
     check_gradients(c)
     check_partly_manual_layer(c)

@@ -86,6 +86,7 @@ def check_moe(devices=None, reference=None, verbose=True, dtypes=None):
                     np.testing.assert_array_equal(value, expected[p], err_msg=f"{name}/{label} @{p}")
                     checked += 1
     checked += check_fp8(devices, reference)
+    checked += check_dropless(devices, reference)
     checked += check_gradients(devices, reference)
     if verbose:
         print(f"OK {checked} MoE checks on {n} {devices[0].platform} device(s), process "
@@ -113,6 +114,41 @@ def check_fp8(devices, reference):
                                           err_msg=f"fp8/{scale_format}/values @{p}")
             np.testing.assert_array_equal(got_scales[p], want_scales.astype(np.float32),
                                           err_msg=f"fp8/{scale_format}/scales @{p}")
+            checked += 1
+    return checked
+
+
+def check_dropless(devices, reference):
+    """Dropless dispatch and combine of two cases, float32: recv bitwise against the
+    reference's rows packed by group, combine bitwise."""
+    import jax
+
+    import moe_reference as ref
+    from moe_cases import CASES, dropless_dispatches, packed, routing
+
+    checked, n = 0, len(devices)
+    for case in ("random", "all-to-one-expert"):
+        T, H, K, E, C, kind = CASES[case]
+        if E % n:
+            continue
+        rng = np.random.default_rng(0)
+        x = (rng.integers(-64, 64, size=(n * T, H)) / 16).astype(np.float32)
+        idx = np.concatenate([routing(kind, T, K, E, r) for r in range(n)])
+        w = rng.random(size=(n * T, K)).astype(np.float32)
+        ours, theirs = dropless_dispatches(case)
+        (recv, cnt, out), _ = on(devices, ours, (x, idx, w), 3)
+        (f_recv, f_cnt, products, ok), _ = on(reference, theirs, (x, idx, w), 4)
+        merge = lambda p, o: ref.accumulate(p.reshape((-1,) + p.shape[2:]),  # noqa: E731
+                                            o.reshape((-1,) + o.shape[2:]), x.dtype)
+        want = np.asarray(jax.jit(merge)(products, ok), np.float32).reshape(n, T, H)
+        counts, f_counts, rows = positions(cnt), positions(f_cnt), positions(f_recv)
+        for p, got in positions(recv).items():
+            np.testing.assert_array_equal(counts[p], f_counts[p], err_msg=f"dropless/{case} @{p}")
+            np.testing.assert_array_equal(got, packed(rows[p], counts[p], T * K * n),
+                                          err_msg=f"dropless/{case}/recv_x @{p}")
+            checked += 1
+        for p, got in positions(out).items():
+            np.testing.assert_array_equal(got, want[p], err_msg=f"dropless/{case}/combine @{p}")
             checked += 1
     return checked
 

@@ -4,6 +4,7 @@ expert counts, routings, the expert function, and the round trip whose gradient 
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -100,3 +101,36 @@ def fp8_dispatches(scale_format):
         return recv, count
 
     return ours, theirs
+
+
+def dropless_dispatches(case):
+    """Dropless dispatch, expert, combine over axis "x" -> (recv [M, H], recv_count, out), and
+    the reference with room for every row -> (recv [E_loc, room, H], recv_count, products, ok):
+    compare recv with packed(reference recv, recv_count, M) per device, out with
+    ref.accumulate(products, ok)."""
+    T, H, K, E, C, kind = CASES[case]
+
+    def ours(x, i, w):
+        recv, count, handle = jaccl.moe_dispatch(x, i, w, num_experts=E, axis_name="x",
+                                                 dropless=True)
+        return recv, count, jaccl.moe_combine(expert(recv), handle, w, axis_name="x")
+
+    def theirs(x, i, w):
+        room = T * jax.lax.axis_size("x")          # every (rank, token) once per expert
+        recv, count, _ = ref.dispatch(x, i, num_experts=E, capacity=room, axis="x")
+        products, ok = ref.pair_products(expert(recv), i, w, num_experts=E, capacity=room, axis="x")
+        return recv, count, products, ok
+
+    return ours, theirs
+
+
+def packed(rows, counts, m):
+    """[E_loc, C, H] rows with counts[j] valid in expert j -> [m, H], the groups back to back
+    (the dropless layout)."""
+    rows, counts = np.asarray(rows), np.asarray(counts).astype(int)
+    out = np.zeros((m,) + rows.shape[2:], rows.dtype)
+    at = 0
+    for j, n in enumerate(counts):
+        out[at:at + n] = rows[j, :n]
+        at += n
+    return out
