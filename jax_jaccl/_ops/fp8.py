@@ -13,9 +13,10 @@ scale_format:
 - "ue8m0": scales uint8, the biased exponent e of that power of two (scale = 2 ** (e - 127)),
   what Blackwell's block-scaled matmuls read.
 
-x / scale is clamped to e4m3's +-448 before the cast (a plain cast turns anything past 448,
-say 1000, into NaN; the clamp only bites when the row holds inf or NaN, or when a caller's own
-scales are too small). NaN stays NaN. dequantize_fp8 is the inverse map, in float32.
+x * (448 / amax) is clamped to e4m3's +-448 before the cast (a plain cast turns anything
+past 448, say 1000, into NaN; the product passes 448 only by rounding, or as inf or NaN when
+the block holds them). A NaN in a block makes its values and its scale NaN. dequantize_fp8 is
+the inverse map, in float32.
 """
 
 from __future__ import annotations
@@ -112,10 +113,9 @@ def dequantize_fp8(rows: Fp8Rows, dtype=jnp.float32):
     return (blocks * scales_as_float(scales)[..., None]).reshape(v.shape).astype(dtype)
 
 
-def check_fp8_rows(rows, tokens_hidden_where):
+def check_fp8_rows(rows, where: str):
     """Trace-time checks of a caller's own (values, scales) pair."""
     values, scales = rows
-    where = tokens_hidden_where
     if np.dtype(values.dtype) != FP8:
         raise TypeError(f"{where}: FP8 values must be float8_e4m3fn, not {values.dtype}")
     if np.ndim(values) != 2:

@@ -128,8 +128,8 @@ def moe_dispatch(x, topk_idx, topk_weights, *, num_experts: int, capacity=None, 
     (jaccl.quantize_fp8 with `scale_format`), and x may instead be an already quantised
     (values float8_e4m3fn [T, H], scales [T, H / 128]) pair; recv_x is then an Fp8Rows of
     values [E_loc, capacity, H] float8_e4m3fn and their scales [E_loc, capacity, H / 128]
-    ([M, H] and [M, H / 128] dropless)
-    (padding rows: zero values, zero scales). Only values and scales travel (bfloat16 rows:
+    (dropless: [M, H] and [M, H / 128]; padding rows: zero values, zero scales). Only values
+    and scales travel (bfloat16 rows:
     H + 4 H / 128 bytes instead of 2 H). Gradients: the cast is straight-through (x's
     cotangent is dispatch's transpose of d_values / scale; scales carry none), where JAX gives
     d_values in float8_e4m3fn, unscaled (a dequantising consumer's cotangent times the scale,
@@ -249,7 +249,8 @@ def _dispatch_fp8_fwd(x, topk_idx, topk_weights, num_experts, capacity, axes, ra
                       scale_format):
     r, handle = _routed(topk_idx, topk_weights, num_experts, capacity, axes, ranks)
     recv = _send_fp8(fp8_mod.quantize_fp8(x, scale_format), handle, axes, num_experts)
-    return (recv, r.recv_count, handle), (handle, recv.scales, jnp.zeros((0,), x.dtype))
+    like_x = jnp.zeros((0,), x.dtype)  # x's dtype, the cotangent's, as a residual
+    return (recv, r.recv_count, handle), (handle, recv.scales, like_x)
 
 
 def _dispatch_fp8_bwd(num_experts, capacity, axes, ranks, scale_format, residual, cotangents):

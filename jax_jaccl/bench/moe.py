@@ -12,9 +12,11 @@ expert), as DeepEP does (an FP8 row: H bytes of values and H / 128 float32 scale
 2 H of bf16); rows to experts on the same host and on other hosts are shown apart. The
 memory bound, run by every rank at once with no communication: for dispatch a plain copy of
 the T * K rows it writes (np.copyto into a preallocated buffer), for combine the weighted sum
-fused by XLA over T * K distinct rows; "jaccl / bound" is how far jaccl is from it. The second runs combine under JACCL_MOE_SCHEDULE=remote_first
-and =arrival on emulated hosts whose last host sends through a slower link, and reports
-each rank's combine time: remote-first should lower the slowest rank's time and the spread.
+fused by XLA over T * K distinct rows; "jaccl / bound" is how far jaccl is from it.
+
+The second runs combine under JACCL_MOE_SCHEDULE=remote_first and =arrival on emulated hosts
+whose last host sends through a slower link, and reports each rank's combine time:
+remote-first should lower the slowest rank's time and the spread.
 """
 
 from __future__ import annotations
@@ -57,7 +59,6 @@ def throughput_table(records) -> str:
         if impl != "jaccl":
             continue
         base = keyed.get(("lax", h, e, op.split()[0]))  # dispatch fp8: against lax's bf16 one
-        total = r["intra_bytes"] + r["inter_bytes"]
         gbps = lambda rec: (rec["intra_bytes"] + rec["inter_bytes"]) / rec["median_s"] / 1e9  # noqa: E731
         lines.append(
             f"| {h} | {e} | {op} | {_ms(r['median_s'])} | {gbps(r):.2f} "

@@ -107,7 +107,7 @@ ffi::Error invalid(const std::string& what) { return ffi::Error::InvalidArgument
 
 // The checks the CPU code makes on the shapes, made here before the peer path enqueues.
 ffi::Error check_shapes(const JacclHostMoeCall& c) {
-  // An exchange moves rows as bytes (FP8 values travel as uint8); combine adds them.
+  // An exchange moves rows as bytes (FP8 ones too); combine adds them: floats only.
   const auto dtype = static_cast<Dtype>(c.dtype);
   if (c.kind == static_cast<int32_t>(CollectiveKind::kMoeCombine) && dtype != Dtype::kF32 &&
       dtype != Dtype::kBF16 && dtype != Dtype::kF16) {
