@@ -47,12 +47,15 @@ def test_bench_rejects_unknown_peer():
 
 def test_bench_moe_table():
     done = subprocess.run(
-        [sys.executable, "-m", "jax_jaccl.bench.cli", "moe", "--tokens", "64", "--hidden", "32",
+        [sys.executable, "-m", "jax_jaccl.bench.cli", "moe", "--tokens", "64", "--hidden", "128",
          "--experts", "4", "--k", "2", "--iters", "2"],
         capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = [l for l in done.stdout.splitlines() if l.startswith("| 32 | 4 |")]
-    assert len(rows) == 2 and all("x |" in r for r in rows), done.stdout
+    rows = [l for l in done.stdout.splitlines() if l.startswith("| 128 | 4 |")]
+    # combine, dispatch (each beside the lax baseline and the memory bound), dispatch fp8
+    assert [r.split("|")[3].strip() for r in rows] == ["combine", "dispatch", "dispatch fp8"], \
+        done.stdout
+    assert all(r.count("x |") == 2 for r in rows[:2]), done.stdout
 
 
 @pytest.mark.parametrize("workload", ["collective", "step"])

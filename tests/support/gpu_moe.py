@@ -106,11 +106,12 @@ def check_fp8(devices, reference):
         arrays = fp8_inputs(len(devices))
         (values, scales, cnt), _ = on(devices, ours, arrays, 3)
         (rows, f_cnt), _ = on(reference, theirs, arrays, 2)
-        got_values, got_scales, counts = positions(values), positions(scales), positions(cnt)
-        for p, block in positions(rows).items():
-            want_values, want_scales = fref.expected_dispatch(block, counts[p], scale_format)
-            np.testing.assert_array_equal(counts[p], positions(f_cnt)[p])
-            np.testing.assert_array_equal(got_values[p], want_values.astype(np.float32),
+        got_scales, counts = positions(scales), positions(cnt)
+        want_rows, want_counts = positions(rows), positions(f_cnt)
+        for p, got in positions(values).items():  # this process's devices
+            want_values, want_scales = fref.expected_dispatch(want_rows[p], counts[p], scale_format)
+            np.testing.assert_array_equal(counts[p], want_counts[p])
+            np.testing.assert_array_equal(got, want_values.astype(np.float32),
                                           err_msg=f"fp8/{scale_format}/values @{p}")
             np.testing.assert_array_equal(got_scales[p], want_scales.astype(np.float32),
                                           err_msg=f"fp8/{scale_format}/scales @{p}")
