@@ -2,7 +2,7 @@
 shard_maps, jax.vmap of a shard_map), under Shardy and GSPMD, one process x 4 devices: every
 result equals jax.lax's. Such programs used to abort the process while XLA compiled them.
 
-XLA:CPU itself aborts on some jax.lax collectives there (jax 0.10.2): all_gather under GSPMD
+XLA:CPU itself aborts on some jax.lax collectives there (jax 0.10.2 and 0.12): all_gather under GSPMD
 (a CHECK in hlo_sharding_util), and psum / pmax / psum_scatter of bfloat16 under either
 ("Invalid binary instruction opcode copy"). So every reference runs under Shardy, and the
 bfloat16 one on float32 data (exact values: the same numbers); jaccl runs on both partitioners
