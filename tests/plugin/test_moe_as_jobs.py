@@ -21,8 +21,8 @@ import jax_jaccl as jaccl
 from job_layouts import OFI, expected, layout, needs_ofi
 import moe_reference as ref
 import fp8_reference as fref
-from moe_cases import (CASES, FP8_FORMATS, dropless_dispatches, expert, fp8_dispatches,
-                       fp8_inputs, packed, routing, tanh_expert_round_trips)
+from moe_cases import (CASES, FP8_CASE, FP8_FORMATS, dropless_dispatches, expert,
+                       fp8_dispatches, fp8_inputs, packed, routing, tanh_expert_round_trips)
 
 
 class Checks:
@@ -88,6 +88,8 @@ def check_every_case(c: Checks, dtypes=BOTH_DTYPES) -> None:
 def check_fp8(c: Checks) -> None:
     """FP8 dispatch in every scale format, on every device of every process: values and scales
     bitwise against the reference dispatch's rows quantised in numpy."""
+    if FP8_CASE[3] % c.n:  # its experts must split over the devices
+        return
     for scale_format in FP8_FORMATS:
         ours, theirs = fp8_dispatches(scale_format)
         a = [c.put(v) for v in fp8_inputs(c.n)]

@@ -98,9 +98,11 @@ def check_fp8(devices, reference):
     """FP8 dispatch in every scale format: values and scales bitwise against the reference's
     rows quantised in numpy."""
     import fp8_reference as fref
-    from moe_cases import FP8_FORMATS, fp8_dispatches, fp8_inputs
+    from moe_cases import FP8_CASE, FP8_FORMATS, fp8_dispatches, fp8_inputs
 
     checked = 0
+    if FP8_CASE[3] % len(devices):  # its experts must split over the devices
+        return checked
     for scale_format in FP8_FORMATS:
         ours, theirs = fp8_dispatches(scale_format)
         arrays = fp8_inputs(len(devices))
