@@ -129,8 +129,7 @@ def moe_dispatch(x, topk_idx, topk_weights, *, num_experts: int, capacity=None, 
     (values float8_e4m3fn [T, H], scales [T, H / 128]) pair; recv_x is then an Fp8Rows of
     values [E_loc, capacity, H] float8_e4m3fn and their scales [E_loc, capacity, H / 128]
     (dropless: [M, H] and [M, H / 128]; padding rows: zero values, zero scales). Only values
-    and scales travel (bfloat16 rows:
-    H + 4 H / 128 bytes instead of 2 H). Gradients: the cast is straight-through (x's
+    and scales travel (bfloat16 rows: H + 4 H / 128 bytes instead of 2 H). Gradients: the cast is straight-through (x's
     cotangent is dispatch's transpose of d_values / scale; scales carry none), where JAX gives
     d_values in float8_e4m3fn, unscaled (a dequantising consumer's cotangent times the scale,
     so what falls below 2^-9 is lost); a caller's own FP8 pair has no gradient.

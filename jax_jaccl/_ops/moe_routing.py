@@ -91,20 +91,26 @@ def route(topk_idx, *, num_experts: int, capacity, ranks: int, axis_name, all_ga
     recv_offsets = jnp.concatenate([jnp.zeros((1,), i32), jnp.cumsum(from_rank).astype(i32)])
     if capacity is None:
         recv_rows = receive_rows_dropless(mine_kept, mine_base, recv_count, C)
-        return Routing(counts, send_slot.reshape(T, K), send_pairs.astype(i32),
-                       send_tokens.astype(i32), send_offsets, recv_rows, recv_offsets,
-                       recv_count, dropped)
-    c = jnp.arange(C, dtype=i32)
-    # source of slot (j, c): the last rank whose first slot is <= c
-    source = jnp.sum(mine_base[:, :, None] <= c[None, None, :], axis=0) - 1  # [E_loc, C]
-    slot_ok = c[None, :] < recv_count[:, None]
-    row = jnp.arange(E_loc, dtype=i32)[:, None] * C + c[None, :]
-    recv_key = jnp.where(slot_ok, source * (E_loc * C) + row, R * E_loc * C + row)
-    recv_rows = jnp.argsort(recv_key.reshape(-1), stable=True).astype(i32)
+    else:
+        recv_rows = receive_rows(mine_base, recv_count, R, C)
 
     return Routing(counts, send_slot.reshape(T, K), send_pairs.astype(i32),
                    send_tokens.astype(i32), send_offsets, recv_rows, recv_offsets, recv_count,
                    dropped)
+
+
+def receive_rows(base, recv_count, R, C):
+    """Capacity layout's receive list: rows j * C + c of the local experts' [E_loc, C] buffers,
+    ordered by (source rank, j, c); base [R, E_loc] is each rank's first slot in each expert."""
+    i32 = jnp.int32
+    E_loc = recv_count.shape[0]
+    c = jnp.arange(C, dtype=i32)
+    # source of slot (j, c): the last rank whose first slot is <= c
+    source = jnp.sum(base[:, :, None] <= c[None, None, :], axis=0) - 1  # [E_loc, C]
+    slot_ok = c[None, :] < recv_count[:, None]
+    row = jnp.arange(E_loc, dtype=i32)[:, None] * C + c[None, :]
+    recv_key = jnp.where(slot_ok, source * (E_loc * C) + row, R * E_loc * C + row)
+    return jnp.argsort(recv_key.reshape(-1), stable=True).astype(i32)
 
 
 def receive_rows_dropless(kept, base, recv_count, rows):

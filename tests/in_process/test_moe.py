@@ -13,17 +13,10 @@ from jax.sharding import PartitionSpec as P
 
 import jax_jaccl as jaccl
 import moe_reference as ref
-from moe_cases import CASES, expert, inputs, tanh_expert_round_trips
+from moe_cases import CASES, expert, inputs, smap, stacked, tanh_expert_round_trips
 
 from util import N, dtype_id, mesh1d, put
 
-def smap(fn, n_in, n_out):
-    return jax.jit(jax.shard_map(fn, mesh=mesh1d(), in_specs=(P("x"),) * n_in,
-                                 out_specs=(P("x"),) * n_out))
-
-
-def stacked(*arrays):
-    return tuple(a[None] for a in arrays)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16, np.float16], ids=dtype_id)

@@ -14,18 +14,10 @@ from jax.sharding import PartitionSpec as P
 
 import jax_jaccl as jaccl
 import moe_reference as ref
-from moe_cases import CASES, expert, inputs, packed
+from moe_cases import (CASES, dropless_dispatches, inputs, packed, smap, stacked,
+                       tanh_expert_round_trips)
 
 from util import N, dtype_id, mesh1d, put
-
-
-def smap(fn, n_in, n_out):
-    return jax.jit(jax.shard_map(fn, mesh=mesh1d(), in_specs=(P("x"),) * n_in,
-                                 out_specs=(P("x"),) * n_out))
-
-
-def stacked(*arrays):
-    return tuple(a[None] for a in arrays)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16], ids=dtype_id)
@@ -33,22 +25,17 @@ def stacked(*arrays):
 def test_dropless_dispatch_and_combine_match_reference(case, dtype):
     x, idx, w, E, _ = inputs(case, dtype)
     T, K = CASES[case][0], CASES[case][2]
-    M, room = T * K * N, T * N    # dropless rows; the reference's capacity: every token
+    M = T * K * N                 # dropless rows
+    ours, theirs = dropless_dispatches(case)
 
-    def ours(x, i, w):
-        recv, count, handle = jaccl.moe_dispatch(x, i, w, num_experts=E, axis_name="x",
-                                                 dropless=True)
-        out = jaccl.moe_combine(expert(recv), handle, w, axis_name="x")
-        return stacked(recv, count, handle.dropped, out)
-
-    def theirs(x, i, w):
-        recv, count, dropped = ref.dispatch(x, i, num_experts=E, capacity=room, axis="x")
-        products, ok = ref.pair_products(expert(recv), i, w, num_experts=E, capacity=room, axis="x")
+    def reference(*a):  # products and ok stay [T, K, ...] per device: accumulate takes them
+        recv, count, dropped, products, ok = theirs(*a)
         return stacked(recv, count, dropped) + (products, ok)
 
     args = put(x, mesh1d()), put(idx, mesh1d()), put(w, mesh1d())
-    recv, count, dropped, out = (np.asarray(a) for a in smap(ours, 3, 4)(*args))
-    f_recv, f_count, f_dropped, products, ok = smap(theirs, 3, 5)(*args)
+    results = smap(lambda *a: stacked(*ours(*a)), 3, 4)(*args)
+    recv, count, dropped, out = (np.asarray(a) for a in results)
+    f_recv, f_count, f_dropped, products, ok = smap(reference, 3, 5)(*args)
     want = jax.jit(ref.accumulate, static_argnums=2)(products, ok, x.dtype)
     f_recv = np.asarray(f_recv)
     assert recv.shape == (N, M, x.shape[1])
@@ -80,18 +67,10 @@ def test_every_row_arrives_where_capacity_would_drop():
 
 def test_gradients_match_reference():
     x, idx, w, E, _ = inputs("k8-eloc4", np.float32, seed=3)
-    T, K = CASES["k8-eloc4"][0], CASES["k8-eloc4"][2]
+    T = CASES["k8-eloc4"][0]
     s = np.random.default_rng(4).normal(size=x.shape).astype(np.float32)
 
-    def ours(x, i, w):
-        recv, _, h = jaccl.moe_dispatch(x, i, w, num_experts=E, axis_name="x", dropless=True)
-        return jaccl.moe_combine(jnp.tanh(recv), h, w, axis_name="x")
-
-    def theirs(x, i, w):
-        recv, _, _ = ref.dispatch(x, i, num_experts=E, capacity=T * N, axis="x")
-        products, ok = ref.pair_products(jnp.tanh(recv), i, w, num_experts=E, capacity=T * N,
-                                         axis="x")
-        return ref.accumulate(products, ok, x.dtype)
+    ours, theirs = tanh_expert_round_trips(E, T * N, dropless=True)
 
     def grads(layer):
         def f(x, w, i, s):

@@ -13,34 +13,16 @@ from jax.sharding import PartitionSpec as P
 
 import fp8_reference as fref
 import jax_jaccl as jaccl
-import moe_reference as ref
-from moe_cases import routing
+from moe_cases import FP8_CASE, fp8_dispatches, fp8_routing, fp8_rows, smap, stacked
 
 from util import N, mesh1d, put
 
 FORMATS = ("float32", "pow2", "ue8m0")
-T, H, K, E, C = 12, 256, 2, 8, 9
-
-
-def smap(fn, n_in, n_out):
-    return jax.jit(jax.shard_map(fn, mesh=mesh1d(), in_specs=(P("x"),) * n_in,
-                                 out_specs=(P("x"),) * n_out))
+T, H, K, E, C = FP8_CASE
 
 
 def rows(dtype=np.float32, seed=0, magnitudes=(-12, 12)):
-    """Rows whose 128-channel blocks span very different magnitudes, a zero block among them."""
-    rng = np.random.default_rng(seed)
-    magnitude = np.exp2(rng.integers(*magnitudes, size=(N * T, H // 128, 1)))
-    x = (rng.normal(size=(N * T, H // 128, 128)) * magnitude).reshape(N * T, H)
-    x[0, :128] = 0.0
-    x[1, 5] = 1000.0
-    return x.astype(dtype)
-
-
-def routed(seed=0):
-    idx = np.concatenate([routing("random", T, K, E, seed + r) for r in range(N)])
-    w = np.random.default_rng(seed).random(size=(N * T, K)).astype(np.float32)
-    return idx, w
+    return fp8_rows(N, dtype, seed, magnitudes)
 
 
 def as_bits(a):
@@ -73,39 +55,20 @@ def test_dequantized_rows_are_within_e4m3_rounding(scale_format):
     assert np.isfinite(back).all() and abs(back[1, 5] - 1000) <= 1000 / 16
 
 
-def dispatch_both(scale_format, pair: bool):
-    """jaccl's FP8 dispatch (fp8=True, or a pair quantised before) and the reference dispatch
-    of the unquantised rows, run on the same inputs."""
-    def ours(x, i, w):
-        if pair:
-            x = tuple(jaccl.quantize_fp8(x, scale_format))
-        recv, count, _ = jaccl.moe_dispatch(x, i, w, num_experts=E, capacity=C, axis_name="x",
-                                            fp8=not pair, scale_format=scale_format)
-        return recv.values[None], recv.scales[None], count[None]
-
-    def theirs(x, i, w):
-        recv, count, _ = ref.dispatch(x, i, num_experts=E, capacity=C, axis="x")
-        return recv[None], count[None]
-
-    x = rows()
-    idx, w = routed()
-    args = put(x, mesh1d()), put(idx, mesh1d()), put(w, mesh1d())
-    return smap(ours, 3, 3)(*args), smap(theirs, 3, 2)(*args)
-
-
 @pytest.mark.parametrize("pair", [False, True], ids=["fp8=True", "quantised-pair"])
 @pytest.mark.parametrize("scale_format", FORMATS)
 def test_dispatch_sends_the_quantised_rows(scale_format, pair):
-    outputs = dispatch_both(scale_format, pair)
+    ours, theirs = fp8_dispatches(scale_format, pair)
+    args = [put(a, mesh1d()) for a in (rows(),) + fp8_routing(N)]
+    outputs = (smap(lambda *a: stacked(*ours(*a)), 3, 3)(*args),
+               smap(lambda *a: stacked(*theirs(*a)), 3, 2)(*args))
     (values, scales, count), (f_recv, f_count) = jax.tree.map(np.asarray, outputs)
     np.testing.assert_array_equal(np.asarray(count), np.asarray(f_count))
     assert values.dtype == jnp.float8_e4m3fn and values.shape == (N, E // N, C, H)
     for rank in range(N):
-        want_values, want_scales = fref.quantize(np.asarray(f_recv[rank]), scale_format)
-        cnt = np.asarray(count[rank])
-        np.testing.assert_array_equal(as_bits(values[rank]),
-                                      as_bits(fref.valid_rows(want_values, cnt)))
-        np.testing.assert_array_equal(np.asarray(scales[rank]), fref.valid_rows(want_scales, cnt))
+        want_values, want_scales = fref.expected_dispatch(f_recv[rank], count[rank], scale_format)
+        np.testing.assert_array_equal(as_bits(values[rank]), as_bits(want_values))
+        np.testing.assert_array_equal(np.asarray(scales[rank]), want_scales)
     assert int(np.asarray(count).sum()) > 0
 
 
@@ -116,7 +79,7 @@ def test_the_cast_is_straight_through_for_gradients():
     d/dx of sum(recv * S)."""
     x = rows(seed=2, magnitudes=(0, 7))
     x[0, :128] = 1.0  # no zero block (its scale, 2^-22, would flush every cotangent)
-    idx, w = routed(seed=2)
+    idx, w = fp8_routing(N, seed=2)
     S = np.random.default_rng(3).integers(-2, 3, size=(N, E // N, C, H)).astype(np.float32)
 
     def loss(fp8):
@@ -140,7 +103,7 @@ def test_the_cast_is_straight_through_for_gradients():
 
 def test_a_quantised_pair_has_no_gradient():
     x = rows()
-    idx, w = (put(a, mesh1d()) for a in routed())
+    idx, w = (put(a, mesh1d()) for a in fp8_routing(N))
 
     def f(x):
         def layer(x, i, w):
@@ -166,7 +129,7 @@ def test_a_quantised_pair_has_no_gradient():
 ])
 def test_trace_time_errors(make, error, match):
     x = rows()
-    idx, w = routed()
+    idx, w = fp8_routing(N)
 
     def layer(x, i, w):
         recv, _, _ = jaccl.moe_dispatch(topk_idx=i, topk_weights=w, num_experts=E, capacity=C,

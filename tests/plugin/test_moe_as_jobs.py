@@ -122,14 +122,15 @@ def check_dropless(c: Checks) -> None:
         ours, theirs = dropless_dispatches(case)
         a = c.put(x), c.put(idx), c.put(w)
         wrap = lambda fn: lambda *v: tuple(r[None] for r in fn(*v))  # noqa: E731
-        recv, cnt, out = c.smap(wrap(ours), 3, 3)(*a)
-        f_recv, f_cnt, products, ok = c.smap(wrap(theirs), 3, 4)(*a)
+        recv, cnt, dropped, out = c.smap(wrap(ours), 3, 4)(*a)
+        f_recv, f_cnt, f_dropped, products, ok = c.smap(wrap(theirs), 3, 5)(*a)
         merge = lambda p, o: ref.accumulate(p.reshape((-1,) + p.shape[2:]),  # noqa: E731
                                             o.reshape((-1,) + o.shape[2:]), x.dtype)
         want = jax.jit(merge)(products, ok)
         shards = lambda arr: {s.device.id: np.asarray(s.data)[0] for s in arr.addressable_shards}  # noqa: E731
         got, counts, f_counts, rows = shards(recv), shards(cnt), shards(f_cnt), shards(f_recv)
-        assert got
+        drops = (*shards(dropped).values(), *shards(f_dropped).values())
+        assert got and not any(d.any() for d in drops)
         for dev in got:
             np.testing.assert_array_equal(counts[dev], f_counts[dev])
             np.testing.assert_array_equal(got[dev], packed(rows[dev], counts[dev], T * K * c.n),

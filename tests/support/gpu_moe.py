@@ -139,14 +139,15 @@ def check_dropless(devices, reference):
         idx = np.concatenate([routing(kind, T, K, E, r) for r in range(n)])
         w = rng.random(size=(n * T, K)).astype(np.float32)
         ours, theirs = dropless_dispatches(case)
-        (recv, cnt, out), _ = on(devices, ours, (x, idx, w), 3)
-        (f_recv, f_cnt, products, ok), _ = on(reference, theirs, (x, idx, w), 4)
+        (recv, cnt, dropped, out), _ = on(devices, ours, (x, idx, w), 4)
+        (f_recv, f_cnt, f_dropped, products, ok), _ = on(reference, theirs, (x, idx, w), 5)
         merge = lambda p, o: ref.accumulate(p.reshape((-1,) + p.shape[2:]),  # noqa: E731
                                             o.reshape((-1,) + o.shape[2:]), x.dtype)
         want = np.asarray(jax.jit(merge)(products, ok), np.float32).reshape(n, T, H)
         counts, f_counts, rows = positions(cnt), positions(f_cnt), positions(f_recv)
         for p, got in positions(recv).items():
             np.testing.assert_array_equal(counts[p], f_counts[p], err_msg=f"dropless/{case} @{p}")
+            assert not positions(dropped)[p].any() and not positions(f_dropped)[p].any()
             np.testing.assert_array_equal(got, packed(rows[p], counts[p], T * K * n),
                                           err_msg=f"dropless/{case}/recv_x @{p}")
             checked += 1

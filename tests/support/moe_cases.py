@@ -8,10 +8,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax.sharding import PartitionSpec as P
+
 import jax_jaccl as jaccl
 import moe_reference as ref
 
-from util import N
+from util import N, mesh1d
 
 # name: (tokens per rank, hidden, k, experts, capacity, routing)
 CASES = {
@@ -22,6 +24,17 @@ CASES = {
     "k8-eloc4": (10, 8, 8, 16, 9, "random"),
     "eloc1": (10, 8, 2, 4, 20, "random"),
 }
+
+
+def smap(fn, n_in, n_out):
+    """fn under jit(shard_map) over the in-process 1-D mesh, every argument and result P("x")."""
+    return jax.jit(jax.shard_map(fn, mesh=mesh1d(), in_specs=(P("x"),) * n_in,
+                                 out_specs=(P("x"),) * n_out))
+
+
+def stacked(*arrays):
+    """Per-device results with a leading device axis (for smap's out_specs)."""
+    return tuple(a[None] for a in arrays)
 
 
 def routing(kind, tokens, k, experts, seed=0):
@@ -43,11 +56,13 @@ def expert(recv_x):
     return (recv_x.astype(jnp.float32) * 2.0 + 1.0).astype(recv_x.dtype)
 
 
-def tanh_expert_round_trips(E, C):
+def tanh_expert_round_trips(E, C, dropless=False):
     """dispatch, tanh as the expert, combine over axis "x": jaccl's and the reference's (the
-    gradient checks of every suite differentiate both)."""
+    gradient checks of every suite differentiate both). dropless: jaccl's dispatch is, and C is
+    the reference's room for every row."""
     def ours(x, i, w):
-        recv, _, handle = jaccl.moe_dispatch(x, i, w, num_experts=E, capacity=C, axis_name="x")
+        layout = dict(dropless=True) if dropless else dict(capacity=C)
+        recv, _, handle = jaccl.moe_dispatch(x, i, w, num_experts=E, axis_name="x", **layout)
         return jaccl.moe_combine(jnp.tanh(recv), handle, w, axis_name="x")
 
     def theirs(x, i, w):
@@ -74,26 +89,41 @@ FP8_CASE = (12, 256, 2, 8, 9)
 FP8_FORMATS = ("float32", "pow2", "ue8m0")
 
 
-def fp8_inputs(n, seed=0):
-    """Rows whose 128-channel blocks differ in magnitude by up to 2^20, routing, weights."""
-    T, H, K, E, C = FP8_CASE
+def fp8_rows(n, dtype=np.float32, seed=0, magnitudes=(-10, 10)):
+    """n ranks' rows whose 128-channel blocks differ in magnitude (2 ** magnitudes), one block
+    all zero and one 1000 (past e4m3's 448 before scaling)."""
+    T, H = FP8_CASE[:2]
     rng = np.random.default_rng(seed)
-    magnitude = np.exp2(rng.integers(-10, 10, size=(n * T, H // 128, 1)))
-    x = (rng.normal(size=(n * T, H // 128, 128)) * magnitude).reshape(n * T, H).astype(np.float32)
+    magnitude = np.exp2(rng.integers(*magnitudes, size=(n * T, H // 128, 1)))
+    x = (rng.normal(size=(n * T, H // 128, 128)) * magnitude).reshape(n * T, H)
+    x[0, :128] = 0.0
+    x[1, 5] = 1000.0
+    return x.astype(dtype)
+
+
+def fp8_routing(n, seed=0):
+    T, _, K, E, _ = FP8_CASE
     idx = np.concatenate([routing("random", T, K, E, seed + r) for r in range(n)])
-    w = rng.random(size=(n * T, K)).astype(np.float32)
-    return x, idx, w
+    w = np.random.default_rng(seed).random(size=(n * T, K)).astype(np.float32)
+    return idx, w
 
 
-def fp8_dispatches(scale_format):
-    """jaccl's FP8 dispatch over axis "x" -> (values, scales, count), and the reference
-    dispatch of the same rows unquantised -> (rows, count): compare with
-    fp8_reference.expected_dispatch per device."""
+def fp8_inputs(n, seed=0):
+    """fp8_rows, routing, weights."""
+    return (fp8_rows(n, seed=seed),) + fp8_routing(n, seed)
+
+
+def fp8_dispatches(scale_format, pair=False):
+    """jaccl's FP8 dispatch over axis "x" (fp8=True, or pair=True: a pair quantised before)
+    -> (values, scales, count), and the reference dispatch of the same rows unquantised ->
+    (rows, count): compare with fp8_reference.expected_dispatch per device."""
     _, _, _, E, C = FP8_CASE
 
     def ours(x, i, w):
+        if pair:
+            x = tuple(jaccl.quantize_fp8(x, scale_format))
         recv, count, _ = jaccl.moe_dispatch(x, i, w, num_experts=E, capacity=C, axis_name="x",
-                                            fp8=True, scale_format=scale_format)
+                                            fp8=not pair, scale_format=scale_format)
         return recv.values, recv.scales, count
 
     def theirs(x, i, w):
@@ -104,22 +134,23 @@ def fp8_dispatches(scale_format):
 
 
 def dropless_dispatches(case):
-    """Dropless dispatch, expert, combine over axis "x" -> (recv [M, H], recv_count, out), and
-    the reference with room for every row -> (recv [E_loc, room, H], recv_count, products, ok):
-    compare recv with packed(reference recv, recv_count, M) per device, out with
-    ref.accumulate(products, ok)."""
+    """Dropless dispatch, expert, combine over axis "x" -> (recv [M, H], recv_count, dropped,
+    out), and the reference with room for every row -> (recv [E_loc, room, H], recv_count,
+    dropped, products, ok): compare recv with packed(reference recv, recv_count, M) per device,
+    out with ref.accumulate(products, ok); both drop nothing."""
     T, H, K, E, C, kind = CASES[case]
 
     def ours(x, i, w):
         recv, count, handle = jaccl.moe_dispatch(x, i, w, num_experts=E, axis_name="x",
                                                  dropless=True)
-        return recv, count, jaccl.moe_combine(expert(recv), handle, w, axis_name="x")
+        out = jaccl.moe_combine(expert(recv), handle, w, axis_name="x")
+        return recv, count, handle.dropped, out
 
     def theirs(x, i, w):
         room = T * jax.lax.axis_size("x")          # every (rank, token) once per expert
-        recv, count, _ = ref.dispatch(x, i, num_experts=E, capacity=room, axis="x")
+        recv, count, dropped = ref.dispatch(x, i, num_experts=E, capacity=room, axis="x")
         products, ok = ref.pair_products(expert(recv), i, w, num_experts=E, capacity=room, axis="x")
-        return recv, count, products, ok
+        return recv, count, dropped, products, ok
 
     return ours, theirs
 
