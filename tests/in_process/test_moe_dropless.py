@@ -79,8 +79,11 @@ def test_gradients_match_reference():
         return jax.jit(jax.grad(f, argnums=(0, 1)))(put(x, mesh1d()), put(w, mesh1d()),
                                                     put(idx, mesh1d()), put(s, mesh1d()))
 
+    # The weights' gradient <dout, y> is summed over H left to right by jaccl and in XLA's
+    # vectorised order by the reference (which depends on the CPU); its terms of order 1
+    # cancel to ~1e-2, so the orders differ by ~1e-6 there (seen on an AVX-512 machine).
     for a, b in zip(grads(ours), grads(theirs)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
         assert np.abs(np.asarray(b)).sum() > 0
 
 

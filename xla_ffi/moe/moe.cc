@@ -250,7 +250,8 @@ void moe_exchange(Call& call, const void* src, size_t src_rows, void* dst, size_
   }
   const Dtype elem = call.dtype;
   const size_t esize = dtype_size(elem), row_bytes = row_elems * esize;
-  // Zero only the rows nobody writes (the padding), in runs.
+  // Zero only the rows nobody writes (the padding), in runs: zero_fill hands whole pages
+  // of them back to the kernel instead of faulting them in to write zeros.
   prefer_huge_pages(dst, dst_rows * row_bytes);
   std::vector<uint8_t> written(dst_rows, 0);
   for (int32_t i = 0; i < lists.recv_offsets[call.member->size]; ++i) written[lists.recv_rows[i]] = 1;
@@ -261,7 +262,7 @@ void moe_exchange(Call& call, const void* src, size_t src_rows, void* dst, size_
     }
     size_t end = r;
     while (end < dst_rows && !written[end]) ++end;
-    std::memset(static_cast<char*>(dst) + r * row_bytes, 0, (end - r) * row_bytes);
+    zero_fill(static_cast<char*>(dst) + r * row_bytes, (end - r) * row_bytes);
     r = end;
   }
   auto rows_of = [&](const void* base, const int32_t* rows, const int32_t* offsets, int q) {
