@@ -138,88 +138,116 @@ def collectives(args) -> None:
             json.dump(records, f, indent=1)
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaccl-bench", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("collectives", help="all_reduce, reduce_scatter, all_gather, ppermute, "
-                                           "ragged_all_to_all")
-    c.add_argument("--nprocs", type=int, default=2)
-    c.add_argument("--devices-per-process", type=int, default=1)
-    c.add_argument("--sizes", default=DEFAULT_SIZES)
-    c.add_argument("--ops", default=",".join(OPS))
-    c.add_argument("--vs", default="", help="comma list of lax, lax_on_jaccl, mpi4jax, mpi, shm")
-    c.add_argument("--runs", type=int, default=3)
-    c.add_argument("--algorithm", default="auto")
-    c.add_argument("--plot", default=None)
-    c.add_argument("--json", default=None)
-    c.add_argument("--timeout", type=float, default=1800)
+    fmt = argparse.ArgumentDefaultsHelpFormatter  # every option shows its default
+    c = sub.add_parser("collectives", formatter_class=fmt,
+                       help="all_reduce, reduce_scatter, all_gather, ppermute, ragged_all_to_all")
+    c.add_argument("--nprocs", type=int, default=2, help="processes of the job on this machine")
+    c.add_argument("--devices-per-process", type=int, default=1,
+                   help="CPU devices per process (ranks = nprocs x this)")
+    c.add_argument("--sizes", default=DEFAULT_SIZES,
+                   help="comma list of message sizes, K/M/G suffixes (nccl-tests' S: the per-rank "
+                        "buffer of all_reduce, the output of all_gather)")
+    c.add_argument("--ops", default=",".join(OPS), help=f"comma list of {', '.join(EVERY_OP)}")
+    c.add_argument("--vs", default="", help="comma list of peers timed in the same run: lax "
+                   "(jax.lax on gloo), lax_on_jaccl (jax.lax on jaccl's MPI shim), mpi4jax, mpi "
+                   "(raw mpi4py on numpy; these two need `make bench-setup`), shm (ppermute's "
+                   "plain shared-memory copy)")
+    c.add_argument("--runs", type=int, default=3,
+                   help="jobs per implementation, alternated; the table shows medians over them")
+    c.add_argument("--algorithm", default="auto",
+                   help="jaccl's algorithm: auto, naive, mesh, ring, ring_oneway, hierarchical "
+                        "(naive is all_reduce's alone)")
+    c.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="also draw bus bandwidth against size for every op and peer")
+    c.add_argument("--json", default=None, metavar="FILE", help="also write every record")
+    c.add_argument("--timeout", type=float, default=1800, help="seconds per job")
     c.add_argument("--emulate-hosts", type=int, default=0,
                    help="run all_reduce across N emulated hosts (root; see emulate.py)")
-    c.add_argument("--link-rate", default="200mbit", help="per direction of every link")
-    c.add_argument("--topology", default="mesh")
+    c.add_argument("--link-rate", default="200mbit",
+                   help="with --emulate-hosts: rate of every link, per direction (tc tbf)")
+    c.add_argument("--topology", default="mesh", help="with --emulate-hosts: mesh (every pair "
+                   "of hosts linked)")
     c.add_argument("--transports", default="tcp",
                    help="with --emulate-hosts: tcp (every algorithm), or e.g. tcp,ofi (mesh "
                         "all_reduce over each, side by side)")
-    c.add_argument("--ofi-provider", default="tcp;ofi_rxm")
+    c.add_argument("--ofi-provider", default="tcp;ofi_rxm",
+                   help="libfabric provider for the ofi transport (JACCL_OFI_PROVIDER)")
     c.set_defaults(fn=collectives)
-    t = sub.add_parser("transport", help="frames between two hosts, no collective: each "
-                                         "transport's ceiling")
-    t.add_argument("--transports", default="tcp,ofi")
-    t.add_argument("--ofi-provider", default="tcp;ofi_rxm")
-    t.add_argument("--frame-kb", default="64,512")
-    t.add_argument("--mib", type=int, default=256)
-    t.add_argument("--runs", type=int, default=3)
-    t.add_argument("--both-ways", action="store_true")
+    t = sub.add_parser("transport", formatter_class=fmt,
+                       help="frames between two hosts, no collective: each transport's ceiling")
+    t.add_argument("--transports", default="tcp,ofi", help="comma list of tcp, ofi")
+    t.add_argument("--ofi-provider", default="tcp;ofi_rxm",
+                   help="libfabric provider for the ofi transport (JACCL_OFI_PROVIDER)")
+    t.add_argument("--frame-kb", default="64,512", help="comma list of frame sizes (JACCL_FRAME_KB)")
+    t.add_argument("--mib", type=int, default=256, help="MiB sent per measurement")
+    t.add_argument("--runs", type=int, default=3, help="measurements per transport and frame size")
+    t.add_argument("--both-ways", action="store_true", help="both hosts send at once")
     t.add_argument("--emulate-hosts", action="store_true",
                    help="2 network namespaces joined by a veth link (root)")
     t.add_argument("--link-rate", default="none", help="with --emulate-hosts: e.g. 200mbit, or none")
-    t.add_argument("--json", default=None)
-    t.add_argument("--timeout", type=float, default=900)
+    t.add_argument("--json", default=None, metavar="FILE", help="also write every record")
+    t.add_argument("--timeout", type=float, default=900, help="seconds per job")
     t.set_defaults(fn=lambda args: __import__("jax_jaccl.bench.transport", fromlist=["run"]).run(args))
-    m = sub.add_parser("moe", help="MoE dispatch/combine vs a padded lax.all_to_all baseline; "
-                                   "remote-first vs arrival combine on emulated hosts")
-    m.add_argument("--nprocs", type=int, default=2)
-    m.add_argument("--tokens", type=int, default=4096)
-    m.add_argument("--hidden", default="1024,4096")
-    m.add_argument("--experts", default="8,32")
-    m.add_argument("--k", type=int, default=8)
-    m.add_argument("--iters", type=int, default=5)
-    m.add_argument("--runs", type=int, default=1)
-    m.add_argument("--emulate-hosts", type=int, default=0)
-    m.add_argument("--processes-per-host", type=int, default=2)
-    m.add_argument("--link-rate", default="1gbit")
-    m.add_argument("--slow-link-rate", default="400mbit")
+    m = sub.add_parser("moe", formatter_class=fmt,
+                       help="MoE dispatch/combine vs a padded lax.all_to_all baseline and the "
+                            "memory bound; remote-first vs arrival combine on emulated hosts")
+    m.add_argument("--nprocs", type=int, default=2, help="processes (one device each)")
+    m.add_argument("--tokens", type=int, default=4096, help="tokens per rank (T)")
+    m.add_argument("--hidden", default="1024,4096", help="comma list of hidden sizes (H)")
+    m.add_argument("--experts", default="8,32", help="comma list of expert counts (E)")
+    m.add_argument("--k", type=int, default=8, help="experts per token (top-k)")
+    m.add_argument("--iters", type=int, default=5, help="timed calls per job")
+    m.add_argument("--runs", type=int, default=1, help="jobs; the table shows the median")
+    m.add_argument("--emulate-hosts", type=int, default=0,
+                   help="compare the combine schedules across N emulated hosts (root)")
+    m.add_argument("--processes-per-host", type=int, default=2, help="with --emulate-hosts")
+    m.add_argument("--link-rate", default="1gbit", help="with --emulate-hosts: every link's rate")
+    m.add_argument("--slow-link-rate", default="400mbit",
+                   help="with --emulate-hosts: the last host's links")
     m.add_argument("--slow-local-us", type=int, default=0,
-                   help="the last host pauses this long per token of local combine work")
-    m.add_argument("--schedules", default="remote_first,arrival")
-    m.add_argument("--plot", default=None)
-    m.add_argument("--json", default=None)
-    m.add_argument("--timeout", type=float, default=3600)
+                   help="with --emulate-hosts: the last host pauses this long per token of "
+                        "local combine work")
+    m.add_argument("--schedules", default="remote_first,arrival",
+                   help="with --emulate-hosts: comma list of JACCL_MOE_SCHEDULE values")
+    m.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="also draw the table: time per op against the baseline and the bound "
+                        "(with --emulate-hosts: combine time per rank and schedule)")
+    m.add_argument("--json", default=None, metavar="FILE", help="also write every record")
+    m.add_argument("--timeout", type=float, default=3600, help="seconds per job")
     m.set_defaults(fn=lambda args: __import__("jax_jaccl.bench.moe", fromlist=["run"]).run(args))
-    o = sub.add_parser("overlap", help="compute hidden behind a collective, asynchronous vs "
-                                       "blocking calls, on 2 rate-limited emulated hosts (root)")
+    o = sub.add_parser("overlap", formatter_class=fmt,
+                       help="compute hidden behind a collective, asynchronous vs blocking calls, "
+                            "on 2 rate-limited emulated hosts (root)")
     o.add_argument("--workload", choices=("collective", "step"), default="collective",
                    help="one all_reduce beside matmuls, or a training step reducing per layer")
     o.add_argument("--sizes", default="1M,16M,64M",
                    help="bytes per all_reduce (--workload step: per layer's weight)")
     o.add_argument("--layers", type=int, default=8, help="--workload step: layers of the MLP")
     o.add_argument("--link-rate", default="400mbit", help="per direction of the link")
-    o.add_argument("--runs", type=int, default=3)
-    o.add_argument("--iters", type=int, default=5)
-    o.add_argument("--json", default=None)
-    o.add_argument("--timeout", type=float, default=1800)
+    o.add_argument("--runs", type=int, default=3, help="jobs per mode; the table shows medians")
+    o.add_argument("--iters", type=int, default=5, help="timed calls per job")
+    o.add_argument("--json", default=None, metavar="FILE", help="also write every record")
+    o.add_argument("--timeout", type=float, default=1800, help="seconds per job")
     o.set_defaults(fn=lambda args: __import__("jax_jaccl.bench.overlap", fromlist=["run"]).run(args))
-    k = sub.add_parser("kernels", help="CUDA reduction and MoE kernels vs copy bandwidth and XLA, device time")
+    k = sub.add_parser("kernels", formatter_class=fmt,
+                       help="CUDA reduction and MoE kernels vs copy bandwidth and XLA, device time")
     k.add_argument("--sizes", default="256K,4M,64M,1G", help="reduction sizes (bytes per operand)")
-    k.add_argument("--dtypes", default="float32,bfloat16")
+    k.add_argument("--dtypes", default="float32,bfloat16", help="comma list of element types")
     k.add_argument("--operands", default="2,4,8", help="reduction operand counts")
     k.add_argument("--iters", type=int, default=20, help="calls per timed round")
     k.add_argument("--rounds", type=int, default=5, help="timed rounds: the table shows median and min")
-    k.add_argument("--tokens", type=int, default=4096)
-    k.add_argument("--topk", type=int, default=8)
+    k.add_argument("--tokens", type=int, default=4096, help="MoE tokens")
+    k.add_argument("--topk", type=int, default=8, help="MoE experts per token")
     k.add_argument("--hidden", default="7168,4096", help="MoE hidden sizes (DeepEP's)")
     k.set_defaults(fn=lambda args: __import__("jax_jaccl.bench.kernels", fromlist=["run"]).run(args))
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
     args.fn(args)
 
 

@@ -49,8 +49,16 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f} ms"
 
 
+def by_case(records):
+    """(impl, H, E, op) -> the record of the median run (the slowest rank's median each)."""
+    runs = {}
+    for r in records:
+        runs.setdefault((r["impl"], r["hidden"], r["experts"], r["op"]), []).append(r)
+    return {key: sorted(rs, key=lambda r: r["median_s"])[len(rs) // 2] for key, rs in runs.items()}
+
+
 def throughput_table(records) -> str:
-    keyed = {(r["impl"], r["hidden"], r["experts"], r["op"]): r for r in records}
+    keyed = by_case(records)
     bounded = any(impl == "bound" for impl, *_ in keyed)
     lines = ["| H | E | op | jaccl | jaccl GB/s (intra + inter) | lax.all_to_all padded | baseline GB/s | speed-up |"
              + (" memory bound | jaccl / bound |" if bounded else ""),
@@ -78,6 +86,33 @@ def schedule_table(by_schedule) -> str:
         lines.append(f"| {schedule} | {', '.join(_ms(t) for t in per_rank)} | {_ms(max(per_rank))} | "
                      f"{_ms(max(per_rank) - min(per_rank))} |")
     return "\n".join(lines)
+
+
+def plot_throughput(records, path: str) -> None:
+    """Time of every op (H, E) for jaccl, the padded lax.all_to_all layer and the memory
+    bound, side by side on a log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keyed = by_case(records)
+    cases = sorted({(h, e, op) for impl, h, e, op in keyed if impl == "jaccl"})
+    impls = (("jaccl", "jaccl"), ("lax", "lax.all_to_all padded"), ("bound", "memory bound"))
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(cases)), 4))
+    width = 0.8 / len(impls)
+    for i, (impl, label) in enumerate(impls):
+        times = [keyed.get((impl, h, e, op.split()[0] if impl == "lax" else op)) for h, e, op in cases]
+        ax.bar([c + i * width for c in range(len(cases))],
+               [r["median_s"] * 1e3 if r else 0 for r in times], width, label=label)
+    ax.set_xticks([c + width for c in range(len(cases))])
+    ax.set_xticklabels([f"{op}\nH={h} E={e}" for h, e, op in cases], fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("time per call (ms)")
+    ax.set_title("MoE dispatch / combine, slowest rank")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def plot_schedules(by_schedule, path: str) -> None:
@@ -112,6 +147,9 @@ def run(args) -> None:
             print(f"# jaccl-bench moe: {args.nprocs} processes x 1 device, T={args.tokens} tokens "
                   f"per rank, K={args.k}, bf16, capacity factor 1.5; slowest rank's median")
             print(throughput_table(records))
+            if args.plot:
+                plot_throughput(records, args.plot)
+                print(f"\nplot: {args.plot}")
             if args.json:
                 with open(args.json, "w") as f:
                     json.dump(records, f, indent=1)

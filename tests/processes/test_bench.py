@@ -45,10 +45,11 @@ def test_bench_rejects_unknown_peer():
     assert done.returncode != 0 and "unknown --vs" in done.stderr
 
 
-def test_bench_moe_table():
+def test_bench_moe_table(tmp_path):
+    plot = tmp_path / "moe.png"
     done = subprocess.run(
         [sys.executable, "-m", "jax_jaccl.bench.cli", "moe", "--tokens", "64", "--hidden", "128",
-         "--experts", "4", "--k", "2", "--iters", "2"],
+         "--experts", "4", "--k", "2", "--iters", "2", "--plot", str(plot)],
         capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [l for l in done.stdout.splitlines() if l.startswith("| 128 | 4 |")]
@@ -56,6 +57,25 @@ def test_bench_moe_table():
     assert [r.split("|")[3].strip() for r in rows] == ["combine", "dispatch", "dispatch fp8"], \
         done.stdout
     assert all(r.count("x |") == 2 for r in rows[:2]), done.stdout
+    assert plot.stat().st_size > 10_000
+
+
+def test_bench_moe_table_takes_the_median_run():
+    from jax_jaccl.bench.moe import by_case
+
+    runs = [{"impl": "jaccl", "hidden": 8, "experts": 2, "op": "combine", "median_s": t}
+            for t in (3.0, 1.0, 2.0)]
+    assert by_case(runs)[("jaccl", 8, 2, "combine")]["median_s"] == 2.0
+
+
+def test_bench_help_says_what_every_option_does():
+    from jax_jaccl.bench.cli import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    assert set(commands) == {"collectives", "transport", "moe", "overlap", "kernels"}
+    for name, command in commands.items():
+        silent = [a.option_strings for a in command._actions if not a.help]
+        assert not silent, (name, silent)
 
 
 @pytest.mark.parametrize("workload", ["collective", "step"])
