@@ -1,5 +1,5 @@
 """The edges where jaccl's reductions could differ from jax.lax's, each decided on purpose and
-pinned here (one process x 4 devices; the README's "Semantics at the edges" says the same):
+pinned here (one process x 4 devices; docs/semantics.md, "At the edges", says the same):
 
 - the same bits as jax.lax (XLA:CPU): a sum of -0s is +0; of equal values (-0 and +0) pmax and
   pmin keep the lower rank's (the ring algorithms, asked for by name, their ring order's);

@@ -277,7 +277,7 @@ def test_jaccl_ops_and_xla_collectives_in_one_program(devices):
     """A lax.psum feeding a jaccl.all_reduce, and a lax.pmax beside them, twenty times over:
     one world carries both, in the order the data gives them (with 2 devices per process, over
     shared channels). The psum, in a shard_map with a jaccl op, is jaccl's all_reduce itself
-    (README, Autodiff); the pmax is XLA's, through the MPI shim."""
+    (docs/semantics.md, Autodiff); the pmax is XLA's, through the MPI shim."""
     done = jaccl_run("-n", "2", "--devices-per-process", str(devices), "--xla-collectives",
                      "jaccl", "--", sys.executable, "-c", MIXED)
     out = done.stdout + done.stderr
