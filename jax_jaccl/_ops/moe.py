@@ -82,7 +82,7 @@ def _no_eager(*args, **params):
 moe_exchange_p = Primitive("jaccl_moe_exchange")
 moe_exchange_p.def_impl(_no_eager)
 moe_exchange_p.def_effectful_abstract_eval(_exchange_abstract)
-for _platform in PLATFORMS:  # on GPUs: staged through the CPU engine (cuda_moe_handlers.cc)
+for _platform in PLATFORMS:  # on GPUs: staged through the CPU engine (xla_ffi/handlers/cuda/moe.cc)
     mlir.register_lowering(moe_exchange_p, _exchange_lowering, platform=_platform, cacheable=False)
 
 moe_combine_p = Primitive("jaccl_moe_combine")

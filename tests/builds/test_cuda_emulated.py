@@ -64,7 +64,7 @@ def test_kernels_and_peer_schedules_on_emulated_gpus(built):
 # peer and the staged runs of a battery compile its programs once (the path is chosen at run
 # time, the programs are the same).
 JOB_ENV = {"JACCL_DEBUG": "INFO"}
-# A GPU handler's INFO line (cuda_handlers.cc's log_path), numbers and all.
+# A GPU handler's INFO line (xla_ffi/handlers/cuda/collectives.cc's log_path), numbers and all.
 GPU_INFO_LINE = re.compile(r"INFO [a-z_]+ \d+ B \(<= 2\^\d+\) on GPU device \d+, group of \d+: \w")
 
 

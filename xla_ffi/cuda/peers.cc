@@ -75,7 +75,7 @@ std::string describe_call(const volatile uint64_t* d) {
   std::string s = text(kind_name(kind), " of ", dtype_name(static_cast<Dtype>((w0 >> 8) & 0xff)));
   const uint64_t w[8] = {w0, d[1], d[2], d[3], d[4], d[5], d[6], d[7]};
   if (kind == CollectiveKind::kMoeDispatch || kind == CollectiveKind::kMoeCombine) {
-    // Words of cuda_moe_peer.cc's descriptor.
+    // Words of peer_moe.cc's descriptor.
     append(s, " rows [", w[1], " x ", w[2], " B] (", ((w0 >> 24) & 1) ? "pair dot, " : "",
            "lists ", w[3], "/", w[4], ", ", w[5], " output rows, k ", w[7]);
   } else {

@@ -1,7 +1,7 @@
 // MoE expert parallelism: the row exchanges behind dispatch and combine.
 //
 // The routing (which rows go to which rank, in which order, into which slots) is computed
-// by every rank from the all-gathered expert counts (jax_jaccl/ops/moe_routing.py); here
+// by every rank from the all-gathered expert counts (jax_jaccl/_ops/moe_routing.py); here
 // the rows move. Only rows that exist travel: per peer, the lists say how many rows there
 // are, and each becomes one stream of exactly those rows, gathered from and scattered to
 // their places without staging. Rows for this rank's own experts never leave the process.

@@ -1,4 +1,4 @@
-// The peer-path schedules (cuda_peer_path.cc) on emulated GPUs, checked bit for bit against
+// The peer-path schedules (xla_ffi/cuda/peer_collectives.cc) on emulated GPUs, checked bit for bit against
 // the CPU engine's reduction and the block layouts of the collectives: all_reduce one-shot,
 // two-shot and auto (aliased and not), reduce_scatter, all_gather and all_to_all split after
 // leading rows or not, groups of 2, 3 and 4 GPUs and two groups at once (the rows and

@@ -56,7 +56,7 @@ const Peer* EmulatedWorld::peer(int64_t device) const {
   return &peers_[static_cast<size_t>(device)];
 }
 
-// The handler side of cuda_peers.h.
+// The handler side of xla_ffi/cuda/peers.h.
 LocalDevice* local_device(int ordinal) {
   return ordinal < world->size() ? &world->device(ordinal) : nullptr;
 }

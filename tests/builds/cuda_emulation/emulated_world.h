@@ -1,6 +1,6 @@
 // GPUs of one host, emulated on host threads: the peer registry of handlers/cuda_peers.h
-// (its handler side) over plain host memory, for the schedules of cuda_peer_path.cc and
-// cuda_moe_peer.cc to run unchanged (tests only).
+// (its handler side) over plain host memory, for the schedules of cuda/peer_collectives.cc and
+// cuda/peer_moe.cc to run unchanged (tests only).
 //
 // Contract: build one EmulatedWorld before any schedule runs and keep it alive while they
 // do; device g is LocalDevice g of process process_of[g]. Every workspace has the staging

@@ -1,4 +1,4 @@
-// The MoE peer-path schedule (cuda_moe_peer.cc) on emulated GPUs: dispatch places every
+// The MoE peer-path schedule (xla_ffi/cuda/peer_moe.cc) on emulated GPUs: dispatch places every
 // received row where the receive list says (read from the sender's staging area, padding
 // zero), combine sums every token's rows in k order with separate roundings (or takes the
 // per-pair dot of the gradient), against references written from the lists' definitions.

@@ -1,5 +1,5 @@
 // The Python extension _jaccl: FFI handler capsules and the world's
-// life cycle, as called by jax_jaccl/bootstrap.py.
+// life cycle, as called by jax_jaccl/_bootstrap.py.
 //
 // Contract: registrations() may be called at import; init_world() once per
 // process, then attach_peers() and unlink_own_segment() at the bootstrap's

@@ -1,6 +1,6 @@
 // XLA FFI handlers for the collectives on CUDA devices. Two paths, chosen per group the same
 // way on every rank:
-// - the peer path (cuda_peer_path.h): every member is a GPU of this host whose workspace this
+// - the peer path (cuda/peer_collectives.h): every member is a GPU of this host whose workspace this
 //   process mapped (CUDA IPC or peer access); kernels and copies on XLA's stream, barriers by
 //   flags in device memory, no host involvement;
 // - the staged path: device buffers are copied into pinned host memory on XLA's stream, a

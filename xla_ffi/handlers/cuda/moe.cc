@@ -1,5 +1,5 @@
 // XLA FFI handlers for the MoE ops on CUDA devices. Groups of GPUs of this host whose rows fit
-// the staging area take the peer path (cuda_moe_peer.h: kernels, rows GPU to GPU). Others are
+// the staging area take the peer path (cuda/peer_moe.h: kernels, rows GPU to GPU). Others are
 // staged: every operand is copied into pinned host memory on XLA's stream, the CPU engine's
 // MoE code (jaccl_run_host_moe, the very code of the CPU handlers) runs on the device's worker
 // thread, and the result is copied back, so semantics, validation, determinism and the
@@ -8,7 +8,7 @@
 //
 // Contract: the same names, operands and attributes as the CPU MoE handlers, for platform
 // CUDA, plus XLA's stream; never command-buffer compatible. Failures behave as on the
-// collective paths (cuda_peers.h, cuda_staging.h).
+// collective paths (cuda/peers.h, cuda/staging.h).
 #include <cuda_runtime.h>
 
 #include <string>
