@@ -4,7 +4,7 @@ libstdc++ linked into the module (-static-libstdc++) and its symbols bound insid
 facet ids are STB_GNU_UNIQUE symbols that the dynamic linker binds to the copy loaded first
 (jaxlib's libstdc++, when jax is imported first, as here): while the engine formatted text with
 std::ostream, every number it wrote vanished (JACCL_DEBUG=INFO lines ended after their first
-word here) or crashed the process (on the H200, ../shared/evidence/h200-2026-11-30), errors
+word here) or crashed the process (on the H200 run of 2026-11-30, docs/gpus.md), errors
 included. Built that way here, in real multi-process jobs, the INFO lines and the errors of
 failing jobs come out whole.
 

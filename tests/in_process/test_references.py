@@ -1,6 +1,7 @@
 """Every file a comment, docstring or document names exists: paths from the repository's root
 (xla_ffi/..., jax_jaccl/..., tests/..., docs/..., examples/...) as written, and bare file names
-(moe.h, peer_moe.cc, _settings.py) somewhere in the tree. Moves rename files; this keeps the
+(moe.h, peer_moe.cc, _settings.py) somewhere in the tree; nothing outside it (../, the team's
+research/ notes), which a user's checkout does not have. Moves rename files; this keeps the
 prose that points at them from pointing nowhere. Names of files that are not in the tree are
 listed in NOT_OURS."""
 
@@ -16,6 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SKIP = {".git", ".venv", ".venv-oldest", "build", "__pycache__"}
 C_LIKE = {".cc", ".h", ".cu", ".cuh", ".c"}
 PATH = re.compile(r"(?<![\w./-])((?:xla_ffi|jax_jaccl|tests|docs|examples|startup)/[\w./-]*\w)")
+OUTSIDE = re.compile(r"\.\./[\w./-]+|(?<![\w./-])research/[\w./-]+")  # the team's notes
 BARE = re.compile(r"(?<![\w./-])([A-Za-z_][\w-]*\.(?:h|cc|cu|cuh|py|c|md))\b")
 # Files named in the prose that are not in this tree: a user's script in an example command,
 # what a GPU run writes, and the MPI shim's sources that xla_ffi/mpiabi/generate.py writes at
@@ -66,6 +68,8 @@ def missing_references():
     for path in FILES:
         where = path.relative_to(ROOT).as_posix()
         for prose in prose_of(path):
+            for m in OUTSIDE.finditer(prose):
+                missing.add(f"{where}: {m.group(0)} (outside the repository)")
             for m in PATH.finditer(prose):
                 named = m.group(1).rstrip(".")
                 if named not in PATHS and named.rstrip("/") not in FOLDERS and "*" not in named:

@@ -2,7 +2,7 @@
  *
  * jaxlib links MPItrampoline, which at `import jax` loads the library MPITRAMPOLINE_LIB names and
  * resolves 641 symbols in it (abi_symbols.txt; mpiabi_exports.c defines the constants and a stub
- * for every function). This file implements what XLA calls (research/transparent_mode.md §1):
+ * for every function). This file implements what XLA calls (docs/transparent.md, "How it works"):
  * Init_thread, Finalize, Comm_rank/size, Is_thread_main, Comm_split/dup/free, Allreduce,
  * Allgather, Reduce_scatter(_block), Barrier, Sendrecv, Isend/Irecv/Wait(all), Error_string,
  * and the small helpers around them. It holds no engine: _jaccl attaches its own through

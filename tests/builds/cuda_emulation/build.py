@@ -51,7 +51,7 @@ CHECKS = ["shim/fibers.cc", "shim/runtime.cc", "emulated_world.cc", "main.cc", "
 
 # How the H200 machine's default compiler (a GCC 13 wrapper) links shared objects: -Bsymbolic
 # in its specs; its modules carried their own libstdc++ stream code (std::ostream::_M_insert
-# was defined inside _jaccl.so in the backtraces of ../shared/evidence/h200-2026-11-30).
+# was defined inside _jaccl.so in the backtraces of the H200 run of 2026-11-30).
 GPU_MACHINE_LINK = ["-static-libstdc++", "-Wl,-Bsymbolic"]
 
 _LAUNCH = re.compile(r"([A-Za-z_][\w:]*(?:<[^<>;()]*>)?)\s*<<<(.*?)>>>\s*\(", re.S)
