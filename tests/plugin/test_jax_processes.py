@@ -288,6 +288,7 @@ def test_fresh_project_runs_the_readme_example(tmp_path):
     assert seen == {0: ["0", "4", "2", "8"], 1: ["0", "4", "2", "8"], 2: ["1", "4", "2", "8"], 3: ["1", "4", "2", "8"]}
     where = "network namespaces with veth links" if can_emulate() is None else "loopback"
     assert "4 processes x 2 devices, 2 emulated hosts" in out and where in out, out
+    assert "Warning" not in out, out  # none from the plugin's import (an editable install's too)
     assert_nothing_left(tmp_path, out)
 
 
