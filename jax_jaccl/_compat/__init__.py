@@ -19,7 +19,7 @@ from jax._src import effects
 # (module, attribute) of every jax internal read here and in manual_region.py; optional ones
 # (read with a fallback where an older or newer jax lacks them) are in OPTIONAL_INTERNALS.
 INTERNALS = (
-    ("jax._src.core", "NamedAxisEffect"), ("jax._src.core", "Tracer"),
+    ("jax._src.core", "NamedAxisEffect"), ("jax._src.core", "Tracer"), ("jax._src.core", "Primitive"),
     ("jax._src.core", "get_axis_env"), ("jax._src.core", "jaxprs_in_params"),
     ("jax._src.core", "abstract_token"), ("jax._src.effects", "Effect"),
     ("jax._src.effects", "ordered_effects"), ("jax._src.effects", "lowerable_effects"),
@@ -46,6 +46,11 @@ except ImportError:  # pragma: no cover
 
 NamedAxisEffect = _core.NamedAxisEffect
 Tracer = _core.Tracer
+# jax.extend.core.Primitive, without importing jax.extend: on jax 0.12 that import defines new
+# configuration options (Pallas's), which changes the tracing context, so every function traced
+# before an op's module was first imported (a user's step, when the first jaccl op is met while
+# tracing it) would be traced and compiled again at its next call.
+Primitive = _core.Primitive
 
 
 def check_vma_enabled() -> bool:

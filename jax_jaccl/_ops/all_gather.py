@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 
 import jax
-from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from .. import _compat
+from .._compat import Primitive
 from .._ext import PLATFORMS
 from .._codes import ALGORITHMS, ALL_GATHER_ALGORITHMS
 from . import _common

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from .. import _compat
+from .._compat import Primitive
 from .._ext import PLATFORMS
 from .._codes import ALGORITHMS, ALL_REDUCE_ALGORITHMS, REDUCE_OPS
 from . import _common

@@ -9,10 +9,10 @@ import math
 
 import jax
 from jax import lax
-from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from .. import _compat
+from .._compat import Primitive
 from .._ext import PLATFORMS
 from . import _common
 

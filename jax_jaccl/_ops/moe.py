@@ -18,10 +18,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
 from .. import _compat
+from .._compat import Primitive
 from .._ext import PLATFORMS
 from . import _common
 from . import fp8 as fp8_mod

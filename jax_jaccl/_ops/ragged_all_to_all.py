@@ -10,10 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from .. import _compat
+from .._compat import Primitive
 from .._ext import platforms_for
 from . import _common
 from .all_to_all import all_to_all_p

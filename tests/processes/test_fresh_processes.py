@@ -254,3 +254,35 @@ def test_shutdown_releases_the_engine_and_a_new_program_starts_it_again():
     assert "AFTER False []" in out, out
     assert "RAISED" in out and "the engine was shut down (jax_jaccl.shutdown())" in out, out
     assert "AGAIN [16.0, 20.0, 16.0, 20.0, 16.0, 20.0, 16.0, 20.0] True" in out, out
+
+
+FIRST_USE_WHILE_TRACING = textwrap.dedent("""
+    import jax, jax.numpy as jnp, numpy as np
+    jax.config.update("jax_num_cpu_devices", 2)
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    import jax_jaccl as jaccl
+    mesh = jax.make_mesh((2,), ("d",))
+    traces = []
+
+    def step(x):                       # jaccl's ops are first looked up here, while tracing
+        traces.append(1)
+        x = jaccl.reduce_scatter(jaccl.all_gather(x, "d", tiled=True), "d", tiled=True)
+        return jaccl.lax.psum(x, "d") + jaccl.all_reduce(x, "d")
+
+    f = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=P("d"), out_specs=P("d")))
+    x = jax.make_array_from_callback((8,), NamedSharding(mesh, P("d")),
+                                     lambda i: np.arange(8.0, dtype=np.float32)[i])
+    for _ in range(3):
+        x = f(x)
+    print("TRACES", len(traces), np.asarray(x).tolist())
+""")
+
+
+def test_a_step_that_first_meets_jaccl_while_tracing_is_traced_once():
+    """Importing an op's module must not change JAX's tracing context (jax.extend's import
+    adds configuration options on jax 0.12), or the user's step is traced and compiled again at
+    its second call."""
+    done = subprocess.run([sys.executable, "-c", FIRST_USE_WHILE_TRACING], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "TRACES 1 " in done.stdout, done.stdout
