@@ -2,20 +2,24 @@
 
     jaccl-run -n 2 --devices-per-process 2 -- python examples/train_data_parallel.py
 
-Every device holds 1/N of the flattened parameters and of the optimizer state. A jit-compiled
-step all-gathers the parameters (jaccl.all_gather), computes the loss and gradients on the
-device's slice of the batch, reduce-scatters the gradients (jaccl.reduce_scatter) and updates
-its parameter slice with Adam. The same step written with jax.lax collectives runs beside it
-from the same start; the script prints both losses per step and exits non-zero if they differ.
-With one device per process (jaccl-run -n 4 -- python ...) the jax.lax step's own collectives
-run on jaccl's engine too (jaccl-run's default there, docs/transparent.md); the script says
-which carried them.
+Every device holds 1/N of the flattened parameters and of the optimizer state of an MLP (2.2M
+parameters by default). A jit-compiled step all-gathers the parameters (jaccl.all_gather),
+computes the loss and gradients on the device's slice of the batch, reduce-scatters the
+gradients (jaccl.reduce_scatter) and updates its parameter slice with Adam. The same step
+written with jax.lax collectives runs beside it from the same start, for --seconds (or
+--steps); the script prints both losses and both step times every --every steps, and at the
+end the median step time of each, and exits non-zero if the losses differ. jax.lax's
+collectives run on gloo, or on jaccl's engine where the job carries XLA's collectives on it
+(jaccl-run's default with one device per process, `--xla-collectives jaccl` otherwise); the
+script says which. `make demo` (examples/demo.py) runs it both ways for two layouts.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
 
 import jax_jaccl as jaccl
 import jax_jaccl.distributed
@@ -46,7 +50,7 @@ def mlp(params, x):
     return x @ params[-1]["w"] + params[-1]["b"]
 
 
-def make_step(unravel, num_devices, collectives, lr=1e-2, b1=0.9, b2=0.999, eps=1e-8):
+def make_step(unravel, num_devices, collectives, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
     gather, scatter, mean = collectives
 
     def loss_fn(flat, x, y):
@@ -65,16 +69,37 @@ def make_step(unravel, num_devices, collectives, lr=1e-2, b1=0.9, b2=0.999, eps=
     return step
 
 
+WARMUP = 5  # steps before the time budget becomes a step count
+
+
+def steps_in_budget(seconds, elapsed, times):
+    """How many steps fit in `seconds` (`elapsed` of them gone) at the pace of the warm-up
+    steps after the first (which compiles), as process 0 measured it: every process must take
+    the same number of steps."""
+    from jax.experimental import multihost_utils
+
+    pace = sum(float(np.median(ts[1:])) for ts in times.values())
+    mine = np.int32(WARMUP + max(0, int((seconds - elapsed) / pace)))
+    return int(multihost_utils.broadcast_one_to_all(mine))
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--seconds", type=float, default=20.0,
+                        help="train for this long (both steps together), unless --steps")
+    parser.add_argument("--steps", type=int, default=0, help="train for this many steps")
+    parser.add_argument("--every", type=int, default=25, help="a progress line every N steps")
+    parser.add_argument("--batch", type=int, default=256, help="examples per step, all devices")
+    parser.add_argument("--width", type=int, default=1024, help="hidden layers' width")
+    parser.add_argument("--depth", type=int, default=3, help="hidden layers")
+    parser.add_argument("--json", default=None, help="process 0 writes the step times here")
     args = parser.parse_args()
 
     devices = jax.devices()
     n = len(devices)
     mesh = jax.make_mesh((n,), (AXIS,))
-    params = init_params(jax.random.PRNGKey(0), [16, 64, 64, 1])
+    features = 64
+    params = init_params(jax.random.PRNGKey(0), [features] + [args.width] * args.depth + [1])
     flat, unravel = ravel_pytree(params)
     num_params = flat.size
     flat = jnp.pad(flat, (0, -num_params % n))  # shards must be equal
@@ -83,8 +108,8 @@ def main():
         return unravel(f[:num_params])
 
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(args.batch, 16)).astype(np.float32)
-    y = np.sin(x @ rng.normal(size=(16, 1))).astype(np.float32)
+    x = rng.normal(size=(args.batch, features)).astype(np.float32)
+    y = np.sin(x @ rng.normal(size=(features, 1)) / np.sqrt(features)).astype(np.float32)
 
     def sharded(a):
         return jax.make_array_from_callback(a.shape, NamedSharding(mesh, P(AXIS)), lambda i: a[i])
@@ -104,29 +129,49 @@ def main():
     state = {name: (sharded(flat_np), sharded(np.zeros_like(flat_np)), sharded(np.zeros_like(flat_np)))
              for name in steps}
     xs, ys = sharded(x), sharded(y)
-    worst = 0.0
-    if process_index == 0:
-        from jax_jaccl import _transparent
+    from jax_jaccl import _transparent
 
-        carrier = "jaccl's engine too" if _transparent.active() else "JAX's own (gloo)"
-        local = n // process_count
-        print(f"{process_count} processes x {local} device{'s' if local > 1 else ''}, {num_params} parameters "
-              f"sharded {n} ways, batch {args.batch}; the jax.lax step's collectives: {carrier}")
-        print(f"{'step':>4} {'loss (jaccl)':>14} {'loss (jax.lax)':>15} {'|diff|':>10}")
-    for t in range(1, args.steps + 1):
+    carrier = "jaccl" if _transparent.active() else "gloo"
+    local = n // process_count
+    layout = f"{process_count} x {local}"
+    if process_index == 0:
+        print(f"{process_count} processes x {local} device{'s' if local > 1 else ''}, {num_params:,} "
+              f"parameters sharded {n} ways, batch {args.batch}; the jax.lax step's collectives: "
+              f"{'jaccl' + chr(39) + 's engine too' if carrier == 'jaccl' else 'JAX' + chr(39) + 's own (gloo)'}")
+        print(f"{'step':>5} {'loss (jaccl)':>13} {'loss (jax.lax)':>15} {'|diff|':>9} "
+              f"{'ms/step jaccl':>14} {'jax.lax':>8}", flush=True)
+    worst, times = 0.0, {name: [] for name in steps}
+    total, t, started = args.steps, 0, time.monotonic()
+    while True:
+        if not total and t == WARMUP:
+            total = steps_in_budget(args.seconds, time.monotonic() - started, times)
+        if total and t >= total:
+            break
+        t += 1
         losses = {}
         for name, step in steps.items():
             shard, m, v = state[name]
+            begin = time.perf_counter()
             shard, m, v, loss = step(shard, m, v, jnp.float32(t), xs, ys)
+            losses[name] = float(loss)       # waits for the step
+            times[name].append(time.perf_counter() - begin)
             state[name] = (shard, m, v)
-            losses[name] = float(loss)
         diff = abs(losses["jaccl"] - losses["lax"])
         worst = max(worst, diff / max(abs(losses["lax"]), 1e-12))
-        if process_index == 0:
-            print(f"{t:>4} {losses['jaccl']:>14.6f} {losses['lax']:>15.6f} {diff:>10.2e}")
+        if process_index == 0 and (t % args.every == 0 or t == 1):
+            print(f"{t:>5} {losses['jaccl']:>13.6f} {losses['lax']:>15.6f} {diff:>9.2e} "
+                  f"{times['jaccl'][-1] * 1e3:>14.1f} {times['lax'][-1] * 1e3:>8.1f}", flush=True)
+    # the first step of each compiles: the medians are over the rest
+    median = {name: float(np.median(ts[1:] or ts)) for name, ts in times.items()}
     ok = worst <= 1e-4
     if process_index == 0:
+        print(f"{t} steps. Median step time: jaccl {median['jaccl'] * 1e3:.1f} ms, jax.lax on "
+              f"{carrier} {median['lax'] * 1e3:.1f} ms ({median['lax'] / median['jaccl']:.2f}x jaccl's)")
         print(("OK" if ok else "MISMATCH") + f": jaccl and jax.lax losses agree to {worst:.1e} (relative)")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"layout": layout, "carrier": carrier, "steps": t, "params": num_params,
+                           "jaccl_s": median["jaccl"], "lax_s": median["lax"], "ok": ok}, f)
     sys.exit(0 if ok else 1)
 
 
