@@ -29,7 +29,7 @@ import time
 
 import jax
 
-from . import _compat, _cuda_peers, _settings, _transparent, _transport
+from . import _compat, _cuda_peers, _settings, _transparent, _transport, _uncaught
 from ._ext import cuda_engine, engine
 
 _lock = threading.Lock()
@@ -78,6 +78,8 @@ def init() -> WorldInfo:
         if _world is None:
             _world = _start()
             atexit.register(_at_exit)
+            if _world.process_count > 1:
+                _uncaught.install()  # also where jax.distributed.initialize() was called directly
         return _world
 
 

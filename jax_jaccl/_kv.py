@@ -2,10 +2,17 @@
 
 Contract: available after jax.distributed.initialize() in a multi-process job; values are
 strings; get() blocks until the key exists or the timeout passes, then raises TimeoutError
-naming the key. This wraps jax's own client (a private API jax itself relies on).
+naming the key; it raises RuntimeError at once (within half a second) when a process posted
+its failure (post_failure(): an uncaught exception before jaccl started there, _uncaught.py).
+This wraps jax's own client (a private API jax itself relies on).
 """
 
 from __future__ import annotations
+
+import time
+
+_FAILED = "jaccl/v1/failed/"  # + process index: why that process ended
+_POLL_S = 0.5
 
 
 class KeyValueStore:
@@ -24,12 +31,31 @@ class KeyValueStore:
         self._client.key_value_set(key, value)
 
     def get(self, key: str, timeout_s: float) -> str:
-        try:
-            return self._client.blocking_key_value_get(key, int(timeout_s * 1000))
-        except Exception as e:  # jax raises XlaRuntimeError / JaxRuntimeError
-            if "DEADLINE_EXCEEDED" in str(e) or "timed out" in str(e).lower():
+        deadline = time.monotonic() + timeout_s
+        while True:
+            wait = max(0.001, min(_POLL_S, deadline - time.monotonic()))
+            try:
+                return self._client.blocking_key_value_get(key, int(wait * 1000))
+            except Exception as e:  # jax raises XlaRuntimeError / JaxRuntimeError
+                if "DEADLINE_EXCEEDED" not in str(e) and "timed out" not in str(e).lower():
+                    raise
+                timed_out = e
+            for process, reason in self.failures():
+                raise RuntimeError(f"jaccl: process {process} failed before jaccl started there: "
+                                   f"{reason}")
+            if time.monotonic() >= deadline:
                 raise TimeoutError(
                     f"jaccl: bootstrap waited {timeout_s:.0f} s for key {key!r}: "
                     "a process did not reach jaccl initialisation (did it crash or run a different program?)"
-                ) from e
-            raise
+                ) from timed_out
+
+    def post_failure(self, process: int, reason: str) -> None:
+        self._client.key_value_set(f"{_FAILED}{process}", reason)
+
+    def failures(self) -> list:
+        """(process, reason) of every process that posted its failure, lowest first."""
+        try:
+            found = self._client.key_value_dir_get(_FAILED)
+        except Exception:  # noqa: BLE001 - no such directory yet, or a jax without it
+            return []
+        return sorted((int(k.rsplit("/", 1)[1]), v) for k, v in found)

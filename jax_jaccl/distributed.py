@@ -12,8 +12,9 @@ with several CPU devices per process, where the launcher was asked to); where it
 (jax imported before the launcher's environment took effect, or a device count other than the
 launcher planned: those stay on gloo), it says why (a warning). With JACCL_IFNAME set,
 jax.lax's own CPU collectives (gloo) use that interface too: they otherwise take the address
-the host name resolves to, 127.0.0.1 inside a network namespace. Returns (process_index,
-process_count).
+the host name resolves to, 127.0.0.1 inside a network namespace. In a job of several processes
+an uncaught exception then ends the job at once, naming the process and the line (_uncaught).
+Returns (process_index, process_count).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import warnings
 
 import jax
 
-from . import _settings, _transparent
+from . import _settings, _transparent, _uncaught
 
 _CLUSTER_MARKERS = ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE")
 
@@ -62,6 +63,8 @@ def initialize(local_devices: int | None = None) -> tuple[int, int]:
         )
     elif any(k in os.environ for k in _CLUSTER_MARKERS):
         jax.distributed.initialize()
+    if jax.process_count() > 1:
+        _uncaught.install()  # an exception that ends this process ends the job, naming it
     why_not = unplanned or _transparent.problem()
     if why_not:
         warnings.warn(f"jaccl: XLA's own collectives stay on JAX's gloo: {why_not}", stacklevel=2)

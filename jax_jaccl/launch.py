@@ -35,6 +35,7 @@ import ctypes
 import glob
 import json
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -93,14 +94,21 @@ def parse(argv):
     return args
 
 
-def _pump(rank: int, stream, out, lock) -> None:
+# The last line of a Python traceback: "KIND: message" or "KIND" (jax.errors.JaxRuntimeError...)
+_ERROR_LINE = re.compile(rb"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b(: .*)?$")
+
+
+def _pump(rank: int, stream, out, lock, errors=None) -> None:
     """Copies one of a process's streams to `out` a whole line at a time, each prefixed with
     "[rank] ". A process's stdout and stderr are pumped separately: Python writes print()'s
     text and its newline in two calls when unbuffered, so on one shared pipe a log line from
-    the extension (stderr) could land between them and both lines would be garbled."""
+    the extension (stderr) could land between them and both lines would be garbled. With
+    `errors` (stderr's pump), the last line that ends a Python traceback is kept there."""
     for line in iter(stream.readline, b""):
         if not line.endswith(b"\n"):
             line += b"\n"
+        if errors is not None and _ERROR_LINE.match(line.rstrip()):
+            errors[rank] = line.rstrip().decode(errors="replace")
         with lock:
             out.write(f"[{rank}] ".encode() + line)
             out.flush()
@@ -173,9 +181,10 @@ def run(args) -> int:
             procs.append(subprocess.Popen(cmd, env=cmd_env, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, start_new_session=True,
                                           preexec_fn=_die_with_launcher))
+        errors = {}  # rank -> the last error its stderr showed
         for rank, p in enumerate(procs):
-            for stream in (p.stdout, p.stderr):
-                t = threading.Thread(target=_pump, args=(rank, stream, out, lock), daemon=True)
+            for stream, kept in ((p.stdout, None), (p.stderr, errors)):
+                t = threading.Thread(target=_pump, args=(rank, stream, out, lock, kept), daemon=True)
                 t.start()
                 pumps.append(t)
         code, failed_at = 0, None
@@ -184,9 +193,11 @@ def run(args) -> int:
                 rc = p.poll()
                 if rc not in (None, 0) and failed_at is None:
                     code, failed_at = rc, time.monotonic()
+                    pumps[2 * rank + 1].join(timeout=1)  # its last words, before we name them
+                    why = f" ({errors[rank]})" if rank in errors else ""
                     with lock:
-                        out.write(f"jaccl-run: process {rank} exited with {rc}; stopping the others "
-                                  f"in {args.grace:.0f} s\n".encode())
+                        out.write(f"jaccl-run: process {rank} exited with {rc}{why}; stopping the "
+                                  f"others in {args.grace:.0f} s\n".encode())
                         out.flush()
             if failed_at is not None and time.monotonic() - failed_at > args.grace:
                 _kill(procs, signal.SIGKILL)

@@ -120,6 +120,28 @@ def test_stalled_peer_times_out_naming_it(hosts):
     assert job.leftovers() == []
 
 
+@pytest.mark.parametrize("mode", ["raises", "raises-early"])
+def test_an_uncaught_exception_ends_the_job_at_once_naming_it(mode):
+    """Process 1 raises a RuntimeError it does not catch (with jaccl running there, or before
+    it started jaccl while process 0 starts it): process 0 raises within seconds, not at
+    JACCL_TIMEOUT, naming process 1, its error and its line; process 1's own error is the last
+    thing it prints (no shutdown barrier, no abort stack after it); jaccl-run names it."""
+    job = run_job("faults.py", 2, args=[mode], env={"JACCL_TIMEOUT": "60"}, timeout=120, grace=60)
+    out = clean(job.output)
+    assert job.returncode != 0 and job.seconds < 40, out[-3000:]
+    cause = "it raised RuntimeError: the last process found bad data (faults.py, line "
+    if mode == "raises":
+        seconds, message = raised(job, 0)
+        assert seconds < 5 and f"process 1 (pid " in message and cause in message, message
+    else:  # process 0 was starting jaccl (compiling its programs): the start-up fails
+        assert any(f"process 1 failed before jaccl started there: {cause}" in line
+                   for line in job.lines(0)), out[-3000:]
+    assert job.lines(1)[-1] == "RuntimeError: the last process found bad data", out[-3000:]
+    assert "jaccl-run: process 1 exited with 1 (RuntimeError: the last process found bad data)" \
+        in job.output, out[-3000:]
+    assert job.leftovers() == []
+
+
 @pytest.mark.parametrize("mode", ["normal", "exception"])
 def test_nothing_left_behind_after_exit(mode):
     job = run_job("faults.py", 2, args=[mode], timeout=120)

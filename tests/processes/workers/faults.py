@@ -7,7 +7,9 @@ ragged_all_to_all reads past its operand), ragged-sizes (its recv_sizes disagree
 others send), kill (the last process SIGKILLs itself while
 collectives run), stall (the last process never joins), exception (a Python error after a
 collective), stranger (a process outside the job connects to the last process's TCP port and
-sends garbage, then a handshake with a wrong secret, while the job runs collectives), loop
+sends garbage, then a handshake with a wrong secret, while the job runs collectives), raises
+(the last process raises an uncaught RuntimeError when the others start their collectives;
+raises-early: before it started jaccl, while the others start it), loop
 (large all_reduces until one fails; prints LOOPING once they run: the test breaks something
 from outside). Each rank
 prints `RAISED <seconds> <message>` if its collective failed, or `FINISHED` if it completed."""
@@ -24,7 +26,7 @@ from common import start
 
 args, index, count = start(__doc__, {"mode": dict(choices=[
     "shape", "dtype", "op", "order", "sites", "kill", "stall", "exception", "normal", "stranger",
-    "loop", "ragged-bounds", "ragged-sizes"])})
+    "loop", "ragged-bounds", "ragged-sizes", "raises", "raises-early"])})
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -52,6 +54,8 @@ if index == last:
     dtype = np.int32 if args.mode == "dtype" else dtype
     op = "max" if args.mode == "op" else op
 
+if args.mode == "raises-early" and index == last:
+    raise RuntimeError("the last process found bad data")
 reduce, x = program(lambda v: jaccl.all_reduce(v, "x", op=op), (size,), dtype)
 reduce_again, _ = program(lambda v: jaccl.all_reduce(v, "x", op=op), (size,), dtype)
 gather, y = program(lambda v: jaccl.all_gather(v, "x"), (size,), out=P("x"))
@@ -110,6 +114,8 @@ def ragged_program():
 
 ragged = ragged_program() if args.mode.startswith("ragged") else None
 start_time = time.monotonic()
+if args.mode == "raises" and index == last:
+    raise RuntimeError("the last process found bad data")
 try:
     if ragged is not None:
         ragged().block_until_ready()

@@ -197,6 +197,10 @@ NB_MODULE(_jaccl, m) {
   m.def("flush_aborts", [](double seconds) {
     if (jaccl::World* world = jaccl::World::get()) world->flush_aborts(seconds);
   }, nb::arg("seconds"), nb::call_guard<nb::gil_scoped_release>());
+  // An uncaught Python exception (jax_jaccl/_uncaught.py): every peer's collectives fail now.
+  m.def("raise_abort", [](const std::string& reason) {
+    if (jaccl::World* world = jaccl::World::get()) world->raise_abort(reason);
+  }, nb::arg("reason"), nb::call_guard<nb::gil_scoped_release>());
   m.def("aborted", [] {
     jaccl::World* world = jaccl::World::get();
     return world != nullptr && world->aborted();
