@@ -13,11 +13,16 @@ import pytest
 
 from jax_jaccl import _settings
 
-import test_moe
-from test_algorithms import (test_all_reduce_algorithms, test_groups_of_a_2d_mesh,  # noqa: F401
-                             test_many_collectives_in_one_program_keep_their_order,
-                             test_reduce_scatter_and_all_gather_algorithms)
-from test_ragged_all_to_all import test_matches_the_model  # noqa: F401
+from util import load_test_file
+
+test_moe = load_test_file("in_process/test_moe")
+_algorithms = load_test_file("in_process/test_algorithms")
+test_all_reduce_algorithms = _algorithms.test_all_reduce_algorithms
+test_groups_of_a_2d_mesh = _algorithms.test_groups_of_a_2d_mesh
+test_many_collectives_in_one_program_keep_their_order = \
+    _algorithms.test_many_collectives_in_one_program_keep_their_order
+test_reduce_scatter_and_all_gather_algorithms = _algorithms.test_reduce_scatter_and_all_gather_algorithms
+test_matches_the_model = load_test_file("in_process/test_ragged_all_to_all").test_matches_the_model
 
 
 @pytest.mark.parametrize("case", test_moe.CASES)

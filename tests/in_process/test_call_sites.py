@@ -13,23 +13,7 @@ from jax.sharding import PartitionSpec as P
 
 import jax_jaccl as jaccl
 
-from util import N, mesh1d, put
-
-
-def sites(f, *args) -> list[int]:
-    """The site attribute of every jaccl custom call in f's lowering, in program order."""
-    text = jax.jit(f).lower(*args).as_text()
-    calls = re.findall(r"custom_call @jaccl_\w+\(.*?\n", text)
-    assert calls, text
-    found = [re.search(r"site = (-?\d+)", c) for c in calls]
-    assert all(found), calls
-    return [int(m.group(1)) for m in found]
-
-
-def on_mesh(body):
-    mesh = mesh1d()
-    return jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x")), put(
-        np.ones(N * 8, np.float32), mesh)
+from util import N, mesh1d, on_mesh, put, sites
 
 
 def two_lines(v):

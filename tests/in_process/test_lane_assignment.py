@@ -14,8 +14,7 @@ from jax.sharding import PartitionSpec as P
 import jax_jaccl as jaccl
 from jax_jaccl import _settings
 
-from test_call_sites import on_mesh, sites
-from util import N
+from util import N, on_mesh, sites
 
 
 def lanes(f, *args) -> list[int]:

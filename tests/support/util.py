@@ -1,11 +1,13 @@
 """Helpers for the single-process suites: a 4-device mesh, exact test data, and shard_map
-wrappers that return every device's result stacked on a new leading axis; the emulated-GPU
-build script as a module."""
+wrappers that return every device's result stacked on a new leading axis; the call-site
+attributes of a lowering; the emulated-GPU build script and other suites' test files as
+modules."""
 
 from __future__ import annotations
 
 import importlib.util
 import pathlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -89,6 +91,32 @@ def load_cuda_emulation_build():
     be an installed package)."""
     path = pathlib.Path(__file__).resolve().parents[1] / "builds" / "cuda_emulation" / "build.py"
     spec = importlib.util.spec_from_file_location("jaccl_cuda_emulation_build", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sites(f, *args) -> list[int]:
+    """The site attribute of every jaccl custom call in f's lowering, in program order."""
+    text = jax.jit(f).lower(*args).as_text()
+    calls = re.findall(r"custom_call @jaccl_\w+\(.*?\n", text)
+    assert calls, text
+    found = [re.search(r"site = (-?\d+)", c) for c in calls]
+    assert all(found), calls
+    return [int(m.group(1)) for m in found]
+
+
+def on_mesh(body):
+    mesh = mesh1d()
+    return jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x")), put(
+        np.ones(N * 8, np.float32), mesh)
+
+
+def load_test_file(path: str):
+    """tests/<path>.py as a module of its own (pytest imports test files by path, not by name),
+    so one suite can run another's tests under its own fixtures."""
+    file = pathlib.Path(__file__).resolve().parents[1] / f"{path}.py"
+    spec = importlib.util.spec_from_file_location(f"borrowed_{file.stem}", file)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
