@@ -65,12 +65,6 @@ def job(engine, mode, nprocs, devices=1, grace=None, env=None):
     return done
 
 
-def raised(done, rank):
-    lines = done.values(rank, "RAISED")
-    assert lines, f"rank {rank} did not raise:\n{clean(done.output)[-4000:]}"
-    return lines[0].split(" ", 1)[1]
-
-
 def test_built_with_libstdcxx_inside_it_still_exports_init_alone(engine):
     assert exported(engine) == ["PyInit__jaccl"]
 
@@ -97,7 +91,7 @@ def test_info_lines_come_out_whole(engine):
 def test_ranks_that_disagree_get_the_whole_message(engine):
     done = job(engine, "shape", 2)
     for rank in (0, 1):
-        message = raised(done, rank)
+        message = done.raised(rank)[1]
         assert re.search(r"ranks disagree: rank \d \(device \d+, process \d, pid \d+\) is in "
                          r"all_reduce #0 of float32\[[12]000\]", message), message
     assert done.returncode != 0
@@ -107,7 +101,7 @@ def test_ranks_that_disagree_get_the_whole_message(engine):
 def test_killed_peer_is_named_whole(engine):
     done = job(engine, "kill", 3, grace=TIMEOUT + 10)
     for rank in (0, 1):
-        message = raised(done, rank)
+        message = done.raised(rank)[1]
         assert re.search(r"process 2 \(pid \d+\) died", message), message
     assert done.returncode != 0
     assert done.leftovers() == []

@@ -5,15 +5,12 @@ different places, so that alike collectives of different places never pair acros
 
 from __future__ import annotations
 
-import re
 
 import jax
-import numpy as np
-from jax.sharding import PartitionSpec as P
 
 import jax_jaccl as jaccl
 
-from util import N, mesh1d, on_mesh, put, sites
+from util import on_mesh, sites
 
 
 def two_lines(v):

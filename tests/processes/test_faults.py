@@ -24,13 +24,6 @@ def env(hosts, nprocs=2):
     return {"JACCL_TIMEOUT": str(TIMEOUT), "JACCL_TEST_FAKE_HOSTS": str(nprocs), **hosts}
 
 
-def raised(job, rank):
-    lines = job.values(rank, "RAISED")
-    assert lines, f"rank {rank} did not raise:\n{clean(job.output)[-4000:]}"
-    seconds, message = lines[0].split(" ", 1)
-    return float(seconds), message
-
-
 HOSTS = pytest.mark.parametrize("hosts", [
     pytest.param(None, id="1host"), pytest.param("async", id="1host-every-call-async"),
     pytest.param(TCP, id="hosts-tcp"),
@@ -65,11 +58,11 @@ def test_ranks_that_disagree_all_get_an_error_naming_both(mode, hosts):
     detail = DISAGREEMENTS[mode]
     job = run_job("faults.py", 2, args=[mode], env=env(hosts), timeout=120)
     for rank in (0, 1):
-        seconds, message = raised(job, rank)
+        seconds, message = job.raised(rank)
         assert seconds < TIMEOUT + 2, message
         assert "rank 0" in message and "rank 1" in message, message
         assert re.search(r"ranks disagree|failed: .*ranks disagree", message), message
-    messages = " ".join(raised(job, r)[1] for r in (0, 1))
+    messages = " ".join(job.raised(r)[1] for r in (0, 1))
     assert re.search(detail, messages), messages
     assert job.returncode != 0
     assert job.leftovers() == []
@@ -86,10 +79,10 @@ def test_bad_ragged_arguments_are_an_error_on_every_rank(mode, reason):
     other rank raises within the deadline, saying which process failed and why."""
     job = run_job("faults.py", 2, args=[mode], env=env(None), timeout=120)
     for rank in (0, 1):
-        seconds, message = raised(job, rank)
+        seconds, message = job.raised(rank)
         assert seconds < TIMEOUT + 2, message
         assert re.search(reason, message), message
-    assert "failed: " in raised(job, 0)[1]  # rank 0 learns it from the process that failed
+    assert "failed: " in job.raised(0)[1]  # rank 0 learns it from the process that failed
     assert job.returncode != 0
     assert job.leftovers() == []
 
@@ -99,7 +92,7 @@ def test_killed_peer_every_survivor_raises_naming_it(hosts):
     job = run_job("faults.py", 3, args=["kill"], env=env(hosts, 3), timeout=120,
                   grace=TIMEOUT + 10)
     for rank in (0, 1):
-        seconds, message = raised(job, rank)
+        seconds, message = job.raised(rank)
         assert seconds < 1.5 + TIMEOUT, message
         # A failed libfabric operation may be seen before the control link's close.
         assert re.search(r"process 2 \(pid \d+\) died|(closed|reset) by process 2 \(it exited|"
@@ -113,7 +106,7 @@ def test_killed_peer_every_survivor_raises_naming_it(hosts):
 @HOSTS
 def test_stalled_peer_times_out_naming_it(hosts):
     job = run_job("faults.py", 2, args=["stall"], env=env(hosts), timeout=120, grace=2)
-    seconds, message = raised(job, 0)
+    seconds, message = job.raised(0)
     assert TIMEOUT - 0.5 < seconds < TIMEOUT + 3, message
     assert "timed out after 6 s" in message and "waiting for rank 1" in message, message
     assert job.returncode != 0
@@ -131,8 +124,8 @@ def test_an_uncaught_exception_ends_the_job_at_once_naming_it(mode):
     assert job.returncode != 0 and job.seconds < 40, out[-3000:]
     cause = "it raised RuntimeError: the last process found bad data (faults.py, line "
     if mode == "raises":
-        seconds, message = raised(job, 0)
-        assert seconds < 5 and f"process 1 (pid " in message and cause in message, message
+        seconds, message = job.raised(0)
+        assert seconds < 5 and "process 1 (pid " in message and cause in message, message
     else:  # process 0 was starting jaccl (compiling its programs): the start-up fails
         assert any(f"process 1 failed before jaccl started there: {cause}" in line
                    for line in job.lines(0)), out[-3000:]

@@ -9,17 +9,10 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).parents[2]
-
-
-def jaccl_run(*args, timeout=120, env=None):
-    cmd = [sys.executable, "-m", "jax_jaccl.launch", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, **(env or {})))
+from harness import REPO, jaccl_run
 
 
 def test_environment_and_prefixes():

@@ -14,24 +14,21 @@ than its launcher planned, keep JAX's own."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+import harness
 from transports import BOTH
 
 WORKER = Path(__file__).parent / "workers" / "xla_collectives.py"
 
 
 def jaccl_run(*args, timeout=240, env=None):
-    cmd = [sys.executable, "-m", "jax_jaccl.launch", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "JACCL_TIMEOUT": "30", **(env or {})})
+    return harness.jaccl_run(*args, timeout=timeout, env={"JACCL_TIMEOUT": "30", **(env or {})})
 
 
 @pytest.mark.parametrize("processes, flag", [(2, []), (3, ["--xla-collectives", "jaccl"])],

@@ -42,6 +42,14 @@ class Job:
         """Payloads of lines `KEY payload` printed by `rank`."""
         return [l[len(key) + 1:] for l in self.lines(rank) if l.startswith(key + " ")]
 
+    def raised(self, rank: int) -> tuple[float, str]:
+        """(seconds, message) of the rank's `RAISED <seconds> <message>` line (the workers'
+        report of a collective that failed); the test fails if the rank printed none."""
+        lines = self.values(rank, "RAISED")
+        assert lines, f"rank {rank} did not raise:\n{clean(self.output)[-4000:]}"
+        seconds, message = lines[0].split(" ", 1)
+        return float(seconds), message
+
     def leftovers(self) -> list[str]:
         shm = [p for p in os.listdir("/dev/shm") if p.startswith(f"jaccl-{self.job_id}")]
         procs = subprocess.run(["pgrep", "-f", self.marker], capture_output=True, text=True).stdout
@@ -110,6 +118,14 @@ def _read(proc, lines: list, nprocs: int, when: str | None, action) -> None:
 
 
 def clean(output: str) -> str:
-    """Output without JAX's and gloo's chatter, for assertion messages."""
-    return "\n".join(l for l in output.splitlines() if not re.search(r"Gloo|^\[\d\] [IWE]\d{4}", l))
+    """Output without JAX's and gloo's chatter (and native stack frames), for assertion
+    messages."""
+    return "\n".join(l for l in output.splitlines()
+                     if not re.search(r"Gloo|^\[\d\] [IWE]\d{4}|^\[\d\] +@", l))
+
+
+def jaccl_run(*args, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
+    """jaccl-run with `args` (options, then `--` and a command), its output captured."""
+    return subprocess.run([sys.executable, "-m", "jax_jaccl.launch", *args], capture_output=True,
+                          text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
 
