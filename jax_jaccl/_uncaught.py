@@ -5,10 +5,10 @@ and from init()) wraps sys.excepthook. When an exception ends the main thread, t
 posts it on jaccl's abort board if the engine runs, so every peer's pending and next jaccl
 collective fails within milliseconds with "process P (pid N) failed: it raised KIND: message
 (file, line L)" (before jaccl started here: in JAX's key-value store, where peers starting
-jaccl look within half a second, _kv.py); then Python prints it as usual; then the interpreter's exit ends the process
-with status 1 without entering jax.distributed's shutdown barrier, which would wait for the
-peers and, when they never come, abort with a stack of its own. Exit hooks registered after
-install() still run; the process's own error is the last thing it prints.
+jaccl look every half second, _kv.py); then Python prints it as usual; then the interpreter's
+exit ends the process with status 1 without entering jax.distributed's shutdown barrier, which
+would wait for the peers and, when they never come, abort with a stack of its own. Exit hooks
+registered after install() still run; the process's own error is the last thing it prints.
 """
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ def install() -> None:
         def hook(kind, value, tb):
             global _uncaught
             _uncaught = True
-            _post(kind, value, tb)
-            previous(kind, value, tb)
+            try:
+                _post(kind, value, tb)
+            finally:  # whatever happens there, the exception itself is printed
+                previous(kind, value, tb)
 
         sys.excepthook = hook
         atexit.register(_at_exit)  # before jax.distributed's own exit hook: registered after it
@@ -45,10 +47,11 @@ def install() -> None:
 
 def describe(kind, value, tb) -> str:
     """"it raised KIND: message (file, line L)", the line being the innermost one of the
-    program's own code (not of an installed package or of Python's library), where it has
-    one."""
+    program's own code (not of jax_jaccl, an installed package or Python's library), where it
+    has one."""
     frames = traceback.extract_tb(tb)
     libraries = {sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")}
+    libraries.add(os.path.dirname(os.path.abspath(__file__)))
     own = [f for f in frames if not any(f.filename.startswith(lib) for lib in libraries if lib)]
     frame = (own or frames or [None])[-1]
     where = f" ({os.path.basename(frame.filename)}, line {frame.lineno})" if frame else ""
