@@ -91,7 +91,7 @@ def test_demo_trains_and_matches_lax():
     assert out.count("[0] OK: jaccl and jax.lax losses agree") == 4, out
     assert re.search(r"\[0\]     6 +[0-9.]+ +[0-9.]+", out), out  # the progress line of step 6
     rows = [l for l in out.splitlines() if l.startswith(("| 2 x 2 |", "| 2 x 1 |"))]
-    assert len(rows) == 2 and all(r.count(" ms |") == 3 for r in rows), out
+    assert len(rows) == 2 and all(r.count(" ms |") == 4 for r in rows), out
     assert "OK: every job's jaccl and jax.lax losses agree" in out
 
 
