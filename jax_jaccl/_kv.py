@@ -40,7 +40,9 @@ class KeyValueStore:
                 if "DEADLINE_EXCEEDED" not in str(e) and "timed out" not in str(e).lower():
                     raise
                 timed_out = e
-            for process, reason in self.failures():
+            failed = self.failures()
+            if failed:
+                process, reason = failed[0]
                 raise RuntimeError(f"jaccl: process {process} failed before jaccl started there: "
                                    f"{reason}")
             if time.monotonic() >= deadline:
