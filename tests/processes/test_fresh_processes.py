@@ -6,6 +6,7 @@ and reads what it printed."""
 from __future__ import annotations
 
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -286,3 +287,17 @@ def test_a_step_that_first_meets_jaccl_while_tracing_is_traced_once():
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "TRACES 1 " in done.stdout, done.stdout
+
+
+def test_the_worked_ragged_all_to_all_example_in_docs_runs_as_written():
+    """docs/moe.md's MoE offsets for ragged_all_to_all, copied out of the page: it prints what
+    the page says it prints."""
+    page = (pathlib.Path(__file__).parents[2] / "docs" / "moe.md").read_text()
+    section = page.split("## Writing an MoE layer with ragged_all_to_all", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ("outputs [[1.0, 11.0, 12.0, 2.0, 3.0, 0.0, 0.0, 0.0], [13.0, 4.0, 14.0, 0.0, 0.0, "
+            "0.0, 0.0, 0.0]]") in done.stdout, done.stdout
+    assert ("group sizes [[3, 2], [1, 2]] output_offsets [[0, 3, 0, 1], [1, 5, 0, 2]] "
+            "recv_sizes [[1, 2, 2, 0], [0, 1, 1, 1]]") in done.stdout, done.stdout
