@@ -25,7 +25,6 @@ import os
 import secrets
 import socket
 import threading
-import time
 
 import jax
 
@@ -36,7 +35,6 @@ _lock = threading.Lock()
 _world: "WorldInfo | None" = None
 
 _KV_PREFIX = "jaccl/v1"
-_COORDINATOR_GRACE_S = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,16 +88,7 @@ def _at_exit() -> None:
     world = _world
     gpu_failed = cuda_engine is not None and cuda_engine.any_failure()
     if world is not None and world.process_count > 1 and (engine.aborted() or gpu_failed):
-        import sys
-
-        engine.flush_aborts(1.0)  # the other hosts learn why before our sockets close
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if world.process_index == 0:
-            # Process 0 runs JAX's coordination service, and JAX ends every other process as
-            # soon as it is gone: let the survivors report their own error first.
-            time.sleep(_COORDINATOR_GRACE_S)
-        os._exit(1)
+        _uncaught.end_process(world.process_index)
     _wait_for_device_programs()
     shutdown()
 

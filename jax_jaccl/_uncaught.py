@@ -18,6 +18,7 @@ import os
 import sys
 import sysconfig
 import threading
+import time
 import traceback
 
 _lock = threading.Lock()
@@ -77,11 +78,26 @@ def _post(kind, value, tb) -> None:
         pass
 
 
+_COORDINATOR_GRACE_S = 1.0
+
+
+def end_process(process_index: int) -> None:
+    """Ends a process of a broken job now, with status 1: the peers learn why first, and
+    jax.distributed's shutdown barrier (which would wait for them) is skipped."""
+    from ._ext import engine
+
+    engine.flush_aborts(1.0)  # the other hosts learn why before our sockets close
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if process_index == 0:
+        # Process 0 runs JAX's coordination service, and JAX ends every other process as soon
+        # as it is gone: let them report their own error first.
+        time.sleep(_COORDINATOR_GRACE_S)
+    os._exit(1)
+
+
 def _at_exit() -> None:
     if _uncaught:
-        from ._ext import engine
+        import jax
 
-        engine.flush_aborts(1.0)  # the other hosts learn why before our sockets close
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
+        end_process(jax.process_index())
