@@ -69,6 +69,7 @@ def make_step(unravel, num_devices, collectives, lr=1e-3, b1=0.9, b2=0.999, eps=
     return step
 
 
+CARRIED_BY = {"jaccl": "jaccl's engine too", "gloo": "JAX's own (gloo)"}
 WARMUP = 5  # steps before the time budget becomes a step count
 
 
@@ -137,7 +138,7 @@ def main():
     if process_index == 0:
         print(f"{process_count} processes x {local} device{'s' if local > 1 else ''}, {num_params:,} "
               f"parameters sharded {n} ways, batch {args.batch}; the jax.lax step's collectives: "
-              f"{'jaccl' + chr(39) + 's engine too' if carrier == 'jaccl' else 'JAX' + chr(39) + 's own (gloo)'}")
+              f"{CARRIED_BY[carrier]}")
         print(f"{'step':>5} {'loss (jaccl)':>13} {'loss (jax.lax)':>15} {'|diff|':>9} "
               f"{'ms/step jaccl':>14} {'jax.lax':>8}", flush=True)
     worst, times = 0.0, {name: [] for name in steps}
