@@ -26,19 +26,11 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
-from . import report
+from . import jobs, report
 from .sizes import DEFAULT_SIZES, EVERY_OP, OPS
-
-
-def _run(cmd, timeout):
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
-        raise SystemExit(f"jaccl-bench: {' '.join(cmd[:6])} ... failed ({done.returncode})")
 
 
 def mpi_impls_of(peers):
@@ -90,36 +82,28 @@ def collectives(args) -> None:
     records = []
     with tempfile.TemporaryDirectory() as tmp:
         for run in range(args.runs):
+            where = ["-n", args.nprocs, "--devices-per-process", args.devices_per_process]
+            work = ["--sizes", args.sizes, "--ops", args.ops]
             out = os.path.join(tmp, f"jax{run}.json")
-            _run([sys.executable, "-m", "jax_jaccl.launch", "-n", str(args.nprocs),
-                  "--devices-per-process", str(args.devices_per_process),
-                  "--xla-collectives", "gloo", "--",  # lax: JAX's own collectives
-                  sys.executable, "-m", "jax_jaccl.bench.collectives_worker", "--sizes", args.sizes,
-                  "--ops", args.ops, "--impls", ",".join(jax_impls), "--algorithm", args.algorithm,
-                  "--output", out], args.timeout)
-            with open(out) as f:
-                records += json.load(f)
+            records += jobs.run(jobs.launch(  # lax: JAX's own collectives
+                where, "jax_jaccl.bench.collectives_worker",
+                work + ["--impls", ",".join(jax_impls), "--algorithm", args.algorithm, "--output", out],
+                xla_collectives="gloo"), "collectives", output=out, timeout=args.timeout)
             if "lax_on_jaccl" in peers:
                 out = os.path.join(tmp, f"lax_on_jaccl{run}.json")
-                _run([sys.executable, "-m", "jax_jaccl.launch", "-n", str(args.nprocs),
-                      "--devices-per-process", str(args.devices_per_process),
-                      "--xla-collectives", "jaccl", "--", sys.executable, "-m",
-                      "jax_jaccl.bench.collectives_worker", "--sizes", args.sizes, "--ops",
-                      args.ops,
-                      "--impls", "lax_on_jaccl", "--output", out], args.timeout)
-                with open(out) as f:
-                    records += json.load(f)
+                records += jobs.run(jobs.launch(
+                    where, "jax_jaccl.bench.collectives_worker",
+                    work + ["--impls", "lax_on_jaccl", "--output", out], xla_collectives="jaccl"),
+                    "lax_on_jaccl", output=out, timeout=args.timeout)
             if mpi_impls:
                 out = os.path.join(tmp, f"mpi{run}.json")
                 mpirun = ["mpirun", "-n", str(args.nprocs)]
                 if os.geteuid() == 0:
                     mpirun.append("--allow-run-as-root")
-                _run(mpirun + ["--oversubscribe", sys.executable, "-m",
-                               "jax_jaccl.bench.mpi_worker", "--sizes", args.sizes, "--ops",
-                               args.ops, "--impls", ",".join(mpi_impls), "--output", out],
-                     args.timeout)
-                with open(out) as f:
-                    records += json.load(f)
+                records += jobs.run(mpirun + ["--oversubscribe", sys.executable, "-m",
+                                              "jax_jaccl.bench.mpi_worker", *work, "--impls",
+                                              ",".join(mpi_impls), "--output", out],
+                                    "mpi", output=out, timeout=args.timeout)
             if shm:
                 records += shm_records(args.sizes)
             print(f"run {run + 1}/{args.runs} done", file=sys.stderr, flush=True)

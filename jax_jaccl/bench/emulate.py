@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 from .._emulated_hosts import EmulatedHosts, can_emulate
+from . import jobs
 from .sizes import human
 from .transport import transport_env
 
@@ -63,20 +63,12 @@ def run(args) -> None:
             for transport, algorithm in plan:
                 name = transport if compare else algorithm
                 out = os.path.join(tmp, f"{name}{run_index}.json")
-                cmd = [sys.executable, "-m", "jax_jaccl.launch", "--hostfile", hostfile, "--",
-                       sys.executable, "-m", "jax_jaccl.bench.collectives_worker", "--sizes",
-                       args.sizes, "--ops", "all_reduce", "--impls", "jaccl", "--algorithm",
-                       algorithm, "--budget-mb", "64", "--output", out]
-                env = dict(os.environ, **transport_env(transport, args.ofi_provider))
-                done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
-                                      env=env)
-                if done.returncode != 0:
-                    log = os.path.abspath(f"jaccl-bench-{name}-failed.log")
-                    with open(log, "w") as f:
-                        f.write(done.stdout)
-                    raise SystemExit(f"jaccl-bench: the {name} run failed; output in {log}")
-                with open(out) as f:
-                    records += [dict(r, impl=name) for r in json.load(f)]
+                cmd = jobs.launch(["--hostfile", hostfile], "jax_jaccl.bench.collectives_worker",
+                                  ["--sizes", args.sizes, "--ops", "all_reduce", "--impls", "jaccl",
+                                   "--algorithm", algorithm, "--budget-mb", "64", "--output", out])
+                records += [dict(r, impl=name) for r in jobs.run(
+                    cmd, name, output=out, env=transport_env(transport, args.ofi_provider),
+                    timeout=args.timeout)]
                 print(f"run {run_index + 1}/{args.runs}: {name} done", file=sys.stderr, flush=True)
     print(f"# jaccl-bench collectives --emulate-hosts {n} --link-rate {args.link_rate} "
           f"--topology mesh{' --transports ' + args.transports if compare else ''}: all_reduce, "

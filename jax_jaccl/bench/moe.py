@@ -23,26 +23,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 
 from .._emulated_hosts import EmulatedHosts, can_emulate
+from . import jobs
 
 
-def _worker(launch, args, impls, out, env=None):
-    cmd = launch + ["--", sys.executable, "-m", "jax_jaccl.bench.moe_worker", "--tokens",
-                    str(args.tokens), "--hidden", args.hidden, "--experts", args.experts, "--k",
-                    str(args.k), "--impls", impls, "--iters", str(args.iters), "--output", out]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
-                          env=dict(os.environ, **(env or {})))
-    if done.returncode != 0:
-        log = os.path.abspath("jaccl-bench-moe-failed.log")
-        with open(log, "w") as f:
-            f.write(done.stdout)
-        raise SystemExit(f"jaccl-bench: the MoE job failed; output in {log}")
-    with open(out) as f:
-        return json.load(f)
+def _worker(where, args, impls, out, env=None, xla_collectives=None):
+    return jobs.run(jobs.launch(where, "jax_jaccl.bench.moe_worker",
+                                ["--tokens", args.tokens, "--hidden", args.hidden, "--experts",
+                                 args.experts, "--k", args.k, "--impls", impls, "--iters",
+                                 args.iters, "--output", out], xla_collectives=xla_collectives),
+                    "moe", output=out, env=env, timeout=args.timeout)
 
 
 def _ms(seconds: float) -> str:
@@ -138,12 +130,10 @@ def plot_schedules(by_schedule, path: str) -> None:
 def run(args) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if not args.emulate_hosts:
-            launch = [sys.executable, "-m", "jax_jaccl.launch", "-n", str(args.nprocs),
-                      "--xla-collectives", "gloo"]  # the lax baseline: JAX's own collectives
             records = []
-            for i in range(args.runs):
-                records += _worker(launch, args, "jaccl,jaccl_fp8,lax,bound",
-                                   os.path.join(tmp, f"{i}.json"))
+            for i in range(args.runs):  # the lax baseline: JAX's own collectives (gloo)
+                records += _worker(["-n", args.nprocs], args, "jaccl,jaccl_fp8,lax,bound",
+                                   os.path.join(tmp, f"{i}.json"), xla_collectives="gloo")
             print(f"# jaccl-bench moe: {args.nprocs} processes x 1 device, T={args.tokens} tokens "
                   f"per rank, K={args.k}, bf16, capacity factor 1.5; slowest rank's median")
             print(throughput_table(records))
@@ -166,9 +156,8 @@ def run(args) -> None:
             hostfile = os.path.join(tmp, "hosts.json")
             with open(hostfile, "w") as f:
                 json.dump(spec, f)
-            launch = [sys.executable, "-m", "jax_jaccl.launch", "--hostfile", hostfile]
             for schedule in args.schedules.split(","):
-                runs = [_worker(launch, args, "jaccl", os.path.join(tmp, f"{schedule}{i}.json"),
+                runs = [_worker(["--hostfile", hostfile], args, "jaccl", os.path.join(tmp, f"{schedule}{i}.json"),
                                 env={"JACCL_MOE_SCHEDULE": schedule}) for i in range(args.runs)]
                 combine = [r for run in runs for r in run if r["op"] == "combine"]
                 per_rank = [sorted(rec["per_rank_s"][p] for rec in combine)[len(combine) // 2]

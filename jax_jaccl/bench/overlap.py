@@ -23,11 +23,11 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
 from .._emulated_hosts import EmulatedHosts, can_emulate
+from . import jobs
 from .sizes import human
 
 MODES = (("asynchronous", "1"), ("blocking", "0"))
@@ -73,19 +73,13 @@ def run(args) -> None:
         for run_index in range(args.runs):
             for mode, flag in MODES:
                 out = os.path.join(tmp, f"{mode}{run_index}.json")
-                cmd = [sys.executable, "-m", "jax_jaccl.launch", "--hostfile", hostfile,
-                       "--xla-collectives", "gloo", "--", sys.executable, "-m",
-                       WORKERS[args.workload], "--sizes", args.sizes, "--iters",
-                       str(args.iters), "--output", out]
+                work = ["--sizes", args.sizes, "--iters", args.iters, "--output", out]
                 if args.workload == "step":
-                    cmd += ["--layers", str(args.layers)]
-                done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
-                                      env=dict(os.environ, JACCL_ASYNC=flag))
-                if done.returncode != 0:
-                    sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
-                    raise SystemExit(f"jaccl-bench: the {mode} run failed ({done.returncode})")
-                with open(out) as f:
-                    records[mode].append(json.load(f))
+                    work += ["--layers", args.layers]
+                records[mode].append(jobs.run(
+                    jobs.launch(["--hostfile", hostfile], WORKERS[args.workload], work,
+                                xla_collectives="gloo"),
+                    mode, output=out, env={"JACCL_ASYNC": flag}, timeout=args.timeout))
                 print(f"run {run_index + 1}/{args.runs}: {mode} done", file=sys.stderr,
                       flush=True)
     if args.workload == "step":

@@ -17,9 +17,11 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
+
+from . import jobs
+
 
 def transport_env(name: str, provider: str) -> dict:
     if name == "tcp":
@@ -29,22 +31,10 @@ def transport_env(name: str, provider: str) -> dict:
     raise SystemExit(f"jaccl-bench: unknown transport {name!r} (tcp, ofi)")
 
 
-def _job(cmd, env, timeout) -> list[dict]:
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, **env))
-    results = [json.loads(line.split("RESULT ", 1)[1]) for line in done.stdout.splitlines()
-               if "RESULT " in line]
-    if done.returncode != 0 or not results:
-        sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
-        raise SystemExit(f"jaccl-bench transport: the job failed ({done.returncode})")
-    return results
-
-
 def run(args) -> None:
     transports = [t for t in args.transports.split(",") if t]
     frames = [int(kb) for kb in args.frame_kb.split(",") if kb]
-    worker = ["-m", "jax_jaccl.bench.transport_worker", "--mib", str(args.mib), "--runs",
-              str(args.runs)] + (["--both-ways"] if args.both_ways else [])
+    work = ["--mib", args.mib, "--runs", args.runs] + (["--both-ways"] if args.both_ways else [])
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         hosts = None
@@ -56,17 +46,16 @@ def run(args) -> None:
                 raise SystemExit(f"jaccl-bench: {reason}")
             rate = None if args.link_rate in ("", "none") else args.link_rate
             hosts = EmulatedHosts(2, rate=rate)
-            launch = ["--hostfile", hosts.write_hostfile(os.path.join(tmp, "hosts.json"), 1)]
+            where = ["--hostfile", hosts.write_hostfile(os.path.join(tmp, "hosts.json"), 1)]
         else:
-            launch = ["-n", "2"]
-            worker.append("--separate-hosts")
+            where = ["-n", "2"]
+            work.append("--separate-hosts")
         try:
             for kb in frames:
                 for name in transports:
                     env = dict(transport_env(name, args.ofi_provider), JACCL_FRAME_KB=str(kb))
-                    cmd = [sys.executable, "-m", "jax_jaccl.launch", *launch, "--",
-                           sys.executable, *worker]
-                    for r in _job(cmd, env, args.timeout):
+                    cmd = jobs.launch(where, "jax_jaccl.bench.transport_worker", work)
+                    for r in jobs.run(cmd, f"transport {name}", env=env, timeout=args.timeout):
                         rows.append(dict(r, name=name))
                     print(f"{name} {kb} KiB done", file=sys.stderr, flush=True)
         finally:

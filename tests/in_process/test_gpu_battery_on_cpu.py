@@ -1,7 +1,9 @@
 """The GPU suite's batteries (tests/support/gpu_collectives.py, gpu_moe.py) run on CPU devices:
 two devices under test against the references on two others, and one (the layout of a machine
 with one GPU, where a single shard covers the whole mesh axis). The GPU machine is lent rarely
-and briefly; this keeps its script from failing for reasons a CPU could have shown."""
+and briefly; this keeps its script from failing for reasons a CPU could have shown. jax.lax
+on the devices under test, the battery's second reference on a GPU, would repeat the first
+one here (both CPU devices): it is left to the GPU."""
 
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ import gpu_moe
 def test_the_gpu_battery_passes_on_cpu_devices():
     cpu = jax.devices("cpu")
     checked = gpu_collectives.check_all(verbose=False, devices=cpu[:2], reference=cpu[2:4],
-                                        lax_on_devices=True)
-    assert checked > 800
+                                        lax_on_devices=False)
+    assert checked > 600
 
 
 @pytest.mark.parametrize("n", [1, 2])
@@ -35,5 +37,5 @@ def test_the_gpu_moe_checks_pass_on_cpu_devices(n):
 def test_the_gpu_battery_passes_on_one_cpu_device():
     cpu = jax.devices("cpu")
     checked = gpu_collectives.check_all(verbose=False, devices=cpu[:1], reference=cpu[2:3],
-                                        lax_on_devices=True)
-    assert checked > 400
+                                        lax_on_devices=False)
+    assert checked > 300

@@ -103,12 +103,32 @@ def test_killed_peer_every_survivor_raises_naming_it(hosts):
     assert job.leftovers() == []
 
 
+NEVER_REACHED = r"rank {} \(device \d+, process \d+, pid \d+\) never reached this call \(it entered none"
+
+
 @HOSTS
 def test_stalled_peer_times_out_naming_it(hosts):
     job = run_job("faults.py", 2, args=["stall"], env=env(hosts), timeout=120, grace=2)
     seconds, message = job.raised(0)
     assert TIMEOUT - 0.5 < seconds < TIMEOUT + 3, message
     assert "timed out after 6 s" in message and "waiting for rank 1" in message, message
+    # On one host the survivor reads the stalled process's call board; across hosts it cannot.
+    assert bool(re.search(NEVER_REACHED.format(1), message)) == (hosts in (None, "async")), message
+    assert job.returncode != 0
+    assert job.leftovers() == []
+
+
+def test_every_survivor_names_the_stalled_rank_not_the_one_it_waits_for():
+    """A one-way ring of 3 with rank 2 stalled: rank 0 waits for rank 2, but rank 1 waits for
+    rank 0 (which must forward rank 2's block first). Both name rank 2 as the one that never
+    reached the call, and neither says so of a rank that did."""
+    job = run_job("faults.py", 3, args=["stall"], timeout=120, grace=2,
+                  env={**env(None, 3), "JACCL_ALGO": "all_reduce=ring_oneway"})
+    for rank in (0, 1):
+        seconds, message = job.raised(rank)
+        assert seconds < TIMEOUT + 3, message
+        assert "ring_oneway" in message and re.search(NEVER_REACHED.format(2), message), message
+        assert not re.search(r"rank [01] \([^)]*\) never reached", message), message
     assert job.returncode != 0
     assert job.leftovers() == []
 

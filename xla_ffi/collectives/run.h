@@ -65,6 +65,9 @@ std::optional<Failure> run_call(CollectiveKind kind, int64_t device, const int64
     call.site = site;
     // Point-to-point transfers involve only their pairs: they are numbered per pair instead.
     call.seq = kind == CollectiveKind::kPointToPoint ? 0 : member.seq++;
+    if (kind != CollectiveKind::kPointToPoint && member.calls_entered != nullptr) {
+      member.calls_entered->store(member.seq, std::memory_order_release);  // for the peers' waiters
+    }
     call.timeout_s = world->config().timeout_s;
     body(call);
     return std::nullopt;

@@ -1,6 +1,7 @@
 #include "collectives/waiter.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "comm/world.h"
 #include "common/call_sites.h"
@@ -12,6 +13,27 @@ namespace jaccl {
 namespace {
 constexpr double kHealthCheckSeconds = 0.01;
 constexpr int kMaxSleepUs = 10000;
+// The ranks of the call's group on this host that have not entered it (their devices' call
+// boards, comm/host_segment.h), each with how far it came: who holds up the others, which
+// need not be whom this rank waits for (in a ring, a rank waits for its neighbour, which may
+// itself wait for the rank that never came). Ranks on other hosts are not known here.
+std::string never_reached(const Call& call) {
+  if (call.kind == CollectiveKind::kPointToPoint) return "";  // numbered per pair, not per call
+  const Communicator::Member& me = *call.member;
+  std::string named;
+  for (int rank = 0; rank < me.size; ++rank) {
+    if (rank == me.rank) continue;
+    std::optional<uint32_t> entered = call.world->calls_entered(me.devices[rank], call.comm->id());
+    if (!entered.has_value() || *entered > call.seq) continue;
+    named += text(named.empty() ? "" : "; ", call.comm->describe_rank(me, rank),
+                  " never reached this call (it entered ",
+                  *entered == 0 ? std::string("none of this group's collectives")
+                                : text("this group's collectives up to #", *entered - 1, " only"),
+                  ")");
+  }
+  return named;
+}
+
 }  // namespace
 
 std::string describe_call(const Call& call) {
@@ -86,10 +108,11 @@ void Waiter::check(std::vector<int>& waiting_for) {
                                              describe_rank(call_, me.rank) + ")");
   }
   if (deadline_.expired()) {
+    const std::string laggards = never_reached(call_);
     throw_error(ErrorKind::kTimeout, "timed out after ", deadline_.seconds(),
                 " s (JACCL_TIMEOUT) in ", describe_call(call_), " on ",
-                describe_rank(call_, me.rank), ": waiting for ",
-                waiting.empty() ? std::string("local work") : waiting);
+                describe_rank(call_, me.rank), ": ", laggards.empty() ? "" : laggards + "; ",
+                "waiting for ", waiting.empty() ? std::string("local work") : waiting);
   }
 }
 

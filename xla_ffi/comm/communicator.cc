@@ -66,6 +66,7 @@ Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size
       m.devices.assign(devices, devices + n);
       m.to.resize(n, nullptr);
       m.from.resize(n, nullptr);
+      m.calls_entered = world.calls_entered_counter(device, id);
       for (int r = 0; r < n; ++r) {
         if (r == rank) continue;
         m.to[r] = channel(device, m.devices[r], rank);

@@ -15,6 +15,7 @@
 // comm/lanes.h), and every communicator of the MPI shim's space.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -44,6 +45,9 @@ class Communicator {
     bool hierarchical = false;      // hosts x equal local ranks, more than one of each
     Doorbell* doorbell = nullptr;   // this device's
     uint32_t seq = 0;               // collectives run so far
+    // This device's entry of its call board (comm/host_segment.h), which run_call() sets to
+    // `seq` as each collective starts; null when the board had no room.
+    std::atomic<uint32_t>* calls_entered = nullptr;
     std::vector<uint32_t> sent;     // point-to-point streams sent to each rank so far
     std::vector<uint32_t> received;  // and received from each rank
     DirectGroup* direct = nullptr;  // set when every member is a device of this process

@@ -9,8 +9,12 @@ size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 size_t HostSegmentLayout::doorbells_offset() const { return round_up(sizeof(SegmentHeader), 64); }
 
+size_t HostSegmentLayout::boards_offset() const {
+  return round_up(doorbells_offset() + num_local_devices * sizeof(Doorbell), 64);
+}
+
 size_t HostSegmentLayout::rings_offset() const {
-  return round_up(doorbells_offset() + num_local_devices * sizeof(Doorbell), 4096);
+  return round_up(boards_offset() + num_local_devices * sizeof(CallBoard), 4096);
 }
 
 size_t HostSegmentLayout::ring_bytes() const {

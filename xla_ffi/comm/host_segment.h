@@ -1,10 +1,11 @@
 // The memory one process shares with the other processes of its host.
 //
 // Layout: a SegmentHeader (identity and the abort board), one Doorbell per
-// device of the process, then one ring per (local destination device, source
-// device on this host): rings[dst_local][src_host_index]. Every process of
-// the host computes the same layout from the WorldConfig, so a sender finds
-// its ring in the receiver's segment without asking.
+// device of the process, one CallBoard per device of the process, then one ring
+// per (local destination device, source device on this host):
+// rings[dst_local][src_host_index]. Every process of the host computes the same
+// layout from the WorldConfig (each process's from its own number of devices),
+// so a sender finds its ring in the receiver's segment without asking.
 #pragma once
 
 #include <atomic>
@@ -16,12 +17,32 @@
 namespace jaccl {
 
 constexpr uint64_t kSegmentMagic = 0x6a6163636c736567ull;  // "jacclseg"
-constexpr uint32_t kSegmentVersion = 1;
+constexpr uint32_t kSegmentVersion = 2;
 
 // Set once by the first device thread of a process that fails; read by peers.
 struct AbortBoard {
   std::atomic<uint32_t> state;  // 0 = fine, 1 = being written, 2 = reason readable
   char reason[1020];
+};
+
+// How far a device has come in each of its communicators, for the peers of its host to read
+// when a call of theirs times out (collectives/waiter.cc names the ranks that never reached
+// it). Entry i is claimed for a communicator id by the device's first call of it (a CAS on
+// `comm`, never released); `entered` is then written by that communicator's member alone: the
+// number of its collectives the device has entered. A device of more communicators than
+// entries sets `overflowed`, and readers then know nothing of the ones without an entry.
+constexpr int kCallBoardEntries = 32;
+
+struct CallBoardEntry {
+  std::atomic<uint64_t> comm;      // 0: free
+  std::atomic<uint32_t> entered;
+  uint32_t unused;
+};
+
+struct CallBoard {
+  std::atomic<uint32_t> overflowed;
+  uint32_t unused[3];
+  CallBoardEntry entries[kCallBoardEntries];
 };
 
 struct SegmentHeader {
@@ -44,6 +65,7 @@ struct HostSegmentLayout {
   size_t payload_bytes;
 
   size_t doorbells_offset() const;
+  size_t boards_offset() const;
   size_t rings_offset() const;
   size_t ring_bytes() const;
   size_t total_bytes() const;

@@ -145,13 +145,18 @@ World::World(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> netwo
       host_devices_.push_back(d.id);
     }
   }
-  layout_ = HostSegmentLayout{per_process[me], host_devices_.size(), config_.num_slots,
-                              config_.payload_bytes};
+  // Every process of the host lays out its segment from its own number of devices.
+  layouts_.resize(config_.processes.size());
+  for (size_t p = 0; p < per_process.size(); ++p) {
+    layouts_[p] = HostSegmentLayout{per_process[p], host_devices_.size(), config_.num_slots,
+                                    config_.payload_bytes};
+  }
+  const HostSegmentLayout& layout = layouts_[me];
   bool shares_host = false;
   for (const ProcessInfo& p : config_.processes) {
     if (p.index != me && same_host(p.index)) shares_host = true;
   }
-  const size_t bytes = layout_.total_bytes();
+  const size_t bytes = layout.total_bytes();
   if (shares_host) {
     own_segment_ = Segment::create("/jaccl-" + config_.job_tag + "-" + std::to_string(me), bytes);
   } else {
@@ -162,10 +167,10 @@ World::World(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> netwo
   header->version = kSegmentVersion;
   header->process = static_cast<uint32_t>(me);
   header->pid = static_cast<int32_t>(getpid());
-  header->num_local_devices = static_cast<uint32_t>(layout_.num_local_devices);
-  header->num_host_devices = static_cast<uint32_t>(layout_.num_host_devices);
-  header->num_slots = static_cast<uint32_t>(layout_.num_slots);
-  header->payload_bytes = layout_.payload_bytes;
+  header->num_local_devices = static_cast<uint32_t>(layout.num_local_devices);
+  header->num_host_devices = static_cast<uint32_t>(layout.num_host_devices);
+  header->num_slots = static_cast<uint32_t>(layout.num_slots);
+  header->payload_bytes = layout.payload_bytes;
   header->total_bytes = bytes;
   peer_segments_.resize(config_.processes.size());
   log(LogLevel::kInfo, "process ", me, " of ", config_.processes.size(), ": ",
@@ -297,12 +302,8 @@ void World::attach_peers() {
   JACCL_CHECK(!attached_, "attach_peers called twice");
   for (const ProcessInfo& p : config_.processes) {
     if (p.index == config_.my_process || !same_host(p.index)) continue;
-    size_t local = 0;
-    for (const DeviceInfo& d : config_.devices) local += d.process == p.index;
-    HostSegmentLayout layout{local, host_devices_.size(), config_.num_slots,
-                             config_.payload_bytes};
     Segment segment = Segment::open("/jaccl-" + config_.job_tag + "-" + std::to_string(p.index),
-                                    layout.total_bytes());
+                                    layouts_[p.index].total_bytes());
     auto* header = static_cast<SegmentHeader*>(segment.data());
     if (header->magic != kSegmentMagic || header->version != kSegmentVersion ||
         header->pid != p.pid || header->payload_bytes != config_.payload_bytes ||
@@ -323,7 +324,7 @@ void World::attach_peers() {
       if (src == dst) continue;
       int src_process = device(src).process;
       if (src_process != config_.my_process && dst_process != config_.my_process) continue;
-      void* memory = base + layout_.ring_offset(local_index(dst), host_index(src));
+      void* memory = base + layouts_[dst_process].ring_offset(local_index(dst), host_index(src));
       const char* kind = src_process == dst_process ? "local" : "shm";
       owned_channels_.push_back(std::make_unique<RingChannel>(
           memory, config_.num_slots, config_.payload_bytes, doorbell(src), doorbell(dst), kind));
@@ -406,7 +407,7 @@ Doorbell* World::doorbell(int64_t id) const {
   if (base == nullptr) {
     throw_error(ErrorKind::kInvalidArgument, "no shared memory with ", describe_device(id));
   }
-  return reinterpret_cast<Doorbell*>(base + layout_.doorbells_offset() +
+  return reinterpret_cast<Doorbell*>(base + layouts_[d.process].doorbells_offset() +
                                      local_index(id) * sizeof(Doorbell));
 }
 
@@ -459,6 +460,38 @@ Communicator& World::communicator(const int64_t* table, size_t size, int group_s
   Communicator& ref = *comm;
   communicators_[id] = std::move(comm);
   return ref;
+}
+
+CallBoard* World::board_of(int64_t id) const {
+  const DeviceInfo& d = device(id);
+  auto* base = reinterpret_cast<unsigned char*>(header_of(d.process));
+  if (base == nullptr) return nullptr;
+  return reinterpret_cast<CallBoard*>(base + layouts_[d.process].boards_offset() +
+                                      local_index(id) * sizeof(CallBoard));
+}
+
+std::atomic<uint32_t>* World::calls_entered_counter(int64_t device, uint64_t comm) {
+  CallBoard* board = board_of(device);
+  if (board == nullptr || comm == 0) return nullptr;
+  for (CallBoardEntry& entry : board->entries) {
+    uint64_t owner = entry.comm.load(std::memory_order_acquire);
+    if (owner == 0 && entry.comm.compare_exchange_strong(owner, comm)) return &entry.entered;
+    if (owner == comm) return &entry.entered;
+  }
+  board->overflowed.store(1, std::memory_order_release);
+  return nullptr;
+}
+
+std::optional<uint32_t> World::calls_entered(int64_t device, uint64_t comm) const {
+  const CallBoard* board = board_of(device);
+  if (board == nullptr || comm == 0) return std::nullopt;
+  for (const CallBoardEntry& entry : board->entries) {
+    if (entry.comm.load(std::memory_order_acquire) == comm) {
+      return entry.entered.load(std::memory_order_acquire);
+    }
+  }
+  if (board->overflowed.load(std::memory_order_acquire) != 0) return std::nullopt;
+  return 0u;
 }
 
 void World::raise_abort(const std::string& reason) {

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -107,6 +108,13 @@ class World {
   Communicator& communicator(const int64_t* table, size_t size, int group_size, int32_t space = 0,
                              uint64_t salt = 0);
 
+  // The call board (comm/host_segment.h): the counter of calls that local `device` has entered
+  // in communicator `comm`, claimed on first use; null when the device's board is full.
+  std::atomic<uint32_t>* calls_entered_counter(int64_t device, uint64_t comm);
+  // How many calls of communicator `comm` a device of this host has entered (0: none);
+  // nullopt for a device of another host, or one whose board had no room for `comm`.
+  std::optional<uint32_t> calls_entered(int64_t device, uint64_t comm) const;
+
   void raise_abort(const std::string& reason);
   // Waits up to `seconds` until the abort notices of raise_abort() left for the other hosts.
   void flush_aborts(double seconds) const;
@@ -119,11 +127,12 @@ class World {
   std::vector<std::pair<int64_t, int64_t>> network_pairs() const;  // (local, remote host's)
   void open_ofi();
   SegmentHeader* header_of(int process) const;
+  CallBoard* board_of(int64_t id) const;  // null for a device of another host
   size_t local_index(int64_t id) const;  // position among its process's devices
   size_t host_index(int64_t id) const;   // position among the devices of this host
 
   WorldConfig config_;
-  HostSegmentLayout layout_;
+  std::vector<HostSegmentLayout> layouts_;  // by process index, for the processes of this host
   std::unordered_map<int64_t, size_t> device_index_;
   std::vector<size_t> local_index_;      // by device index
   std::vector<int64_t> host_devices_;    // devices of this host, world order
