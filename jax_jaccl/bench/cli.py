@@ -87,7 +87,8 @@ def collectives(args) -> None:
             out = os.path.join(tmp, f"jax{run}.json")
             records += jobs.run(jobs.launch(  # lax: JAX's own collectives
                 where, "jax_jaccl.bench.collectives_worker",
-                work + ["--impls", ",".join(jax_impls), "--algorithm", args.algorithm, "--output", out],
+                work + ["--impls", ",".join(jax_impls), "--algorithm", args.algorithm,
+                        "--output", out],
                 xla_collectives="gloo"), "collectives", output=out, timeout=args.timeout)
             if "lax_on_jaccl" in peers:
                 out = os.path.join(tmp, f"lax_on_jaccl{run}.json")

@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 
-def launch(where: list[str], module: str, args: list[str], xla_collectives: str | None = None) -> list[str]:
+def launch(where: list, module: str, args: list, xla_collectives: str | None = None) -> list[str]:
     """`python -m jax_jaccl.launch <where> [--xla-collectives X] -- python -m <module> <args>`;
     `where` is jaccl-run's placement: ["-n", "2", ...] or ["--hostfile", path]."""
     cmd = [sys.executable, "-m", "jax_jaccl.launch", *[str(a) for a in where]]
@@ -43,6 +43,7 @@ def run(command: list[str], what: str, *, output: str | None = None, env: dict |
         with open(log, "w") as f:
             f.write(done.stdout + done.stderr)
         sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
+        missing = ", no results" if done.returncode == 0 else ""
         raise SystemExit(f"jaccl-bench: the {what} job failed (exit status {done.returncode}"
-                         f"{', no results' if done.returncode == 0 else ''}); its output is in {log}")
+                         f"{missing}); its output is in {log}")
     return records

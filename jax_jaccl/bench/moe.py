@@ -157,7 +157,8 @@ def run(args) -> None:
             with open(hostfile, "w") as f:
                 json.dump(spec, f)
             for schedule in args.schedules.split(","):
-                runs = [_worker(["--hostfile", hostfile], args, "jaccl", os.path.join(tmp, f"{schedule}{i}.json"),
+                runs = [_worker(["--hostfile", hostfile], args, "jaccl",
+                                os.path.join(tmp, f"{schedule}{i}.json"),
                                 env={"JACCL_MOE_SCHEDULE": schedule}) for i in range(args.runs)]
                 combine = [r for run in runs for r in run if r["op"] == "combine"]
                 per_rank = [sorted(rec["per_rank_s"][p] for rec in combine)[len(combine) // 2]

@@ -103,7 +103,8 @@ def test_killed_peer_every_survivor_raises_naming_it(hosts):
     assert job.leftovers() == []
 
 
-NEVER_REACHED = r"rank {} \(device \d+, process \d+, pid \d+\) never reached this call \(it entered none"
+NEVER_REACHED = (r"rank {} \(device \d+, process \d+, pid \d+\) never reached this call "
+                 r"\(it entered none")
 
 
 @HOSTS

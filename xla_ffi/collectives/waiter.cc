@@ -13,6 +13,7 @@ namespace jaccl {
 namespace {
 constexpr double kHealthCheckSeconds = 0.01;
 constexpr int kMaxSleepUs = 10000;
+
 // The ranks of the call's group on this host that have not entered it (their devices' call
 // boards, comm/host_segment.h), each with how far it came: who holds up the others, which
 // need not be whom this rank waits for (in a ring, a rank waits for its neighbour, which may
