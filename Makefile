@@ -21,10 +21,19 @@ OLDEST_PYTHON ?= $(shell for p in python3.11 $$(pyenv root 2>/dev/null)/versions
 PY := $(VENV)/bin/python
 OLDEST_PY := $(OLDEST_VENV)/bin/python
 # What the oldest jax runs besides the fast loop: one of every kind of job (fresh processes,
-# faults, XLA's collectives through the MPI shim, the launcher and demo, the transport choice
-# and jaccl-info with Debian's pyverbs (built for the system Python only), the batteries on one
-# host and between emulated hosts, MoE, every order of axes)
-OLDEST_JOBS := tests/processes/test_fresh_processes.py tests/processes/test_faults.py \
+# each kind of fault on one host (how a failure reaches JAX depends on its version; the
+# transports, which do not, ran on the newest), XLA's collectives through the MPI shim, the
+# launcher and demo, the transport choice and jaccl-info with Debian's pyverbs (built for the
+# system Python only), the batteries on one host and between emulated hosts, MoE, every order
+# of axes)
+FAULTS := tests/processes/test_faults.py
+OLDEST_JOBS := tests/processes/test_fresh_processes.py \
+	"$(FAULTS)::test_ranks_that_disagree_all_get_an_error_naming_both[shape-1host]" \
+	"$(FAULTS)::test_ranks_that_disagree_all_get_an_error_naming_both[sites-1host]" \
+	"$(FAULTS)::test_killed_peer_every_survivor_raises_naming_it[1host]" \
+	"$(FAULTS)::test_stalled_peer_times_out_naming_it[1host]" \
+	$(FAULTS)::test_an_uncaught_exception_ends_the_job_at_once_naming_it \
+	$(FAULTS)::test_nothing_left_behind_after_exit \
 	tests/processes/test_xla_collectives.py tests/processes/test_launcher.py \
 	tests/processes/test_transport_choice.py \
 	tests/plugin/test_axis_orders_as_jobs.py \

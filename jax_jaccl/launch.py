@@ -1,16 +1,18 @@
 """jaccl-run: start a multi-process JAX job on this machine or on several hosts.
 
-    jaccl-run -n N [--devices-per-process L] [--grace S] [--xla-collectives jaccl|gloo]
-              [--] python script.py args...
+    jaccl-run -n N [--devices-per-process L] [--grace S | --keep-going]
+              [--xla-collectives jaccl|gloo] [--] python script.py args...
     jaccl-run --hostfile hosts.json [--devices-per-process L] [--] python script.py args...
 
 Starts the processes, each with JACCL_COORDINATOR, JACCL_NUM_PROCESSES, JACCL_PROCESS_ID,
 JACCL_LOCAL_DEVICES and JACCL_JOB_ID set for jax_jaccl.distributed.initialize(), which a
 script may also leave out: jax.distributed.initialize() with no arguments finds them
 (jax_jaccl/_cluster.py), and JAX_NUM_CPU_DEVICES gives it the devices. Each line of
-output is prefixed with "[rank] ". When a process fails, the others get `--grace` seconds to
-report their own errors and are then killed; jaccl-run exits with the first failure's code
-(0 if all succeed). The collectives XLA emits itself (jit with shardings, jax.lax in
+output is prefixed with "[rank] ". When a process fails, jaccl-run names it, its error and
+when; the others get `--grace` seconds to report their own errors and are then killed, and
+jaccl-run exits with the first failure's code (0 if all succeed). With `--keep-going` the
+others run on (a job that goes on without a lost process): jaccl-run exits 0 when at least one
+process finished with 0, and ends with a line naming every process lost, how and when. The collectives XLA emits itself (jit with shardings, jax.lax in
 shard_map) run on jaccl's engine too (docs/transparent.md), by default whenever the job has
 several processes of one CPU device each, and with several devices per process when
 `--xla-collectives jaccl` asks; `--xla-collectives gloo` keeps JAX's own. On exit it kills
@@ -62,6 +64,9 @@ def parse(argv):
                         help="CPU devices per process (jax_num_cpu_devices)")
     parser.add_argument("--grace", type=float, default=None,
                         help="seconds the others may run after one fails (default: JACCL_TIMEOUT + 5)")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="when a process fails, let the others run on; exit 0 when at least "
+                             "one finished with 0")
     parser.add_argument("--xla-collectives", choices=("gloo", "jaccl"), default=None,
                         help="what carries the collectives XLA emits itself (default: jaccl with "
                              "one CPU device per process, else gloo)")
@@ -89,6 +94,8 @@ def parse(argv):
                                                     args.devices_per_process)
     except ValueError as e:
         parser.error(f"--xla-collectives: {e}")
+    if args.keep_going and args.grace is not None:
+        parser.error("--grace and --keep-going exclude each other (--keep-going stops no one)")
     if args.grace is None:
         args.grace = _settings.read().timeout_s + 5
     return args
@@ -122,6 +129,16 @@ def _kill(procs, sig) -> None:
                 os.killpg(p.pid, sig)
             except ProcessLookupError:
                 pass
+
+
+def _how(rc: int) -> str:
+    """A process's exit status in words: "exited with 3", "was killed by SIGKILL"."""
+    if rc < 0:
+        try:
+            return f"was killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"was killed by signal {-rc}"
+    return f"exited with {rc}"
 
 
 def _address(host: dict) -> str:
@@ -187,23 +204,44 @@ def run(args) -> int:
                 t = threading.Thread(target=_pump, args=(rank, stream, out, lock, kept), daemon=True)
                 t.start()
                 pumps.append(t)
-        code, failed_at = 0, None
-        while any(p.poll() is None for p in procs):
+        failed_at, lost = None, {}  # lost: rank -> its words, once named
+        started = time.monotonic()
+
+        def name_the_failed():
+            """Names each process that failed since the last look: the first always, the
+            others with --keep-going (else they are the job being stopped)."""
+            nonlocal failed_at
             for rank, p in enumerate(procs):
                 rc = p.poll()
-                if rc not in (None, 0) and failed_at is None:
-                    code, failed_at = rc, time.monotonic()
-                    pumps[2 * rank + 1].join(timeout=1)  # its last words, before we name them
-                    why = f" ({errors[rank]})" if rank in errors else ""
-                    with lock:
-                        out.write(f"jaccl-run: process {rank} exited with {rc}{why}; stopping the "
-                                  f"others in {args.grace:.0f} s\n".encode())
-                        out.flush()
-            if failed_at is not None and time.monotonic() - failed_at > args.grace:
+                stopping = failed_at is not None and not args.keep_going
+                if rc in (None, 0) or rank in lost or stopping:
+                    continue
+                failed_at = failed_at or time.monotonic()
+                pumps[2 * rank + 1].join(timeout=1)  # its last words, before we name them
+                why = f" ({errors[rank]})" if rank in errors else ""
+                lost[rank] = f"process {rank} {_how(rc)}{why} at {time.monotonic() - started:.1f} s"
+                then = ("the others go on (--keep-going)" if args.keep_going else
+                        f"stopping the others in {args.grace:.0f} s")
+                with lock:
+                    out.write(f"jaccl-run: {lost[rank]}; {then}\n".encode())
+                    out.flush()
+
+        while any(p.poll() is None for p in procs):
+            name_the_failed()
+            if (not args.keep_going and failed_at is not None and
+                    time.monotonic() - failed_at > args.grace):
                 _kill(procs, signal.SIGKILL)
             time.sleep(0.05)
-        if code == 0:
-            code = next((p.returncode for p in procs if p.returncode != 0), 0)
+        name_the_failed()  # those that ended since the last look
+        if args.keep_going and lost:
+            finished = [rank for rank, p in enumerate(procs) if p.returncode == 0]
+            with lock:
+                out.write(f"jaccl-run: {len(finished)} of {len(procs)} processes finished; lost: "
+                          f"{'; '.join(lost[rank] for rank in sorted(lost))}\n".encode())
+                out.flush()
+            if finished:
+                return 0
+        code = procs[next(iter(lost))].returncode if lost else 0  # the first failure's
         return code if code >= 0 else 128 - code
     finally:
         _kill(procs, signal.SIGTERM)

@@ -147,11 +147,12 @@ def fault_job(built, mode, nprocs, path, grace=None):
     return run_job("faults.py", nprocs, args=[mode], env=env, timeout=300, grace=grace)
 
 
-@pytest.mark.parametrize("path", ["peer", "staged"])
-@pytest.mark.parametrize("mode", ["shape", "order", "sites"])
+@pytest.mark.parametrize("mode, path", [("shape", "peer"), ("order", "staged"), ("sites", "peer"),
+                                        ("sites", "staged")])
 def test_ranks_that_disagree_fail_on_emulated_gpus(built, mode, path):
-    """sites: alike all_reduces written on two lines, dispatched in opposite orders: both
-    lines named, on the peer path (the start barrier's descriptor) as on the staged one."""
+    """A shape on the peer path (the start barrier's descriptor), an order on the staged one (the
+    engine's check), and alike all_reduces written on two lines, dispatched in opposite orders,
+    on both: both lines named."""
     job = fault_job(built, mode, 2, path)
     assert_every_rank_stopped(job, (0, 1), DISAGREE)
     if mode == "sites":

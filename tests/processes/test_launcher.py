@@ -56,6 +56,34 @@ def test_one_failure_stops_the_others():
     assert left == ""
 
 
+def test_keep_going_lets_the_others_finish_and_names_the_lost():
+    """--keep-going: a process that exits with an error and one killed by a signal stop no
+    one; the job exits 0 because the others finished, and its last line names both, how and
+    when. With every process lost, the first failure's code."""
+    script = ("import os, signal, sys, time\n"
+              "rank = os.environ['JACCL_PROCESS_ID']\n"
+              "if rank == '1': sys.exit(5)\n"
+              "if rank == '2': time.sleep(0.5); os.kill(os.getpid(), signal.SIGKILL)\n"
+              "time.sleep(2); print('finished', rank)")
+    done = jaccl_run("-n", "4", "--keep-going", "--", sys.executable, "-c", script)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert {"[0] finished 0", "[3] finished 3"} <= set(done.stdout.splitlines()), done.stdout
+    assert re.search(r"^jaccl-run: process 1 exited with 5 at \d+\.\d s; the others go on "
+                     r"\(--keep-going\)$", done.stdout, re.M), done.stdout
+    assert re.search(r"^jaccl-run: process 2 was killed by SIGKILL at \d+\.\d s; the others go on",
+                     done.stdout, re.M), done.stdout
+    assert re.search(r"jaccl-run: 2 of 4 processes finished; lost: process 1 exited with 5 at "
+                     r"\d+\.\d s; process 2 was killed by SIGKILL at \d+\.\d s\n$", done.stdout), \
+        done.stdout
+    every = jaccl_run("-n", "2", "--keep-going", "--", sys.executable, "-c",
+                      "import os, sys, time; time.sleep(int(os.environ['JACCL_PROCESS_ID']))\n"
+                      "sys.exit(3 + int(os.environ['JACCL_PROCESS_ID']))")
+    assert every.returncode == 3, every.stdout
+    assert "0 of 2 processes finished" in every.stdout, every.stdout
+    refused = jaccl_run("-n", "2", "--keep-going", "--grace", "1", "--", "true")
+    assert refused.returncode == 2 and "exclude each other" in refused.stderr
+
+
 def test_a_killed_launcher_takes_its_processes_with_it():
     """A caller's timeout kills jaccl-run outright (subprocess.run sends SIGKILL): its
     processes, each in a session of its own, die with it, whatever they were doing."""

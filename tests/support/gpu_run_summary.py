@@ -15,8 +15,9 @@ from pathlib import Path
 
 # How a death by signal shows in a failure: jaccl-run's report, the shell's, Python's
 # faulthandler's, pytest-xdist's.
-CRASH = re.compile(r"exited with -\d+|Segmentation fault|SIGSEGV|SIGABRT|SIGBUS|Fatal Python error|"
-                   r"core dumped|crashed while running|node down|returncode=-\d+|died with <Signals")
+CRASH = re.compile(r"exited with -\d+|was killed by (SIG|signal )|Segmentation fault|SIGSEGV|"
+                   r"SIGABRT|SIGBUS|Fatal Python error|core dumped|crashed while running|"
+                   r"node down|returncode=-\d+|died with <Signals")
 FRAME = re.compile(r"^(?:\[\d+\] )?#\d+ .*", re.M)
 
 
