@@ -130,9 +130,9 @@ def main():
     state = {name: (sharded(flat_np), sharded(np.zeros_like(flat_np)), sharded(np.zeros_like(flat_np)))
              for name in steps}
     xs, ys = sharded(x), sharded(y)
-    from jax_jaccl import _transparent
+    from jax_jaccl import _xla_collectives
 
-    carrier = "jaccl" if _transparent.active() else "gloo"
+    carrier = "jaccl" if _xla_collectives.active() else "gloo"
     local = n // process_count
     layout = f"{process_count} x {local}"
     if process_index == 0:

@@ -28,7 +28,7 @@ import threading
 
 import jax
 
-from . import _compat, _cuda_peers, _settings, _transparent, _transport, _uncaught
+from . import _compat, _cuda_peers, _settings, _xla_collectives, _transport, _uncaught
 from ._ext import cuda_engine, engine
 
 _lock = threading.Lock()
@@ -128,7 +128,7 @@ def _start() -> WorldInfo:
     devices = jax.devices()
     me, count = jax.process_index(), jax.process_count()
     device_table = [(int(d.id), int(d.process_index)) for d in devices]
-    xla_collectives = "jaccl" if _transparent.active() else "gloo"
+    xla_collectives = "jaccl" if _xla_collectives.active() else "gloo"
     mine = {"pid": os.getpid(), "host": host_id(),
             "settings": dict(settings.agreed(), JACCL_XLA_COLLECTIVES=xla_collectives),
             "gpus": len(_cuda_peers.local_gpus())}
@@ -151,7 +151,7 @@ def _start() -> WorldInfo:
     spin = settings.spin_us
     if spin is None:
         spin = 50 if on_my_host <= (os.cpu_count() or 1) else 0
-    xla_streams = xla_collectives == "jaccl" and _transparent.shares_channels(
+    xla_streams = xla_collectives == "jaccl" and _xla_collectives.shares_channels(
         sum(1 for _, p in device_table if p == me))
     engine.init_world(
         my_process=me,
@@ -195,7 +195,7 @@ def _start() -> WorldInfo:
         raise
     if xla_collectives == "jaccl":  # XLA:CPU's own collectives run on this world from here on
         try:
-            _transparent.attach()
+            _xla_collectives.attach()
         except BaseException:
             engine.shutdown()
             raise
@@ -264,3 +264,15 @@ def _attach(me: int, hosts: tuple, timeout_s: float) -> None:
 
 def _job_tag_of(kv, timeout_s: float) -> str:
     return kv.get(f"{_KV_PREFIX}/job", timeout_s)
+
+
+def attach_on_first_use() -> None:
+    """What the MPI shim runs (on the XLA thread of a process's first collective) when the
+    program never started jaccl: init(), which attaches the shim; a failure is handed back to
+    the shim as that collective's error."""
+    try:
+        init()
+        engine.log_info("XLA's first collective started jaccl's engine (the program had not "
+                        "called jaccl.init())")
+    except BaseException as e:  # noqa: BLE001 - it becomes the collective's error
+        _xla_collectives.refuse(f"{type(e).__name__}: {e}")

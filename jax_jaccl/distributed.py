@@ -6,7 +6,7 @@ takes JACCL_COORDINATOR, JACCL_NUM_PROCESSES, JACCL_PROCESS_ID and JACCL_LOCAL_D
 calls jax.distributed.initialize() with them (and sets jax_num_cpu_devices); under SLURM or
 Open MPI it lets jax.distributed.initialize() find its settings by itself; alone, it only sets
 the local device count. Where jaccl-run (by default, or `jaccl-info --xla-collectives-env`
-under SLURM / Open MPI) put jaccl's MPI shim in place (_transparent), it also runs
+under SLURM / Open MPI) put jaccl's MPI shim in place (_xla_collectives), it also runs
 jaccl.init(), so the collectives XLA emits run on jaccl from the first computation on (also
 with several CPU devices per process, where the launcher was asked to); where it could not
 (jax imported before the launcher's environment took effect, or a device count other than the
@@ -24,7 +24,7 @@ import warnings
 
 import jax
 
-from . import _settings, _transparent, _uncaught
+from . import _settings, _xla_collectives, _uncaught
 
 _CLUSTER_MARKERS = ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE")
 
@@ -48,11 +48,11 @@ def initialize(local_devices: int | None = None) -> tuple[int, int]:
         local_devices = job.local_devices
     if local_devices:
         jax.config.update("jax_num_cpu_devices", local_devices)
-    unplanned = _transparent.unplanned_devices(local_devices)
+    unplanned = _xla_collectives.unplanned_devices(local_devices)
     if unplanned:  # the launcher chose jaccl for another device count: JAX's own instead
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     if job.coordinator:
-        _transparent.expect(job.process_id, job.num_processes)
+        _xla_collectives.expect(job.process_id, job.num_processes)
         jax.distributed.initialize(
             coordinator_address=job.coordinator,
             num_processes=job.num_processes,
@@ -65,10 +65,10 @@ def initialize(local_devices: int | None = None) -> tuple[int, int]:
         jax.distributed.initialize()
     if jax.process_count() > 1:
         _uncaught.install()  # an exception that ends this process ends the job, naming it
-    why_not = unplanned or _transparent.problem()
+    why_not = unplanned or _xla_collectives.problem()
     if why_not:
         warnings.warn(f"jaccl: XLA's own collectives stay on JAX's gloo: {why_not}", stacklevel=2)
-    elif _transparent.active() and jax.process_count() > 1:
+    elif _xla_collectives.active() and jax.process_count() > 1:
         from . import init
 
         init()  # hands jaccl's engine to the shim before the first computation

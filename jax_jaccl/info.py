@@ -143,9 +143,9 @@ def main(argv=None) -> None:
                              "NAME=value words for `export` (under SLURM or Open MPI)")
     args = parser.parse_args(argv)
     if args.xla_collectives_env:
-        from . import _transparent
+        from . import _xla_collectives
 
-        print(" ".join(f"{k}={v}" for k, v in _transparent.environment().items()))
+        print(" ".join(f"{k}={v}" for k, v in _xla_collectives.environment().items()))
         return
     info = gather()
     print(json.dumps(info, indent=2) if args.json else render(info))

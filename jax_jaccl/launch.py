@@ -12,9 +12,11 @@ output is prefixed with "[rank] ". When a process fails, jaccl-run names it, its
 when; the others get `--grace` seconds to report their own errors and are then killed, and
 jaccl-run exits with the first failure's code (0 if all succeed). With `--keep-going` the
 others run on (a job that goes on without a lost process): jaccl-run exits 0 when at least one
-process finished with 0, and ends with a line naming every process lost, how and when. The collectives XLA emits itself (jit with shardings, jax.lax in
-shard_map) run on jaccl's engine too (docs/transparent.md), by default whenever the job has
-several processes of one CPU device each, and with several devices per process when
+process finished with 0, and ends with a line naming every process lost, how and when.
+
+The collectives XLA emits itself (jit with shardings, jax.lax in shard_map) run on jaccl's
+engine too (docs/xla-collectives.md), by default whenever the job has several processes of
+one CPU device each, and with several devices per process when
 `--xla-collectives jaccl` asks; `--xla-collectives gloo` keeps JAX's own. On exit it kills
 whatever is left and removes the job's shared-memory names from /dev/shm; killed outright
 (SIGKILL), it takes its processes with it (each dies with its launcher: PR_SET_PDEATHSIG).
@@ -47,7 +49,7 @@ import sys
 import threading
 import time
 
-from . import _settings, _transparent
+from . import _settings, _xla_collectives
 
 
 def free_port() -> int:
@@ -90,7 +92,7 @@ def parse(argv):
     if args.nprocs < 1 or args.devices_per_process < 1:
         parser.error("-n and --devices-per-process must be positive")
     try:
-        args.xla_collectives = _transparent.resolve(args.xla_collectives, args.nprocs,
+        args.xla_collectives = _xla_collectives.resolve(args.xla_collectives, args.nprocs,
                                                     args.devices_per_process)
     except ValueError as e:
         parser.error(f"--xla-collectives: {e}")
@@ -162,7 +164,7 @@ def _command(host: dict, env: dict, command: list) -> tuple[list, dict]:
     """The command line and local environment that start one process on `host`."""
     if "ssh" in host:
         job_env = [f"{k}={shlex.quote(v)}" for k, v in env.items()
-                   if k.startswith("JACCL_") or k in _transparent.VARIABLES or
+                   if k.startswith("JACCL_") or k in _xla_collectives.VARIABLES or
                    k == "JAX_NUM_CPU_DEVICES"]
         remote = " ".join(["env", *job_env, "PYTHONUNBUFFERED=1", *map(shlex.quote, command)])
         return ["ssh", "-o", "BatchMode=yes", host["ssh"], remote], dict(os.environ)
@@ -187,7 +189,7 @@ def run(args) -> int:
                        JAX_NUM_CPU_DEVICES=str(args.devices_per_process),  # for jax alone
                        JACCL_JOB_ID=job,
                        PYTHONUNBUFFERED="1")
-            _transparent.choose(env, args.xla_collectives)
+            _xla_collectives.choose(env, args.xla_collectives)
             if "ifname" in host:
                 env["JACCL_IFNAME"] = host["ifname"]
             env.update({k: str(v) for k, v in host.get("env", {}).items()})

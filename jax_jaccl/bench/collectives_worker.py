@@ -36,10 +36,11 @@ def main() -> None:
                         help="about this many MiB moved per measurement")
     args = parser.parse_args()
     index, count = jax_jaccl.distributed.initialize()
-    from jax_jaccl import _transparent
+    from jax_jaccl import _xla_collectives
 
     if "lax_on_jaccl" in args.impls.split(","):
-        assert _transparent.active(), f"lax_on_jaccl needs --xla-collectives jaccl: {_transparent.problem()}"
+        assert _xla_collectives.active(), \
+            f"lax_on_jaccl needs --xla-collectives jaccl: {_xla_collectives.problem()}"
 
     import jax
     import jax.numpy as jnp

@@ -44,7 +44,7 @@ import os
 
 import pytest
 
-from .. import _transparent
+from .. import _xla_collectives
 from . import rank as _rank
 from .compile_cache import OPTION as OPTION_COMPILATION_CACHE
 from .placement import RANK_ORDERS
@@ -95,7 +95,8 @@ def _job_options(config, marker) -> dict:
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise pytest.UsageError(f"{usage}, env={env!r}): env maps names to strings")
         try:  # as jaccl-run chooses
-            xla_collectives = _transparent.resolve(xla_collectives, int(n), int(devices_per_process))
+            xla_collectives = _xla_collectives.resolve(xla_collectives, int(n),
+                                                       int(devices_per_process))
         except ValueError as e:
             raise pytest.UsageError(f"{usage}, xla_collectives={xla_collectives!r}): {e}") from None
         return dict(processes=int(n), devices_per_process=int(devices_per_process), hosts=int(hosts),

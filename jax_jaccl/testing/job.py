@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from .. import _transparent
+from .. import _xla_collectives
 from .compile_cache import cache_env
 from .placement import NoNamespaces, Placement
 from .rank import FAILED_FLAG, class_name
@@ -147,7 +147,8 @@ class JobItem(pytest.Item):
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST"))}
         env.update(cache_env(self.config))
-        _transparent.choose(env, self.xla_collectives)  # as jaccl-run does, before the rank's Python starts
+        # As jaccl-run does, before the rank's Python starts.
+        _xla_collectives.choose(env, self.xla_collectives)
         env.update(self.extra_env)
         env.update(placement.rank_env(rank))
         env.update(JACCL_LOCAL_DEVICES=str(self.devices_per_process), JACCL_JOB_ID=job_id,

@@ -11,7 +11,7 @@ import re
 
 import jaxlib
 
-from jax_jaccl import _transparent
+from jax_jaccl import _xla_collectives
 from module_symbols import exported
 
 LIST = pathlib.Path(__file__).resolve().parents[2] / "xla_ffi" / "mpiabi" / "abi_symbols.txt"
@@ -39,7 +39,7 @@ def test_the_list_is_what_the_installed_jaxlib_resolves():
 
 
 def test_the_shim_exports_the_list_and_nothing_else():
-    names = set(exported(_transparent.shim_path()))
+    names = set(exported(_xla_collectives.shim_path()))
     assert names == listed() | {"jaccl_mpiabi_attach", "jaccl_mpiabi_expect", "jaccl_mpiabi_refuse"}
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from jax_jaccl import _transparent, launch
+from jax_jaccl import _xla_collectives, launch
 
 
 @pytest.mark.parametrize("argv, chosen", [
@@ -31,14 +31,14 @@ def test_an_unknown_carrier_is_refused_by_jaccl_run(capsys):
 
 def test_the_environment_each_choice_gives():
     env = {"PATH": "/bin"}
-    _transparent.choose(env, "jaccl")
-    assert env == {"PATH": "/bin", "MPITRAMPOLINE_LIB": _transparent.shim_path(),
+    _xla_collectives.choose(env, "jaccl")
+    assert env == {"PATH": "/bin", "MPITRAMPOLINE_LIB": _xla_collectives.shim_path(),
                    "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "mpi", "JACCL_XLA_COLLECTIVES": "jaccl"}
-    _transparent.choose(env, "gloo")  # e.g. a gloo job started from inside a jaccl one
+    _xla_collectives.choose(env, "gloo")  # e.g. a gloo job started from inside a jaccl one
     assert env == {"PATH": "/bin", "JACCL_XLA_COLLECTIVES": "gloo"}
     own = {"MPITRAMPOLINE_LIB": "/opt/mpiwrapper/libmpiwrapper.so",
            "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "mpi"}
-    _transparent.choose(own, "gloo")
+    _xla_collectives.choose(own, "gloo")
     assert own["MPITRAMPOLINE_LIB"] == "/opt/mpiwrapper/libmpiwrapper.so"
     assert own["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] == "mpi"
 
@@ -46,5 +46,5 @@ def test_the_environment_each_choice_gives():
 def test_an_unknown_carrier_is_refused():
     """The one rule jaccl-run and the pytest plugin's marker both apply."""
     with pytest.raises(ValueError, match="'jaccl' or 'gloo', not 'nccl'"):
-        _transparent.resolve("nccl", 2, 1)
-    assert _transparent.resolve("jaccl", 2, 2) == "jaccl"  # several devices: when asked
+        _xla_collectives.resolve("nccl", 2, 1)
+    assert _xla_collectives.resolve("jaccl", 2, 2) == "jaccl"  # several devices: when asked

@@ -1,6 +1,6 @@
 """Under Open MPI no hostfile is needed: jax_jaccl.distributed.initialize() lets
 jax.distributed.initialize() read mpirun's environment, and jaccl bootstraps from JAX. With
-the variables `jaccl-info --xla-collectives-env` prints (docs/transparent.md's one line), the
+the variables `jaccl-info --xla-collectives-env` prints (docs/xla-collectives.md's one line), the
 collectives XLA emits run on jaccl there too (Open MPI starts the processes; no MPI library
 carries anything)."""
 

@@ -139,7 +139,7 @@ with warnings.catch_warnings(record=True) as seen:
     jax_jaccl.distributed.initialize(local_devices=2)
 import jax, jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-from jax_jaccl import _transparent
+from jax_jaccl import _xla_collectives
 assert jax.config.jax_cpu_collectives_implementation == "gloo"
 print("WARNED", " | ".join(str(w.message) for w in seen), flush=True)
 mesh = Mesh(np.array(jax.devices()), ("x",))
@@ -251,8 +251,8 @@ import jax
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import jax_jaccl as jaccl
-from jax_jaccl import _transparent
-assert _transparent.active() and jax.process_count() == 2
+from jax_jaccl import _xla_collectives
+assert _xla_collectives.active() and jax.process_count() == 2
 n = jax.device_count()
 mesh = Mesh(np.array(jax.devices()), ("x",))
 v = np.arange(4 * n * 3, dtype=np.float32).reshape(4 * n, 3)

@@ -2,7 +2,8 @@
  *
  * jaxlib links MPItrampoline, which at `import jax` loads the library MPITRAMPOLINE_LIB names and
  * resolves 641 symbols in it (abi_symbols.txt; mpiabi_exports.c defines the constants and a stub
- * for every function). This file implements what XLA calls (docs/transparent.md, "How it works"):
+ * for every function). This file implements what XLA calls (docs/xla-collectives.md, "How it
+ * works"):
  * Init_thread, Finalize, Comm_rank/size, Is_thread_main, Comm_split/dup/free, Allreduce,
  * Allgather, Reduce_scatter(_block), Barrier, Sendrecv, Isend/Irecv/Wait(all), Error_string,
  * and the small helpers around them. It holds no engine: _jaccl attaches its own through
@@ -91,7 +92,7 @@ static JmpiComm* new_comm(int rank, int size) {
  * jax.distributed.initialize() itself and imports nothing of jaccl's) gets its engine at its
  * first collective: the shim asks
  * the interpreter, through Python's C API found in the process, to run
- * jax_jaccl._transparent.attach_on_first_use(), which starts jaccl's world (a collective over the
+ * jax_jaccl._bootstrap.attach_on_first_use(), which starts jaccl's world (a collective over the
  * processes, each at its own first collective) and so attaches it. Once per process: the other
  * threads wait for the first; a failure (its message handed back by jaccl_mpiabi_refuse) is
  * every later call's error. JAX releases the GIL while it runs a computation, so the XLA thread
@@ -120,8 +121,8 @@ static void start_engine_through_python(void) {
     return;
   }
   int state = ensure();
-  if (run_string("__import__('jax_jaccl._transparent')._transparent.attach_on_first_use()") != 0) {
-    jaccl_mpiabi_refuse("jax_jaccl._transparent.attach_on_first_use() failed (its traceback is "
+  if (run_string("__import__('jax_jaccl._bootstrap')._bootstrap.attach_on_first_use()") != 0) {
+    jaccl_mpiabi_refuse("jax_jaccl._bootstrap.attach_on_first_use() failed (its traceback is "
                         "on stderr)");
   }
   release(state);
@@ -600,7 +601,7 @@ JMPI_EXPORT int MPIABI_Allreduce(const void* send, void* recv, int count, uintpt
                                  uintptr_t op, uintptr_t comm) {
   JmpiComm* c = comm_of(comm);
   const JmpiType* type = c ? type_of(datatype) : NULL;
-  int32_t code;
+  int32_t code = 0;  /* set by op_of when it succeeds */
   if (type == NULL || op_of(op, type, &code) != JMPI_SUCCESS) return last_code;
   const void* in = send == JMPI_IN_PLACE ? recv : send;
   return collective(atomic_load(&engine)->kind_all_reduce, c, type, code, in, recv,
@@ -611,7 +612,7 @@ static int reduce_scatter(const char* name, const void* send, void* recv, int co
                           uintptr_t datatype, uintptr_t op, uintptr_t comm) {
   JmpiComm* c = comm_of(comm);
   const JmpiType* type = c ? type_of(datatype) : NULL;
-  int32_t code;
+  int32_t code = 0;  /* set by op_of when it succeeds */
   if (type == NULL || op_of(op, type, &code) != JMPI_SUCCESS) return last_code;
   if (send == JMPI_IN_PLACE) return fail(JMPI_ERR_ARG, "jaccl: %s with MPI_IN_PLACE", name);
   return collective(atomic_load(&engine)->kind_reduce_scatter, c, type, code, send, recv,
@@ -704,7 +705,7 @@ JMPI_EXPORT int MPIABI_Sendrecv(const void* send, int send_count, uintptr_t send
                                 int send_tag, void* recv, int recv_count, uintptr_t recv_type,
                                 int source, int recv_tag, uintptr_t comm, void* status) {
   JmpiComm* c = comm_of(comm);
-  uint64_t send_bytes, recv_bytes;
+  uint64_t send_bytes = 0, recv_bytes = 0;  /* set by bytes_of when it succeeds */
   if (c == NULL || bytes_of(send_type, send_count, &send_bytes) != JMPI_SUCCESS ||
       bytes_of(recv_type, recv_count, &recv_bytes) != JMPI_SUCCESS ||
       check_peer(c, dest, "MPI_Sendrecv to") != JMPI_SUCCESS ||
@@ -742,7 +743,7 @@ static __thread JmpiRequest* queue;
 static int post(int is_send, void* buf, int count, uintptr_t datatype, int peer, int tag,
                 uintptr_t comm, uintptr_t* request) {
   JmpiComm* c = comm_of(comm);
-  uint64_t bytes;
+  uint64_t bytes = 0;  /* set by bytes_of when it succeeds */
   if (c == NULL || bytes_of(datatype, count, &bytes) != JMPI_SUCCESS ||
       check_peer(c, peer, is_send ? "MPI_Isend to" : "MPI_Irecv from") != JMPI_SUCCESS) {
     return last_code;

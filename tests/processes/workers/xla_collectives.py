@@ -19,12 +19,12 @@ import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
-from jax_jaccl import _transparent  # noqa: E402
+from jax_jaccl import _xla_collectives  # noqa: E402
 
 MODE = sys.argv[1]
 n, processes = jax.device_count(), jax.process_count()
 assert processes > 1, "this program checks a job of several processes"
-assert _transparent.active() == (MODE == "jaccl"), (MODE, _transparent.problem())
+assert _xla_collectives.active() == (MODE == "jaccl"), (MODE, _xla_collectives.problem())
 mesh = Mesh(np.array(jax.devices()), ("x",))
 checked = 0
 

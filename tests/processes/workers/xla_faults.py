@@ -32,11 +32,11 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
-from jax_jaccl import _transparent  # noqa: E402
+from jax_jaccl import _xla_collectives  # noqa: E402
 
 MODE = sys.argv[1]
 n, me = jax.process_count(), jax.process_index()
-assert n > 1 and _transparent.active(), _transparent.problem()
+assert n > 1 and _xla_collectives.active(), _xla_collectives.problem()
 assert (jax.local_device_count() > 1) == (MODE == "meshes")
 mesh = Mesh(np.array(jax.devices()), ("x",))
 last = me == n - 1

@@ -18,9 +18,8 @@ Contract:
   its world rank right after MPI_Init_thread); attach() runs after jaccl's world is up (made
   with shared channels when the process has several CPU devices: shares_channels()), raises
   ValueError with the reason when it cannot.
-- attach_on_first_use() is what the shim runs (on the XLA thread of a process's first
-  collective) when the program never started jaccl: jaccl.init(), which attaches it; a failure
-  is handed back to the shim as that collective's error.
+- refuse(reason) hands the shim the error of the collective it attaches for (the start of
+  jaccl that _bootstrap.attach_on_first_use() tried on its behalf failed).
 - unplanned_devices(n) is why a process of n CPU devices keeps XLA's collectives on gloo
   though its launcher put them on jaccl for another count (resolve()'s default), or "".
 - shares_channels(local_devices) is whether jaccl's world must share its channels among
@@ -59,7 +58,7 @@ def resolve(requested: str | None, processes: int, devices_per_process: int) -> 
     devices, as jaccl-run and the pytest plugin choose: `requested` ("jaccl" or "gloo"), or by
     default jaccl for several processes of one device each, else gloo. Several devices per
     process run on jaccl when asked: there XLA caches each process's communicators apart, and
-    a program whose meshes order a process's devices differently fails (docs/transparent.md).
+    a program whose meshes order a process's devices differently fails (docs/xla-collectives.md).
     ValueError for another name."""
     if requested not in (None, "jaccl", "gloo"):
         raise ValueError(f"XLA's collectives run on 'jaccl' or 'gloo', not {requested!r}")
@@ -145,14 +144,8 @@ def attach() -> None:
     _ext.engine.mpiabi_attach(shim_path())
 
 
-def attach_on_first_use() -> None:
-    from . import _bootstrap
-
-    try:
-        _bootstrap.init()
-        _bootstrap.engine.log_info("XLA's first collective started jaccl's engine (the program "
-                                   "had not called jaccl.init())")
-    except BaseException as e:  # noqa: BLE001 - it becomes the collective's error
-        shim = _handle()
-        if shim is not None:
-            shim.jaccl_mpiabi_refuse(f"{type(e).__name__}: {e}".encode(errors="replace"))
+def refuse(reason: str) -> None:
+    """Hands `reason` to the shim as the error of the collective it is attaching for."""
+    shim = _handle()
+    if shim is not None:
+        shim.jaccl_mpiabi_refuse(reason.encode(errors="replace"))
