@@ -13,68 +13,18 @@ Usage:
       N processes, the first CPU device of each plays its GPU, the next N the reference.
 Prints `OK ...` lines and `PATHS peer=P staged=S`; exits non-zero on any mismatch.
 
-install() is also what tests/processes/workers/common.py calls when JACCL_TEST_EMULATED_CUDA
-names a module, so that the fault workers run on emulated GPUs.
+tests/support/emulated_gpus.py does the routing (install()); run by hand, give the script
+tests/support on PYTHONPATH, as the tests do.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
-import importlib.util
 import os
-import sys
-import types
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1] / "support"))  # also run as a script
+from emulated_gpus import install
 
 GPUS = 4  # in one process
-
-
-def load_emulated_module(path: str):
-    spec = importlib.util.spec_from_file_location("emulated_gpus._jaccl_cuda", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def install(module_path: str, path: str, gpus_per_process: int | None = None):
-    """Routes every jaccl custom call to the emulated CUDA handlers and starts jaccl with the
-    first `gpus_per_process` local CPU devices (default all) as this process's GPUs. Call after
-    JAX knows its devices (jax.distributed.initialize) and before any jaccl call. Returns the
-    local devices that play GPUs."""
-    os.environ["JACCL_CUDA_PATH"] = path
-    import jax
-
-    from jax_jaccl import _bootstrap as bootstrap, _compat, _cuda_peers, _ext  # _ext: the CPU handlers
-
-    emulated = load_emulated_module(module_path)
-    emulated.set_engine(_ext.engine.engine_api(), _ext.engine.engine_moe_api(),
-                        _ext.engine.engine_abort_api())
-    library = ctypes.CDLL(module_path)  # the module's own handle: it is loaded already
-    for name in emulated.registrations():  # jaccl_<op> -> entry point emulated_jaccl_cuda_<op>
-        entry = getattr(library, "emulated_jaccl_cuda_" + name[len("jaccl_"):])
-        jax.ffi.register_ffi_target("emulated_" + name, jax.ffi.pycapsule(entry), platform="cpu")
-    custom_call = _compat.custom_call
-
-    def to_emulated(target, *args, **kwargs):
-        return custom_call("emulated_" + target if target.startswith("jaccl_") else target,
-                           *args, **kwargs)
-
-    _compat.custom_call = to_emulated
-    local = jax.local_devices()
-    gpus = local[:gpus_per_process] if gpus_per_process else local
-    os.environ["JACCL_EMULATED_GPUS"] = str(len(gpus))  # what cudaGetDeviceCount says
-    # CPU ordinals are global device ids: they name the emulated GPUs.
-    emulated.set_device_ids([(int(d.id), int(d.id)) for d in gpus])
-    _ext.cuda_engine = bootstrap.cuda_engine = emulated  # path counts; failures at exit
-    stand_ins = [types.SimpleNamespace(local_hardware_id=int(d.id), id=int(d.id)) for d in gpus]
-    _cuda_peers.cuda_engine = emulated
-    _cuda_peers.local_gpus = lambda: [] if path == "staged" else stand_ins
-    bootstrap.init()  # its GPU set-up (_cuda_peers.setup) now sees the stand-ins
-    return gpus
 
 
 # gpu_collectives.SHAPES with a smaller large one: still two chunks of the 1 MiB buffer below

@@ -12,7 +12,6 @@ import argparse
 import importlib.util
 import os
 import sys
-from pathlib import Path
 
 
 def use_engine(path: str) -> None:
@@ -49,8 +48,7 @@ def start(description: str, extra=None):
     assert count > 1, "multi-process worker started with a single process"
     emulated = os.environ.get("JACCL_TEST_EMULATED_CUDA")
     if emulated:  # this process's devices become emulated GPUs (tests/builds/cuda_emulation)
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "builds" / "cuda_emulation"))
-        from jax_on_emulated_gpus import install
+        from emulated_gpus import install
 
         install(emulated, os.environ.get("JACCL_CUDA_PATH", "peer"))
     print(f"STARTED {index} {count}", flush=True)
