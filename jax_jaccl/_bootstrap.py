@@ -11,9 +11,15 @@ Contract:
   TCP listener binds to JACCL_IFNAME's address (default: the interface that reaches JAX's
   coordinator), never 0.0.0.0.
 - Processes exchange their facts through JAX's key-value store (with a TCP endpoint and a
-  per-job secret that TCP connections must prove); each process of a host creates one segment (/dev/shm/jaccl-<job>-<process>, mode 0600), maps its host peers'
-  segments and unlinks its own as soon as all of them have mapped it, so nothing is left in
-  /dev/shm even if a process is killed later.
+  per-job secret that TCP connections must prove); each process of a host creates one segment
+  (/dev/shm/jaccl-<job>-<process>, mode 0600), maps its host peers' segments and unlinks its
+  own as soon as all of them have mapped it, so nothing is left in /dev/shm even if a process
+  is killed later.
+- After a lost process (the world aborted), a program lowered over a mesh of fewer of the
+  world's processes (the survivors JAX's live_devices reported) gets a new world over those
+  processes: a generation, renumbered 0..n-1 in JAX's process order, with its own key-value
+  space, job tag ("<job>-g<generation>"), segments and links. Not on GPUs, nor with XLA's
+  collectives on jaccl (a clear error).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 
 import jax
 
@@ -46,6 +53,9 @@ class WorldInfo:
     endpoints: tuple[str, ...]  # TCP listener of every process ("ip:port"), "" in one process
     settings: _settings.Settings
     transport: str = "tcp"  # between hosts: "tcp", or "ofi:<provider>"; "none" on one host
+    members: tuple[int, ...] = ()  # JAX's process index of each process of the world, in order
+    generation: int = 0  # worlds this process built after a lost process (0: the first)
+    first_tag: str = ""  # the first world's job tag (the job's): later ones add "-g<generation>"
 
     @property
     def host_count(self) -> int:
@@ -69,16 +79,48 @@ def host_id() -> str:
     return f"{socket.gethostname()}/{boot}/{netns}"
 
 
-def init() -> WorldInfo:
-    """Initialises jax_jaccl for this process (idempotent) and returns what it found."""
+def init(devices=None) -> WorldInfo:
+    """Initialises jax_jaccl for this process (idempotent) and returns what it found.
+    `devices` (a mesh's, as a program is lowered over it): when the world has failed (a
+    process was lost) and they belong to fewer of its processes, the failed world is released
+    and a new one is built over those processes alone, the survivors (_next_generation())."""
     global _world
     with _lock:
+        if _world is not None and devices is not None and engine.aborted():
+            survivors = tuple(sorted({int(d.process_index) for d in devices}))
+            if jax.process_index() in survivors and set(survivors) < set(_world.members):
+                failed, _world = _world, None  # if the new world fails to start: none
+                _world = _next_generation(failed, survivors)
         if _world is None:
             _world = _start()
             atexit.register(_at_exit)
             if _world.process_count > 1:
                 _uncaught.install()  # also where jax.distributed.initialize() was called directly
         return _world
+
+
+def _space(first_tag: str, generation: int, members: tuple) -> str:
+    """Where a world's processes meet in the key-value store."""
+    if generation == 0:
+        return _KV_PREFIX
+    return f"{_KV_PREFIX}/{first_tag}/generation/{generation}/{'.'.join(map(str, members))}"
+
+
+def _next_generation(failed: WorldInfo, survivors: tuple) -> WorldInfo:
+    """The world after a lost process: the failed one released (its calls have all failed,
+    its links closed), a new one started over `survivors` (JAX process indices, every one of
+    which builds it at the same point of the same program), renumbered 0..n-1 in that order,
+    its key-value exchange, shared memory and TCP links its own (the job tag carries the
+    generation)."""
+    if _cuda_peers.local_gpus():
+        raise RuntimeError("jaccl: going on without a lost process is not supported on GPUs")
+    if _xla_collectives.active():
+        raise RuntimeError("jaccl: going on without a lost process is not supported with XLA's "
+                           "collectives on jaccl (--xla-collectives gloo keeps them on JAX's)")
+    engine.log_info(f"world generation {failed.generation + 1}: processes {list(survivors)} of "
+                    f"{list(failed.members)} go on")
+    engine.shutdown()
+    return _start(survivors, failed.generation + 1, failed.first_tag)
 
 
 def _at_exit() -> None:
@@ -91,6 +133,29 @@ def _at_exit() -> None:
         _uncaught.end_process(world.process_index)
     _wait_for_device_programs()
     shutdown()
+    if world is not None and world.process_count > 1 and (
+            world.generation > 0 or getattr(jax.config, "jax_enable_recoverability", False)):
+        _leave_together(world)
+
+
+def _leave_together(world: WorldInfo) -> None:
+    """With JAX's recoverability on, its shutdown barrier no longer holds the processes
+    together (recoverable tasks skip it), and a process whose shutdown reaches JAX's
+    coordination service after process 0, its host, exited is aborted: process 0 leaves last,
+    once every other process of the world said it is leaving (or JACCL_TIMEOUT passed), and a
+    moment after."""
+    from ._kv import KeyValueStore
+
+    kv = KeyValueStore()
+    prefix = f"{_space(world.first_tag, world.generation, world.members)}/{world.job_tag}/leaving"
+    try:
+        kv.set(f"{prefix}/{world.process_index}", "1")
+        if jax.process_index() == 0:
+            for p in range(1, world.process_count):
+                kv.get(f"{prefix}/{p}", world.settings.timeout_s)
+            time.sleep(_uncaught._COORDINATOR_GRACE_S)
+    except Exception:  # noqa: BLE001 - a survivor lost at the end: leave anyway
+        pass
 
 
 def _wait_for_device_programs() -> None:
@@ -120,15 +185,20 @@ def shutdown() -> None:
             _world = None
 
 
-def _start() -> WorldInfo:
+def _start(members: tuple | None = None, generation: int = 0, first_tag: str = "") -> WorldInfo:
+    """A world over `members` (JAX process indices; default all), `generation` worlds after
+    the first (whose job tag was `first_tag`)."""
     settings = _settings.current()
     _settings.hand_to_engines(settings)
-    for name in _settings.unknown():
-        engine.log_warning(f"{name} is not a jaccl setting (see docs/settings.md); ignored")
-    devices = jax.devices()
-    me, count = jax.process_index(), jax.process_count()
-    device_table = [(int(d.id), int(d.process_index)) for d in devices]
+    if generation == 0:
+        for name in _settings.unknown():
+            engine.log_warning(f"{name} is not a jaccl setting (see docs/settings.md); ignored")
+    members = tuple(range(jax.process_count())) if members is None else members
+    me, count = members.index(jax.process_index()), len(members)
+    device_table = [(int(d.id), members.index(d.process_index)) for d in jax.devices()
+                    if d.process_index in members]
     xla_collectives = "jaccl" if _xla_collectives.active() else "gloo"
+    space = _space(first_tag, generation, members)
     mine = {"pid": os.getpid(), "host": host_id(),
             "settings": dict(settings.agreed(), JACCL_XLA_COLLECTIVES=xla_collectives),
             "gpus": len(_cuda_peers.local_gpus())}
@@ -142,7 +212,8 @@ def _start() -> WorldInfo:
         mine["tcp"] = f"{ip}:{engine.tcp_listen(ip)}"
         transport = _transport.choose(settings)
         mine["transport"] = transport.label
-        infos, job_tag, secret = _exchange(me, count, mine, settings.timeout_s)
+        infos, job_tag, secret = _exchange(space, me, count, mine, settings.timeout_s,
+                                           f"{first_tag}-g{generation}" if generation else "")
         _transport.check_agreement([info["transport"] for info in infos])
     hosts = tuple(info["host"] for info in infos)
     if len(set(hosts)) == 1:
@@ -186,10 +257,10 @@ def _start() -> WorldInfo:
             if transport.transport == "ofi":
                 from ._kv import KeyValueStore
 
-                _transport.exchange(KeyValueStore(), f"{_KV_PREFIX}/{job_tag}", me, hosts,
+                _transport.exchange(KeyValueStore(), f"{space}/{job_tag}", me, hosts,
                                     settings.timeout_s)
-            _attach(me, hosts, settings.timeout_s)
-        _cuda_peers.setup(me, infos, hosts, f"{_KV_PREFIX}/{job_tag}", settings.timeout_s)
+            _attach(f"{space}/{job_tag}", me, hosts, settings.timeout_s)
+        _cuda_peers.setup(me, infos, hosts, f"{space}/{job_tag}", settings.timeout_s)
     except BaseException:
         engine.shutdown()
         raise
@@ -200,23 +271,26 @@ def _start() -> WorldInfo:
             engine.shutdown()
             raise
     endpoints = tuple(info.get("tcp", "") for info in infos)
-    return WorldInfo(me, count, job_tag, hosts, endpoints, settings, transport.label)
+    return WorldInfo(me, count, job_tag, hosts, endpoints, settings, transport.label, members,
+                     generation, first_tag or job_tag)
 
 
-def _exchange(me: int, count: int, mine: dict, timeout_s: float):
+def _exchange(space: str, me: int, count: int, mine: dict, timeout_s: float, tag: str = ""):
+    """Every process's facts, the job tag (`tag`, or process 0's choice) and the secret,
+    through the key-value store under `space`."""
     from ._kv import KeyValueStore
 
     kv = KeyValueStore()
     if me == 0:
-        job_tag = _settings.current().job_id or secrets.token_hex(6)
-        kv.set(f"{_KV_PREFIX}/job/secret", secrets.token_hex(16))
-        kv.set(f"{_KV_PREFIX}/job", job_tag)
+        job_tag = tag or _settings.current().job_id or secrets.token_hex(6)
+        kv.set(f"{space}/job/secret", secrets.token_hex(16))
+        kv.set(f"{space}/job", job_tag)
     else:
-        job_tag = kv.get(f"{_KV_PREFIX}/job", timeout_s)
-    secret = kv.get(f"{_KV_PREFIX}/job/secret", timeout_s)
+        job_tag = kv.get(f"{space}/job", timeout_s)
+    secret = kv.get(f"{space}/job/secret", timeout_s)
     mine = dict(mine, job=job_tag)
-    kv.set(f"{_KV_PREFIX}/{job_tag}/process/{me}", json.dumps(mine))
-    infos = [json.loads(kv.get(f"{_KV_PREFIX}/{job_tag}/process/{p}", timeout_s)) for p in range(count)]
+    kv.set(f"{space}/{job_tag}/process/{me}", json.dumps(mine))
+    infos = [json.loads(kv.get(f"{space}/{job_tag}/process/{p}", timeout_s)) for p in range(count)]
     _check_agreement(infos, me)
     return infos, job_tag, secret
 
@@ -243,12 +317,12 @@ def _listen_address() -> str:
     return engine.address_towards(coordinator.rsplit(":", 1)[0])
 
 
-def _attach(me: int, hosts: tuple, timeout_s: float) -> None:
-    """Maps the host peers' segments, then unlinks ours once every peer has mapped it."""
+def _attach(prefix: str, me: int, hosts: tuple, timeout_s: float) -> None:
+    """Maps the host peers' segments, then unlinks ours once every peer has mapped it (the
+    key-value store's keys under `prefix`)."""
     from ._kv import KeyValueStore
 
     kv = KeyValueStore()
-    prefix = f"{_KV_PREFIX}/{_job_tag_of(kv, timeout_s)}"
     peers = [p for p, h in enumerate(hosts) if h == hosts[me] and p != me]
     try:
         kv.set(f"{prefix}/created/{me}", "1")
@@ -260,10 +334,6 @@ def _attach(me: int, hosts: tuple, timeout_s: float) -> None:
             kv.get(f"{prefix}/attached/{p}", timeout_s)
     finally:
         engine.unlink_own_segment()
-
-
-def _job_tag_of(kv, timeout_s: float) -> str:
-    return kv.get(f"{_KV_PREFIX}/job", timeout_s)
 
 
 def attach_on_first_use() -> None:

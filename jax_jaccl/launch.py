@@ -239,7 +239,7 @@ def run(args) -> int:
             finished = [rank for rank, p in enumerate(procs) if p.returncode == 0]
             with lock:
                 out.write(f"jaccl-run: {len(finished)} of {len(procs)} processes finished; lost: "
-                          f"{'; '.join(lost[rank] for rank in sorted(lost))}\n".encode())
+                          f"{'; '.join(lost.values())}\n".encode())  # in the order they were lost
                 out.flush()
             if finished:
                 return 0

@@ -188,7 +188,7 @@ def lower_collective(ctx, *operands, target: str, axes: tuple, groups=None, alia
     axis_index_groups `groups`); `aliases` maps operand to result indices (not counting the
     token) that may share a buffer; `arrays` are int64 array attributes, `attributes` int64
     scalars; `avals_in` the operands' abstract values where they are not the primitive's."""
-    _bootstrap.init()
+    _bootstrap.init(_lowering_mesh(ctx).devices.flat)  # over the mesh's processes after a loss
     table, group_size = group_table(ctx, axes, groups)
     config = {k: mlir.ir_attribute(np.int64(v)) for k, v in attributes.items()}
     for name, values in (arrays or {}).items():

@@ -1,0 +1,127 @@
+"""Data-parallel training that goes on without a lost process, run with jaccl-run --keep-going.
+
+    JACCL_HEARTBEAT_TIMEOUT=3 jaccl-run -n 3 --keep-going --xla-collectives gloo -- \
+        python examples/elastic_data_parallel.py --kill-at 6
+
+A linear model learns from a global batch that every step splits over the live devices; the
+gradients are summed with jax_jaccl.lax.psum. Each step runs inside JAX's
+`multihost_utils.live_devices(...)` (JAX's fault-tolerance pattern; recoverability is switched
+on before jax.distributed starts), over a mesh of the devices it reports live. With
+`--kill-at K` the last process kills itself (SIGKILL) at step K (`--kill-at K1,K2`: then the
+one before it at K2, and so on): the survivors' step fails
+(jaccl names the dead process), live_devices reports the survivors once JAX's heartbeat
+declares the process dead (JACCL_HEARTBEAT_TIMEOUT seconds), and the step is retried over
+them: jaccl builds a new world over the survivors as the retried step is traced. Each
+survivor prints how long after the last step that completed the retried one ran, and at the
+end a digest of the parameters.
+
+`--state-out PATH` writes the state the survivors went on from (the step and the parameters
+before it); `--resume PATH` starts a job there: a job of the survivors' size resumed from it
+ends with the same digest (the same sums in the same order).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import signal
+import time
+
+import jax
+
+jax.config.update("jax_enable_recoverability", True)  # before jax.distributed starts
+
+import jax_jaccl.distributed  # noqa: E402
+
+process_index, process_count = jax_jaccl.distributed.initialize()
+
+import numpy as np  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+from jax_jaccl import lax  # noqa: E402
+
+AXIS = "data"
+BATCH = 24  # rows of the global batch: divides over 1, 2, 3 and 4 devices
+FEATURES = 16
+LR = 0.05
+RETRIES = 3  # tries of one step before giving up
+
+
+def global_batch(step: int):
+    """The step's whole batch, the same on every process: rows are dealt over the devices."""
+    rng = np.random.default_rng(step)
+    x = rng.normal(size=(BATCH, FEATURES)).astype(np.float32)
+    truth = np.linspace(-1, 1, FEATURES, dtype=np.float32)
+    return x, (x @ truth + 0.1 * rng.normal(size=BATCH)).astype(np.float32)
+
+
+def train_step(mesh):
+    def local(w, x, y):
+        grad = jax.grad(lambda w: jnp.sum((x @ w - y) ** 2))(w)
+        return w - LR * lax.psum(grad, AXIS) / BATCH
+    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P(AXIS), P(AXIS)), out_specs=P()))
+
+
+def on_mesh(mesh, array, spec):
+    return jax.make_array_from_callback(array.shape, NamedSharding(mesh, spec), lambda i: array[i])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=12, help="steps to train (default 12)")
+    parser.add_argument("--kill-at", default="",
+                        help="steps at which a process kills itself, comma-separated: the last "
+                             "process at the first, the one before it at the second... "
+                             "(default: none)")
+    parser.add_argument("--state-out", default=None,
+                        help="where to write the state the survivors go on from (.npz)")
+    parser.add_argument("--resume", default=None, help="start from a state --state-out wrote")
+    args = parser.parse_args()
+
+    kill_steps = [int(k) for k in args.kill_at.split(",") if k]
+    kills = {k: process_count - 1 - i for i, k in enumerate(kill_steps)}  # step -> who dies
+    step, w = 0, np.zeros(FEATURES, np.float32)
+    if args.resume:
+        state = np.load(args.resume)
+        step, w = int(state["step"]), state["w"]
+    compiled = {}  # the step, compiled once per set of live devices
+    tries, failed, last_good = 0, False, time.monotonic()
+    while step < args.steps:
+        try:
+            with multihost_utils.live_devices(jax.devices()) as devices:
+                if kills.get(step) == process_index:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                mesh = Mesh(np.array(devices), (AXIS,))
+                key = tuple(d.id for d in devices)
+                if key not in compiled:
+                    compiled[key] = train_step(mesh)
+                x, y = global_batch(step)
+                out = compiled[key](on_mesh(mesh, w, P()), on_mesh(mesh, x, P(AXIS)),
+                                    on_mesh(mesh, y, P(AXIS)))
+                w_next = np.asarray(out.addressable_data(0))
+        except Exception as e:  # noqa: BLE001 - a lost process: retry the step over the survivors
+            tries += 1
+            if tries > RETRIES:
+                raise
+            failed = True
+            print(f"step {step} failed ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                  "retrying over the live devices", flush=True)
+            continue
+        if failed:  # the loss, JAX's verdict on it, the new world and the step's compilation
+            print(f"step {step} ran on {len(devices)} devices, "
+                  f"{time.monotonic() - last_good:.1f} s after the last step that completed",
+                  flush=True)
+            if args.state_out and process_index == min(d.process_index for d in devices):
+                np.savez(args.state_out, step=step, w=w)
+            failed = False
+        loss = float(np.mean((global_batch(step)[0] @ w_next - global_batch(step)[1]) ** 2))
+        print(f"step {step}: loss {loss:.6f} on {len(devices)} devices", flush=True)
+        step, w, tries, last_good = step + 1, w_next, 0, time.monotonic()
+    print(f"FINAL {hashlib.sha1(w.tobytes()).hexdigest()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

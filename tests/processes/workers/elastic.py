@@ -1,0 +1,15 @@
+"""examples/elastic_data_parallel.py as a test job's worker: the harness's `--marker M` (how it
+finds what a job left running) is taken off, the rest are the example's own arguments."""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "elastic_data_parallel.py"
+
+at = sys.argv.index("--marker")
+del sys.argv[at:at + 2]
+sys.argv[0] = str(EXAMPLE)
+runpy.run_path(str(EXAMPLE), run_name="__main__")
