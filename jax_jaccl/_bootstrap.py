@@ -15,11 +15,12 @@ Contract:
   (/dev/shm/jaccl-<job>-<process>, mode 0600), maps its host peers' segments and unlinks its
   own as soon as all of them have mapped it, so nothing is left in /dev/shm even if a process
   is killed later.
-- After a lost process (the world aborted), a program lowered over a mesh of fewer of the
-  world's processes (the survivors JAX's live_devices reported) gets a new world over those
-  processes: a generation, renumbered 0..n-1 in JAX's process order, with its own key-value
-  space, job tag ("<job>-g<generation>"), segments and links. Not on GPUs, nor with XLA's
-  collectives on jaccl (a clear error).
+- With JAX's recoverability on (jax_enable_recoverability), after a lost process (the world
+  aborted), a program lowered over a mesh of fewer of the world's processes (the survivors
+  JAX's live_devices reported) gets a new world over those processes: a generation,
+  renumbered 0..n-1 in JAX's process order, with its own key-value space, job tag
+  ("<job>-g<generation>"), segments and links. Not on GPUs, nor with XLA's collectives on
+  jaccl (a clear error). Process 0 then leaves last (_leave_together()).
 """
 
 from __future__ import annotations
@@ -81,12 +82,14 @@ def host_id() -> str:
 
 def init(devices=None) -> WorldInfo:
     """Initialises jax_jaccl for this process (idempotent) and returns what it found.
-    `devices` (a mesh's, as a program is lowered over it): when the world has failed (a
-    process was lost) and they belong to fewer of its processes, the failed world is released
-    and a new one is built over those processes alone, the survivors (_next_generation())."""
+    `devices` (a mesh's, as a program is lowered over it): with JAX's recoverability on, when
+    the world has failed (a process was lost) and they belong to fewer of its processes, the
+    failed world is released and a new one is built over those processes alone, the survivors
+    (_next_generation())."""
     global _world
     with _lock:
-        if _world is not None and devices is not None and engine.aborted():
+        if (_world is not None and devices is not None and _recoverable() and
+                engine.aborted()):
             survivors = tuple(sorted({int(d.process_index) for d in devices}))
             if jax.process_index() in survivors and set(survivors) < set(_world.members):
                 failed, _world = _world, None  # if the new world fails to start: none
@@ -97,6 +100,11 @@ def init(devices=None) -> WorldInfo:
             if _world.process_count > 1:
                 _uncaught.install()  # also where jax.distributed.initialize() was called directly
         return _world
+
+
+def _recoverable() -> bool:
+    """JAX's recoverability is on: processes do not share one fate (a lost one can be survived)."""
+    return bool(getattr(jax.config, "jax_enable_recoverability", False))
 
 
 def _space(first_tag: str, generation: int, members: tuple) -> str:
@@ -133,8 +141,7 @@ def _at_exit() -> None:
         _uncaught.end_process(world.process_index)
     _wait_for_device_programs()
     shutdown()
-    if world is not None and world.process_count > 1 and (
-            world.generation > 0 or getattr(jax.config, "jax_enable_recoverability", False)):
+    if world is not None and world.process_count > 1 and _recoverable():
         _leave_together(world)
 
 
