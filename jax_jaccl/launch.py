@@ -2,7 +2,7 @@
 
     jaccl-run -n N [--devices-per-process L] [--grace S | --keep-going]
               [--xla-collectives jaccl|gloo] [--] python script.py args...
-    jaccl-run --hostfile hosts.json [--devices-per-process L] [--] python script.py args...
+    jaccl-run --hostfile hosts.json [--devices-per-process L] [--keep-going] [--] python ...
 
 Starts the processes, each with JACCL_COORDINATOR, JACCL_NUM_PROCESSES, JACCL_PROCESS_ID,
 JACCL_LOCAL_DEVICES and JACCL_JOB_ID set for jax_jaccl.distributed.initialize(), which a
@@ -93,7 +93,7 @@ def parse(argv):
         parser.error("-n and --devices-per-process must be positive")
     try:
         args.xla_collectives = _xla_collectives.resolve(args.xla_collectives, args.nprocs,
-                                                    args.devices_per_process)
+                                                        args.devices_per_process)
     except ValueError as e:
         parser.error(f"--xla-collectives: {e}")
     if args.keep_going and args.grace is not None:
