@@ -22,10 +22,10 @@ PY := $(VENV)/bin/python
 OLDEST_PY := $(OLDEST_VENV)/bin/python
 # What the oldest jax runs besides the fast loop: one of every kind of job (fresh processes,
 # each kind of fault on one host (how a failure reaches JAX depends on its version; the
-# transports, which do not, ran on the newest), going on without a lost process, XLA's collectives through the MPI shim, the
-# launcher and demo, the transport choice and jaccl-info with Debian's pyverbs (built for the
-# system Python only), the batteries on one host and between emulated hosts, MoE, every order
-# of axes)
+# transports, which do not, ran on the newest), going on without a lost process, XLA's
+# collectives through the MPI shim, the launcher and demo, the transport choice and jaccl-info
+# with Debian's pyverbs (built for the system Python only), the batteries on one host and
+# between emulated hosts, MoE, every order of axes)
 FAULTS := tests/processes/test_faults.py
 OLDEST_JOBS := tests/processes/test_fresh_processes.py \
 	"$(FAULTS)::test_ranks_that_disagree_all_get_an_error_naming_both[shape-1host]" \
