@@ -32,7 +32,8 @@ def install(module_path: str, path: str, gpus_per_process: int | None = None):
     os.environ["JACCL_CUDA_PATH"] = path
     import jax
 
-    from jax_jaccl import _bootstrap as bootstrap, _compat, _cuda_peers, _ext  # _ext: the CPU handlers
+    # _ext: the CPU handlers
+    from jax_jaccl import _bootstrap as bootstrap, _compat, _cuda_peers, _ext
 
     emulated = load_emulated_module(module_path)
     emulated.set_engine(_ext.engine.engine_api(), _ext.engine.engine_moe_api(),
