@@ -1,6 +1,7 @@
 """A job that goes on without a lost process (examples/elastic_data_parallel.py under jaccl-run
 --keep-going, JAX's recoverability on): a process killed during a step's collective (the
-others are in its all_reduce when it dies) fails that step on every survivor, naming the dead
+others are in its all_reduce when it dies; blocking calls, or every call asynchronous) fails
+that step on every survivor, naming the dead
 process; the step retried over JAX's live devices runs on a new jaccl world of the survivors;
 the survivors end with the parameters of a job of their size resumed from the state they went
 on from, bit for bit; two losses one after the other; nothing left behind. What is not
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pytest
 
 from harness import clean, run_job
 
@@ -23,10 +25,12 @@ def finals(job, ranks) -> set:
     return {d[0] for d in digests.values()}
 
 
-def test_survivors_go_on_and_match_a_job_resumed_from_their_state(tmp_path):
+# "async": every call on the devices' own threads (handlers/cpu/async_call.h) when the loss comes.
+@pytest.mark.parametrize("calls", [{}, {"JACCL_ASYNC_MIN_KB": "0"}], ids=["blocking", "async"])
+def test_survivors_go_on_and_match_a_job_resumed_from_their_state(tmp_path, calls):
     state = tmp_path / "state.npz"
     job = run_job("elastic.py", 3, args=["--steps", "8", "--kill-at", "4", "--state-out", state],
-                  env=HEARTBEAT, timeout=180, keep_going=True)
+                  env={**HEARTBEAT, **calls}, timeout=180, keep_going=True)
     out = clean(job.output)
     assert job.returncode == 0, out[-4000:]
     assert re.search(r"jaccl-run: 2 of 3 processes finished; lost: process 2 was killed by "
