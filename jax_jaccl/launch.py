@@ -133,14 +133,17 @@ def _kill(procs, sig) -> None:
                 pass
 
 
+def signal_name(number: int) -> str:
+    """"SIGKILL" for 9; "signal N" for a number Python does not name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def _how(rc: int) -> str:
     """A process's exit status in words: "exited with 3", "was killed by SIGKILL"."""
-    if rc < 0:
-        try:
-            return f"was killed by {signal.Signals(-rc).name}"
-        except ValueError:
-            return f"was killed by signal {-rc}"
-    return f"exited with {rc}"
+    return f"was killed by {signal_name(-rc)}" if rc < 0 else f"exited with {rc}"
 
 
 def _address(host: dict) -> str:

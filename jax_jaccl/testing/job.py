@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from .. import _xla_collectives
+from ..launch import signal_name
 from .compile_cache import cache_env
 from .placement import NoNamespaces, Placement
 from .rank import FAILED_FLAG, class_name
@@ -97,10 +98,8 @@ class RankResult:
 
 def _exit_text(code: int) -> str:
     if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
+        name = signal_name(-code)
+        return name if name.startswith("signal ") else f"signal {name}"
     return f"status {code}"
 
 
