@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 
 namespace jaccl {
@@ -21,39 +20,18 @@ namespace {
 
 constexpr size_t kReleaseAtLeast = 1u << 20;  // below this, memset is cheaper than the check
 
-// Whether [begin, end) lies in one private anonymous mapping ("rw-p", no file), per
-// /proc/self/maps: only there do released pages come back as zeros.
-bool private_anonymous(uintptr_t begin, uintptr_t end) {
-  FILE* maps = std::fopen("/proc/self/maps", "re");
-  if (maps == nullptr) return false;
-  char line[512];
-  bool inside = false;
-  while (std::fgets(line, sizeof line, maps) != nullptr) {
-    unsigned long lo = 0, hi = 0, offset = 0, inode = 0;
-    char perms[8] = {0}, device[16] = {0};
-    int path_at = 0;
-    if (std::sscanf(line, "%lx-%lx %7s %lx %15s %lu %n", &lo, &hi, perms, &offset, device, &inode,
-                    &path_at) < 6) {
-      continue;
-    }
-    if (begin < lo || begin >= hi) continue;
-    const char* path = line + path_at;
-    const bool anonymous = inode == 0 && (*path == '\n' || *path == 0 || std::strncmp(path, "[heap]", 6) == 0);
-    inside = end <= hi && anonymous && perms[0] == 'r' && perms[1] == 'w' && perms[3] == 'p';
-    break;
-  }
-  std::fclose(maps);
-  return inside;
-}
-
 }  // namespace
 
 void zero_fill(void* data, size_t bytes) {
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t start = reinterpret_cast<uintptr_t>(data), stop = start + bytes;
   const uintptr_t begin = (start + page - 1) & ~(page - 1), end = stop & ~(page - 1);
-  if (end <= begin || end - begin < kReleaseAtLeast || !private_anonymous(begin, end) ||
-      madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) != 0) {
+  void* pages = reinterpret_cast<void*>(begin);
+  // MADV_FREE is refused (EINVAL) unless every page lies in a private anonymous mapping, the
+  // only kind whose released pages come back as zeros: it doubles as that check (a file's
+  // private pages would come back with the file's bytes). MADV_DONTNEED then releases them.
+  if (end <= begin || end - begin < kReleaseAtLeast || madvise(pages, end - begin, MADV_FREE) != 0 ||
+      madvise(pages, end - begin, MADV_DONTNEED) != 0) {
     std::memset(data, 0, bytes);
     return;
   }

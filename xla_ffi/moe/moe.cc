@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/half.h"
 #include "common/memory.h"
+#include "common/vector_clones.h"
 
 namespace jaccl {
 namespace {
@@ -79,6 +80,18 @@ T from_f32(float v) {
   else return static_cast<T>(v);
 }
 
+template <typename Fn>
+void dispatch_float(Dtype dtype, Fn&& fn) {
+  switch (dtype) {
+    case Dtype::kF32: return fn(float{});
+    case Dtype::kBF16: return fn(bf16_t{});
+    case Dtype::kF16: return fn(f16_t{});
+    default:
+      throw_error(ErrorKind::kInvalidArgument, "MoE combine supports float32, bfloat16 and "
+                  "float16, not ", dtype_name(dtype));
+  }
+}
+
 // acc += w * row over n elements (float32).
 template <typename T>
 void accumulate(float* acc, float w, const T* row, size_t n, bool first) {
@@ -92,6 +105,19 @@ void accumulate(float* acc, float w, const T* row, size_t n, bool first) {
 template <typename T>
 void store(T* out, const float* acc, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = from_f32<T>(acc[i]);
+}
+
+// One row of a token's weighted sum, and the token's result, for any of the row types: the
+// combine's hot loops, compiled for wider vectors where the CPU has them.
+JACCL_VECTOR_CLONES void accumulate_row(Dtype dtype, float* acc, float w, const void* row,
+                                        size_t n, bool first) {
+  dispatch_float(dtype, [&](auto tag) {
+    accumulate<decltype(tag)>(acc, w, static_cast<const decltype(tag)*>(row), n, first);
+  });
+}
+
+JACCL_VECTOR_CLONES void store_row(Dtype dtype, void* out, const float* acc, size_t n) {
+  dispatch_float(dtype, [&](auto tag) { store<decltype(tag)>(static_cast<decltype(tag)*>(out), acc, n); });
 }
 
 // out[t, k] = <dout[t], row(t, k)> in float32, for tokens [t0, t1).
@@ -113,17 +139,6 @@ void pair_dot(const CombineArgs& a, const std::vector<const void*>& pair_rows, s
   }
 }
 
-template <typename Fn>
-void dispatch_float(Dtype dtype, Fn&& fn) {
-  switch (dtype) {
-    case Dtype::kF32: return fn(float{});
-    case Dtype::kBF16: return fn(bf16_t{});
-    case Dtype::kF16: return fn(f16_t{});
-    default:
-      throw_error(ErrorKind::kInvalidArgument, "MoE combine supports float32, bfloat16 and "
-                  "float16, not ", dtype_name(dtype));
-  }
-}
 
 // Where each (token, k) pair's row is, and whether it has arrived: local rows (this rank's
 // experts) are always there; a remote row is there once its stream delivered it.
@@ -147,7 +162,8 @@ class StreamingCombine : public IdleWork {
  public:
   StreamingCombine(const Call& call, const CombineArgs& args, const PairRows& pairs,
                    std::vector<float>& accumulator)
-      : call_(call), args_(args), pairs_(pairs), acc_(accumulator), next_k_(args.tokens, 0),
+      : call_(call), args_(args), pairs_(pairs), acc_(accumulator), line_(args.row_elems),
+        next_k_(args.tokens, 0),
         started_(args.tokens, 0) {
     // JACCL_MOE_LOCAL_DELAY_US (benchmarks only): a pause per token advanced, emulating a
     // host slower at its local work.
@@ -181,37 +197,45 @@ class StreamingCombine : public IdleWork {
  private:
   static constexpr size_t kSlice = 32;
 
+  // A token whose remaining rows are all here is summed in a line that stays in cache
+  // (started tokens go on in their accumulator row, where their partial sum waits).
   bool advance(size_t t) {
     const size_t h = args_.row_elems, k0 = next_k_[t];
     if (delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
-    dispatch_float(call_.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      size_t k = next_k_[t];
-      for (; k < args_.topk; ++k) {
-        const size_t p = t * args_.topk + k;
-        if (pairs_.row[p] == nullptr) continue;
-        if (!pairs_.here(p)) break;
-        accumulate<T>(acc_.data() + t * h, args_.weights[p], static_cast<const T*>(pairs_.row[p]),
-                      h, !started_[t]);
-        started_[t] = 1;
+    float* acc = started_[t] || !all_here(t) ? acc_.data() + t * h : line_.data();
+    size_t k = k0;
+    for (; k < args_.topk; ++k) {
+      const size_t p = t * args_.topk + k;
+      if (pairs_.row[p] == nullptr) continue;
+      if (!pairs_.here(p)) break;
+      accumulate_row(call_.dtype, acc, args_.weights[p], pairs_.row[p], h, !started_[t]);
+      started_[t] = 1;
+    }
+    next_k_[t] = static_cast<uint32_t>(k);
+    if (k == args_.topk) {
+      char* out = static_cast<char*>(args_.out) + t * h * dtype_size(call_.dtype);
+      if (started_[t]) {
+        store_row(call_.dtype, out, acc, h);
+      } else {
+        std::memset(out, 0, h * dtype_size(call_.dtype));
       }
-      next_k_[t] = static_cast<uint32_t>(k);
-      if (k == args_.topk) {
-        T* out = static_cast<T*>(args_.out) + t * h;
-        if (started_[t]) {
-          store<T>(out, acc_.data() + t * h, h);
-        } else {
-          std::memset(out, 0, h * sizeof(T));
-        }
-      }
-    });
+    }
     return next_k_[t] != k0;
+  }
+
+  bool all_here(size_t t) const {
+    for (size_t k = next_k_[t]; k < args_.topk; ++k) {
+      const size_t p = t * args_.topk + k;
+      if (pairs_.row[p] != nullptr && !pairs_.here(p)) return false;
+    }
+    return true;
   }
 
   const Call& call_;
   const CombineArgs& args_;
   const PairRows& pairs_;
   std::vector<float>& acc_;
+  std::vector<float> line_;
   std::vector<uint32_t> next_k_;
   std::vector<uint8_t> started_;
   std::vector<size_t> pending_;
