@@ -8,7 +8,7 @@ gradients are summed with jax_jaccl.lax.psum. Each step runs inside JAX's
 `multihost_utils.live_devices(...)` (JAX's fault-tolerance pattern; recoverability is switched
 on before jax.distributed starts), over a mesh of the devices it reports live. With
 `--kill-at K` the last process kills itself (SIGKILL) at step K (`--kill-at K1,K2`: then the
-one before it at K2, and so on): the survivors' step fails
+one before it at K2, and so on; `--who P1,P2` names other processes): the survivors' step fails
 (jaccl names the dead process), live_devices reports the survivors once JAX's heartbeat
 declares the process dead (JACCL_HEARTBEAT_TIMEOUT seconds), and the step is retried over
 them: jaccl builds a new world over the survivors as the retried step is traced. Each
@@ -76,13 +76,20 @@ def main():
                         help="steps at which a process kills itself, comma-separated: the last "
                              "process at the first, the one before it at the second... "
                              "(default: none)")
+    parser.add_argument("--who", default="",
+                        help="which processes die at those steps (jax.process_index(), comma-"
+                             "separated; default: the last, then the one before it...)")
     parser.add_argument("--state-out", default=None,
                         help="where to write the state the survivors go on from (.npz)")
     parser.add_argument("--resume", default=None, help="start from a state --state-out wrote")
     args = parser.parse_args()
 
     kill_steps = [int(k) for k in args.kill_at.split(",") if k]
-    kills = {k: process_count - 1 - i for i, k in enumerate(kill_steps)}  # step -> who dies
+    who = [int(p) for p in args.who.split(",") if p] or \
+        [process_count - 1 - i for i in range(len(kill_steps))]
+    if len(who) != len(kill_steps):
+        parser.error("--who names one process per step of --kill-at")
+    kills = dict(zip(kill_steps, who))  # step -> who dies
     step, w = 0, np.zeros(FEATURES, np.float32)
     if args.resume:
         state = np.load(args.resume)

@@ -1,11 +1,12 @@
 """A job that goes on without a lost process (examples/elastic_data_parallel.py under jaccl-run
 --keep-going, JAX's recoverability on): a process killed during a step's collective (the
 others are in its all_reduce when it dies; blocking calls, or every call asynchronous) fails
-that step on every survivor, naming the dead
-process; the step retried over JAX's live devices runs on a new jaccl world of the survivors;
-the survivors end with the parameters of a job of their size resumed from the state they went
-on from, bit for bit; two losses one after the other; nothing left behind. What is not
-supported yet (XLA's own collectives on jaccl) fails with an error that says so."""
+that step on every survivor, naming the dead process; the step retried over JAX's live
+devices runs on a new jaccl world of the survivors; the survivors end with the parameters of
+a job of their size resumed from the state they went on from, bit for bit; two losses one
+after the other (the second named by its jax.process_index() though the second world
+renumbered the survivors); nothing left behind. What is not supported yet (XLA's own
+collectives on jaccl) fails with an error that says so."""
 
 from __future__ import annotations
 
@@ -57,17 +58,21 @@ def test_survivors_go_on_and_match_a_job_resumed_from_their_state(tmp_path, call
     assert resumed.leftovers() == []
 
 
-def test_two_losses_one_after_the_other():
-    job = run_job("elastic.py", 4, args=["--steps", "6", "--kill-at", "2,4"], env=HEARTBEAT,
-                  timeout=180, keep_going=True)
+def test_two_losses_one_after_the_other_named_as_jax_numbers_them():
+    # Process 1 goes first, so the second world numbers the survivors 0, 1, 2; the second loss
+    # is still named by its jax.process_index(), 3.
+    job = run_job("elastic.py", 4, args=["--steps", "6", "--kill-at", "2,4", "--who", "1,3"],
+                  env=HEARTBEAT, timeout=180, keep_going=True)
     out = clean(job.output)
     assert job.returncode == 0, out[-4000:]
-    assert re.search(r"2 of 4 processes finished; lost: process 3 was killed by SIGKILL at [\d.]+ "
-                     r"s; process 2 was killed by SIGKILL", job.output), out[-3000:]
-    for rank in (0, 1):
+    assert re.search(r"2 of 4 processes finished; lost: process 1 was killed by SIGKILL at [\d.]+ "
+                     r"s; process 3 was killed by SIGKILL", job.output), out[-3000:]
+    for rank in (0, 2):
         text = "\n".join(job.lines(rank))
         assert "step 2 ran on 3 devices" in text and "step 4 ran on 2 devices" in text, out[-3000:]
-    assert len(finals(job, (0, 1))) == 1
+    named = re.findall(r"WARN aborting: jaccl: (process \d+) \(pid \d+\) died", job.output)
+    assert set(named) == {"process 1", "process 3"}, out[-3000:]
+    assert len(finals(job, (0, 2))) == 1
     assert job.leftovers() == []
 
 

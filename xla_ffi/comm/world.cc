@@ -287,9 +287,14 @@ size_t World::host_index(int64_t id) const {
 std::string World::describe_device(int64_t id) const {
   const DeviceInfo& d = device(id);
   const ProcessInfo& p = config_.processes[d.process];
-  std::string out = text("device ", id, ", process ", d.process, ", pid ", p.pid);
+  std::string out = text("device ", id, ", ", process_name(d.process), ", pid ", p.pid);
   if (!same_host(d.process)) append(out, " on host ", p.host);
   return out;
+}
+
+std::string World::process_name(int process) const {
+  const ProcessInfo& p = config_.processes[process];
+  return text("process ", p.jax_index >= 0 ? p.jax_index : process);
 }
 
 SegmentHeader* World::header_of(int process) const {
@@ -541,12 +546,11 @@ void World::check_health(const std::vector<int>& processes) const {
     if (!same_host(p)) continue;
     const SegmentHeader* header = header_of(p);
     if (header != nullptr && header->abort.state.load(std::memory_order_acquire) != 0) {
-      throw_error(ErrorKind::kPeerFailure, "process ", p, " (pid ", info.pid,
-                  ") failed: ", reason_of(header));
+      throw_error(ErrorKind::kPeerFailure, process_name(p), " (pid ", info.pid, ") failed: ",
+                  reason_of(header));
     }
     if (!pid_alive(info.pid)) {
-      throw_error(ErrorKind::kPeerFailure, "process ", p, " (pid ", info.pid,
-                  ") died");
+      throw_error(ErrorKind::kPeerFailure, process_name(p), " (pid ", info.pid, ") died");
     }
   }
 }

@@ -85,6 +85,8 @@ class World {
   bool same_host(int process) const;
   const std::string& host_of(int64_t id) const { return config_.processes[device(id).process].host; }
   std::string describe_device(int64_t id) const;
+  // "process P" with P the process's jax.process_index() (ProcessInfo::jax_index).
+  std::string process_name(int process) const;
 
   Channel* channel(int64_t src, int64_t dst) const;
   // With config.shared_channels, every communicator talks through streams of these (one per

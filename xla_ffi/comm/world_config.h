@@ -12,6 +12,9 @@ struct ProcessInfo {
   int index = 0;
   int pid = 0;
   std::string host;  // processes with equal `host` share memory
+  // jax.process_index() of the process, which messages name it by: the world's index until
+  // a world over the survivors of a lost process renumbers them (-1: the index).
+  int jax_index = -1;
 };
 
 struct DeviceInfo {

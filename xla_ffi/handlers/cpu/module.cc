@@ -64,7 +64,8 @@ int tcp_listen(const std::string& ip, int port) {
   return pending_network()->endpoint().port;
 }
 
-void init_world(int my_process, const std::vector<std::tuple<int, int, std::string>>& processes,
+void init_world(int my_process,
+                const std::vector<std::tuple<int, int, std::string, int>>& processes,
                 const std::vector<std::tuple<int64_t, int>>& devices, const std::string& job_tag,
                 size_t payload_bytes, int num_slots, double timeout_s, int spin_us,
                 const std::vector<std::string>& endpoints, const std::string& secret,
@@ -73,8 +74,8 @@ void init_world(int my_process, const std::vector<std::tuple<int, int, std::stri
                 bool xla_streams) {
   jaccl::WorldConfig config;
   config.my_process = my_process;
-  for (const auto& [index, pid, host] : processes) {
-    config.processes.push_back(jaccl::ProcessInfo{index, pid, host});
+  for (const auto& [index, pid, host, jax_index] : processes) {
+    config.processes.push_back(jaccl::ProcessInfo{index, pid, host, jax_index});
   }
   for (const auto& [id, process] : devices) config.devices.push_back(jaccl::DeviceInfo{id, process});
   config.job_tag = job_tag;
