@@ -77,14 +77,15 @@ $(OLDEST_VENV)/.installed: $(SOURCES)
 demo: setup
 	$(PY) examples/demo.py
 
+# --durations: the slowest tests in every run's log, where the suite's time goes (docs/tests.md)
 test: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests --durations=30
 
 test-fast: setup
 	$(PY) -m pytest -q tests/in_process
 
 test-oldest: setup-oldest
-	$(OLDEST_PY) -m pytest -q tests/in_process $(OLDEST_JOBS)
+	$(OLDEST_PY) -m pytest -q tests/in_process $(OLDEST_JOBS) --durations=15
 
 bench: setup
 	$(VENV)/bin/jaccl-bench collectives --nprocs 2 --runs 3 --vs lax --plot collectives.png
