@@ -30,7 +30,8 @@ void zero_fill(void* data, size_t bytes) {
   // MADV_FREE is refused (EINVAL) unless every page lies in a private anonymous mapping, the
   // only kind whose released pages come back as zeros: it doubles as that check (a file's
   // private pages would come back with the file's bytes). MADV_DONTNEED then releases them.
-  if (end <= begin || end - begin < kReleaseAtLeast || madvise(pages, end - begin, MADV_FREE) != 0 ||
+  if (end <= begin || end - begin < kReleaseAtLeast ||
+      madvise(pages, end - begin, MADV_FREE) != 0 ||
       madvise(pages, end - begin, MADV_DONTNEED) != 0) {
     std::memset(data, 0, bytes);
     return;

@@ -117,7 +117,9 @@ JACCL_VECTOR_CLONES void accumulate_row(Dtype dtype, float* acc, float w, const 
 }
 
 JACCL_VECTOR_CLONES void store_row(Dtype dtype, void* out, const float* acc, size_t n) {
-  dispatch_float(dtype, [&](auto tag) { store<decltype(tag)>(static_cast<decltype(tag)*>(out), acc, n); });
+  dispatch_float(dtype, [&](auto tag) {
+    store<decltype(tag)>(static_cast<decltype(tag)*>(out), acc, n);
+  });
 }
 
 // out[t, k] = <dout[t], row(t, k)> in float32, for tokens [t0, t1).
@@ -138,7 +140,6 @@ void pair_dot(const CombineArgs& a, const std::vector<const void*>& pair_rows, s
     }
   }
 }
-
 
 // Where each (token, k) pair's row is, and whether it has arrived: local rows (this rank's
 // experts) are always there; a remote row is there once its stream delivered it.
@@ -163,8 +164,7 @@ class StreamingCombine : public IdleWork {
   StreamingCombine(const Call& call, const CombineArgs& args, const PairRows& pairs,
                    std::vector<float>& accumulator)
       : call_(call), args_(args), pairs_(pairs), acc_(accumulator), line_(args.row_elems),
-        next_k_(args.tokens, 0),
-        started_(args.tokens, 0) {
+        next_k_(args.tokens, 0), started_(args.tokens, 0) {
     // JACCL_MOE_LOCAL_DELAY_US (benchmarks only): a pause per token advanced, emulating a
     // host slower at its local work.
     delay_us_ = local_delay_us.load(std::memory_order_relaxed);
