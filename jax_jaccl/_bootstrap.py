@@ -233,7 +233,8 @@ def _start(members: tuple | None = None, generation: int = 0, first_tag: str = "
         sum(1 for _, p in device_table if p == me))
     engine.init_world(
         my_process=me,
-        processes=[(i, int(info["pid"]), info["host"], members[i]) for i, info in enumerate(infos)],
+        processes=[(i, int(info["pid"]), info["host"], members[i])  # members: jax's numbers
+                   for i, info in enumerate(infos)],
         devices=device_table,
         job_tag=job_tag,
         payload_bytes=settings.frame_bytes,
