@@ -1,7 +1,8 @@
 """Every collective over every order of a tuple of mesh axes, one process x 4 devices, against
 jax.lax (tests/support/axis_orders.py): a 2 x 2 mesh, and a 2 x 2 x 1 mesh whose size-1 axis
-leaves the order of the others alone. Meshes of 8 devices: test_fresh_processes.py (1 x 8) and
-tests/plugin/test_axis_orders_as_jobs.py (across processes and hosts)."""
+leaves the order of the others alone. Meshes of 8 devices (2 x 4, 2 x 2 x 2), with groups
+inside a process and across processes: tests/plugin/test_axis_orders_as_jobs.py; across hosts,
+ranks dealt round-robin: tests/plugin/test_battery_as_jobs.py."""
 
 from __future__ import annotations
 
