@@ -40,10 +40,12 @@ KERNELS = _in("cuda/kernels", ".cu")
 HOST_SOURCES = ["cuda/peer_collectives.cc", "cuda/peer_group.cc", "cuda/peer_moe.cc",
                 "common/reduce.cc", "common/dtype.cc", "common/error.cc", "collectives/kinds.cc"]
 # The whole _jaccl_cuda extension as CMake builds it (minus nvcc), for tests that run JAX: its
-# folders, and the part of jaccl_core (which CMake links) that they use.
+# folders, and the part of jaccl_core (which CMake links) that they use. The check program's
+# sources are among them: compiled once, as the kernels are, and linked into both.
 MODULE_SOURCES = _in("handlers/cuda", ".cc") + _in("cuda", ".cc") + [
     "common/call_sites.cc", "common/reduce.cc", "common/dtype.cc", "common/error.cc",
     "common/log.cc", "common/process.cc", "collectives/kinds.cc"]
+assert set(HOST_SOURCES) <= set(MODULE_SOURCES)
 # Compiled first, so that the other sources fill the other jobs meanwhile.
 _SLOW_SOURCES = ("kernels/reduce.cc", "nb_combined.cpp")
 CHECKS = ["shim/fibers.cc", "shim/runtime.cc", "emulated_world.cc", "main.cc", "kernel_checks.cc",
@@ -136,8 +138,8 @@ def _paths(triples: list) -> list:
 
 
 def build(out_dir: str | os.PathLike, jobs: int = 2) -> tuple:
-    """Both builds in one pass, the kernels compiled once (position-independent, as the module
-    needs them): returns (check program, module).
+    """Both builds in one pass, the kernels and the engine sources they share compiled once
+    (position-independent, as the module needs them): returns (check program, module).
 
     The check program is main.cc with the kernels and peer-path schedules. The module is the
     _jaccl_cuda extension over emulated GPUs: import it from its path under the name
@@ -152,17 +154,16 @@ def build(out_dir: str | os.PathLike, jobs: int = 2) -> tuple:
     shared = _flags(shared=True)
     kernels = _objects(out / "kernels", [(k, []) for k in _rewritten_kernels(out)],
                        _flags(shared=True, xla=False))
-
-    program_sources = [ENGINE / s for s in HOST_SOURCES] + [HERE / s for s in CHECKS]
-    program = _objects(out / "program", [(s, []) for s in program_sources],
-                       _flags(shared=False, xla=False))
+    kernels += _objects(out / "shared", [(ENGINE / s, []) for s in HOST_SOURCES],
+                        _flags(shared=True, xla=False))
+    program = _objects(out / "program", [(HERE / s, []) for s in CHECKS], _flags(shared=False, xla=False))
 
     nb_src = pathlib.Path(nanobind.source_dir())
     nb_include = pathlib.Path(nanobind.include_dir())
     python = ["-I" + sysconfig.get_paths()["include"], f"-I{nb_include}",
               f"-I{nb_include.parent / 'ext' / 'robin_map' / 'include'}"]
     stream = ["-include", str(HERE / "shim" / "xla_stream.h")]
-    module_sources = [(ENGINE / s, stream + python) for s in MODULE_SOURCES]
+    module_sources = [(ENGINE / s, stream + python) for s in MODULE_SOURCES if s not in HOST_SOURCES]
     module_sources += [(HERE / "shim" / s, stream) for s in ("fibers.cc", "runtime.cc", "handlers_on_cpu.cc")]
     module_sources += [(nb_src / "nb_combined.cpp", python + ["-w"])]
     module = _objects(module_dir, module_sources, shared)
