@@ -10,7 +10,6 @@ the ranks out round-robin over the hosts."""
 from __future__ import annotations
 
 import hashlib
-import itertools
 
 import jax
 import jax.numpy as jnp
@@ -44,8 +43,10 @@ def same_on_every_process(digests: dict) -> None:
 # frame-spanning sizes stay). 2x2 on 2 hosts runs the transport settings at their smallest
 # (4 KiB frames, 2 in flight, one socket a link, no busy wait), with a 16-bit type too: its
 # messages span hundreds of frames, in sizes that divide by neither frames nor frames x lanes.
-# The round-robin layout also runs every order of the three axes of a 2 x 2 x 2 mesh
-# (tests/support/axis_orders.py), its ranks dealt over hosts in the most scrambled way.
+# The round-robin layout also runs every collective over the three axes of a 2 x 2 x 2 mesh
+# in the mesh's order and reversed (tests/support/axis_orders.py), its ranks dealt over hosts
+# in the most scrambled way; every order runs on one host (test_axis_orders_as_jobs.py: 2
+# processes x 4 devices, groups within and across processes).
 SMALL_FRAMES = {**TCP, "JACCL_FRAME_KB": "4", "JACCL_SLOTS": "2", "JACCL_TCP_SOCKETS": "1",
                 "JACCL_SPIN_US": "0"}
 FOR_THEIR_TRANSPORT = {"4x1", "4x1-2hosts-lo-tcp", "2x2-2hosts-lo-tcp", "2x2-2hosts-lo-ofi",
@@ -93,5 +94,5 @@ def test_collectives_match_lax(jax_job, request, nprocs, devices, hosts, transpo
     same_on_every_process(digests)
     if name == "4x2-2hosts-netns-tcp-rr":
         mesh = jax.make_mesh((2, 2, 2), ("x", "y", "z"))
-        orders = list(itertools.permutations(mesh.axis_names))
-        assert axis_orders.check_every_order(mesh, assert_equal_shards, orders=orders) >= 6 * 23
+        orders = [("x", "y", "z"), ("z", "y", "x")]
+        assert axis_orders.check_every_order(mesh, assert_equal_shards, orders=orders) >= 2 * 23
