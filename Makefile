@@ -4,8 +4,9 @@
 # demo:  the main job: 2 processes x 2 CPU devices, then 4 x 1, train a 2M-parameter model with
 #        jaccl's collectives and with jax.lax's (on gloo, then on jaccl), checking the losses
 #        agree, and print the step times side by side (about a minute per layout)
-# test:  the test suite on the newest jax (test-fast: what runs in the pytest process alone, no
-#        jobs, no builds)
+# test:  the test suite on the newest jax: the fast loop on 2 pytest-xdist workers, then the
+#        jobs and builds one at a time (test-fast: the fast loop alone, what runs in the pytest
+#        process, no jobs, no builds)
 # test-oldest: the oldest jax supported (jax 0.10.2 on Python 3.11, in .venv-oldest): the fast
 #        loop and a representative set of jobs (OLDEST_JOBS)
 # bench: jaccl-bench collectives, 2 processes x 1 device, against jax's own collectives
@@ -79,13 +80,15 @@ demo: setup
 
 # --durations: the slowest tests in every run's log, where the suite's time goes (docs/tests.md)
 test: setup
-	$(PY) -m pytest -q tests --durations=30
+	$(PY) -m pytest -q -n 2 tests/in_process --durations=10
+	$(PY) -m pytest -q tests --ignore=tests/in_process --durations=30
 
 test-fast: setup
-	$(PY) -m pytest -q tests/in_process
+	$(PY) -m pytest -q -n 2 tests/in_process
 
 test-oldest: setup-oldest
-	$(OLDEST_PY) -m pytest -q tests/in_process $(OLDEST_JOBS) --durations=15
+	$(OLDEST_PY) -m pytest -q -n 2 tests/in_process --durations=10
+	$(OLDEST_PY) -m pytest -q $(OLDEST_JOBS) --durations=15
 
 bench: setup
 	$(VENV)/bin/jaccl-bench collectives --nprocs 2 --runs 3 --vs lax --plot collectives.png

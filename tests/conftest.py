@@ -23,10 +23,15 @@ if not os.environ.get("JACCL_PYTEST_JOB_DIR"):
 # battery: 33 -> 24 s of CPU, 19 -> 15 s). The custom calls, their buffers and XLA's HLO passes
 # are the same either way. The pytest process has read its own XLA flags before the variable
 # changes, so it, and every in-process check, keeps XLA's defaults: the code users get.
+# pytest-xdist's workers inherit the changed variable: each reads the flags pytest started
+# with (kept in _OWN_FLAGS) before it changes the variable again for its own children.
 _FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-_FLAGS_SET = "xla_backend_optimization_level" in os.environ.get("XLA_FLAGS", "")
-if not os.environ.get("JACCL_PYTEST_JOB_DIR") and not _FLAGS_SET:
-    from jax._src.lib import xla_client  # noqa: E402
+_OWN_FLAGS = "JACCL_PYTEST_OWN_XLA_FLAGS"
+if not os.environ.get("JACCL_PYTEST_JOB_DIR"):
+    _own = os.environ.setdefault(_OWN_FLAGS, os.environ.get("XLA_FLAGS", ""))
+    if "xla_backend_optimization_level" not in _own:
+        from jax._src.lib import xla_client  # noqa: E402
 
-    xla_client.CompileOptions()  # parses XLA_FLAGS for this process, once
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FAST_COMPILE}".strip()
+        os.environ["XLA_FLAGS"] = _own
+        xla_client.CompileOptions()  # parses XLA_FLAGS for this process, once
+        os.environ["XLA_FLAGS"] = f"{_own} {_FAST_COMPILE}".strip()
