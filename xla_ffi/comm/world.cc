@@ -217,10 +217,11 @@ void World::open_ofi() {
     const int peer = device(remote).process;
     links.push_back(ofi::LinkSpec{local, remote, peer, doorbell(local),
                                   numbers.out_index(me, local, remote), numbers.in_index(me, remote, local),
-                                  numbers.in_index(peer, local, remote), numbers.out_index(peer, remote, local)});
+                                  numbers.in_index(peer, local, remote), numbers.out_index(peer, remote, local),
+                                  process_name(peer)});
   }
   ofi::Settings settings;
-  settings.my_process = me;
+  settings.my_name = process_name(me);
   // At least as deep as TCP's rings (connect_network), and at least 4 MiB in flight per
   // channel: TCP's socket buffers hold that much, libfabric's window is the ring (measured on
   // unlimited emulated links: 64 KiB frames reached 0.46 GB/s each way with 8 slots).
@@ -358,12 +359,13 @@ void World::connect_network() {
                                       ? config_.endpoints[remote.process]
                                       : std::string();
     if (endpoint.empty() || network_ == nullptr) {
-      throw_error(ErrorKind::kInvalidArgument, "process ", remote.process,
+      throw_error(ErrorKind::kInvalidArgument, process_name(remote.process),
                   " is on another host but ", network_ ? "announced no TCP endpoint" :
                   "this process has no TCP transport");
     }
     links.push_back(tcp::LinkSpec{local, remote.id, remote.process,
-                                  tcp::Endpoint::parse(endpoint), doorbell(local)});
+                                  tcp::Endpoint::parse(endpoint), doorbell(local),
+                                  process_name(remote.process)});
   }
   if (links.empty()) return;
   tcp::Settings settings;

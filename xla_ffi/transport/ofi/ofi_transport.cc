@@ -29,8 +29,8 @@ constexpr int kIdleWaitMs = 10;      // longest sleep on the wait fd (a lost wak
 
 // "between device L and device R of process P": how failures name a link.
 std::string between(const LinkSpec& s) {
-  return text("between device ", s.local_device, " and device ", s.remote_device, " of process ",
-              s.remote_process);
+  return text("between device ", s.local_device, " and device ", s.remote_device, " of ",
+              s.remote_name);
 }
 
 // Messages' tags: bit 63 credit, bits 32-62 the target's channel index, bits 0-31 the frame.
@@ -282,14 +282,22 @@ std::string OfiTransport::local_info() const {
   return me.encode();
 }
 
+std::string OfiTransport::peer_name(int process) const {
+  for (const auto& link : links_) {
+    if (link->spec.remote_process == process) return link->spec.remote_name;
+  }
+  return text("process ", process);
+}
+
 void OfiTransport::add_peer(int process, const std::string& line) {
   const PeerInfo peer = PeerInfo::decode(line);
   const Choice& c = fabric_->choice();
-  const std::string me = text("process ", settings_.my_process);
+  const std::string& me = settings_.my_name;
+  const std::string them = peer_name(process);
   if (peer.provider != c.provider || peer.version != c.version ||
       (c.hardware && peer.fabric != c.fabric)) {
     // Software providers name their fabric after the IP network, which differs by host.
-    throw_error(ErrorKind::kMismatch, "OFI: process ", process, " uses provider ", peer.provider,
+    throw_error(ErrorKind::kMismatch, "OFI: ", them, " uses provider ", peer.provider,
                 " on fabric ", peer.fabric, " (libfabric ", FI_MAJOR(peer.version), ".",
                 FI_MINOR(peer.version), ") but ", me, " uses ", c.provider, " on fabric ", c.fabric,
                 " (libfabric ", FI_MAJOR(c.version), ".", FI_MINOR(c.version),
@@ -297,12 +305,12 @@ void OfiTransport::add_peer(int process, const std::string& line) {
   }
   const std::string mine = mode_ == Mode::kWrite ? "write" : "message";
   if (peer.mode != mine) {
-    throw_error(ErrorKind::kMismatch, "OFI: process ", process, " moves frames by ", peer.mode,
+    throw_error(ErrorKind::kMismatch, "OFI: ", them, " moves frames by ", peer.mode,
                 " but ", me, " by ", mine, " (set the same JACCL_OFI_MODE everywhere)");
   }
   if (peer.num_slots != static_cast<uint32_t>(settings_.num_slots) ||
       peer.payload_bytes != settings_.payload_bytes) {
-    throw_error(ErrorKind::kMismatch, "OFI: process ", process, " has rings of ", peer.num_slots,
+    throw_error(ErrorKind::kMismatch, "OFI: ", them, " has rings of ", peer.num_slots,
                 " x ", peer.payload_bytes, " B but ", me, " has ", settings_.num_slots, " x ",
                 settings_.payload_bytes, " B: set the same JACCL_FRAME_KB and JACCL_SLOTS everywhere");
   }
@@ -310,7 +318,7 @@ void OfiTransport::add_peer(int process, const std::string& line) {
   for (auto& link : links_) {
     if (link->spec.remote_process != process) continue;
     if (link->spec.remote_in_index >= peer.in_channels) {
-      throw_error(ErrorKind::kMismatch, "OFI: process ", process, " has ", peer.in_channels,
+      throw_error(ErrorKind::kMismatch, "OFI: ", them, " has ", peer.in_channels,
                   " incoming channels, but ", me, " writes to its channel ", link->spec.remote_in_index);
     }
     link->peer = handle;
@@ -324,11 +332,11 @@ void OfiTransport::start(const std::function<const Channel*(int64_t, int64_t)>& 
   for (auto& link : links_) {
     const LinkSpec& s = link->spec;
     if (link->peer == FI_ADDR_UNSPEC) {
-      throw_error(ErrorKind::kInternal, "OFI: no address for process ", s.remote_process);
+      throw_error(ErrorKind::kInternal, "OFI: no address for ", s.remote_name);
     }
     link->control = control(s.local_device, s.remote_device);
-    log(LogLevel::kInfo, "ofi: link device ", s.local_device, "<->", s.remote_device, " (process ",
-        s.remote_process, ") over ", fabric_->choice().provider, " on ", fabric_->choice().domain);
+    log(LogLevel::kInfo, "ofi: link device ", s.local_device, "<->", s.remote_device, " (",
+        s.remote_name, ") over ", fabric_->choice().provider, " on ", fabric_->choice().domain);
   }
   io_thread_ = std::thread([this] { io_loop(); });
 }
@@ -501,7 +509,7 @@ void OfiTransport::on_error() {
                                 provider_text && *provider_text ? text(" (", provider_text, ")") : "");
   auto* op = static_cast<Op*>(error.op_context);
   if (op == nullptr || (error.flags & FI_REMOTE_WRITE)) {
-    for (auto& link : links_) fail(*link, text("OFI: a write into process ", settings_.my_process, " failed: ", what));
+    for (auto& link : links_) fail(*link, text("OFI: a write into ", settings_.my_name, " failed: ", what));
     return;
   }
   Link& link = *op->link;

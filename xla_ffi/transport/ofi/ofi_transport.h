@@ -46,7 +46,7 @@
 namespace jaccl::ofi {
 
 struct Settings {
-  int my_process = 0;
+  std::string my_name;       // how messages name this process ("process 2", JAX's number)
   int num_slots = 8;         // frames in flight per channel
   size_t payload_bytes = 0;  // per frame
   double timeout_s = 120;    // retries of refused writes, drain
@@ -66,6 +66,7 @@ struct LinkSpec {
   uint32_t in_index = 0;          // remote -> local among this process's incoming channels
   uint32_t remote_in_index = 0;   // local -> remote among the remote process's incoming
   uint32_t remote_out_index = 0;  // remote -> local among the remote process's outgoing
+  std::string remote_name;        // how messages name the remote process
 };
 
 // What a process tells the others (through the key-value store) so they can write to it.
@@ -110,6 +111,7 @@ class OfiTransport {
   struct Op;
 
  private:
+  std::string peer_name(int process) const;  // its links' remote_name
   void io_loop();
   bool poll_completions();
   bool post_frames(Link& link);

@@ -258,7 +258,7 @@ void TcpTransport::connect_all(const Deadline& deadline) {
       for (Stripe& s : link->stripes) up += s.fd >= 0;
       if (up < settings_.stripes) {
         append(missing, " device ", link->spec.local_device, "<->", link->spec.remote_device,
-               " (process ", link->spec.remote_process, " at ", link->spec.remote_endpoint.str(),
+               " (", link->spec.remote_name, " at ", link->spec.remote_endpoint.str(),
                ", ", up, "/", settings_.stripes, " sockets)");
       }
     }
@@ -510,8 +510,7 @@ bool TcpTransport::pump_receive(Stripe& s) {
   }
   ssize_t n = recv(s.fd, s.recv_ptr, s.recv_left, MSG_DONTWAIT);
   if (n == 0) {
-    fail(link, "connection closed by process " + std::to_string(link.spec.remote_process) +
-                   " (it exited or was killed)");
+    fail(link, "connection closed by " + link.spec.remote_name + " (it exited or was killed)");
     return false;
   }
   if (n < 0) {
@@ -546,7 +545,7 @@ bool TcpTransport::pump_receive(Stripe& s) {
   }
   s.receiving = false;
   if (s.receiving_control) {
-    fail(link, "process " + std::to_string(link.spec.remote_process) + " failed: " + s.control_in);
+    fail(link, link.spec.remote_name + " failed: " + s.control_in);
     return false;
   }
   link.received[s.next_recv % slots] = 1;
@@ -570,13 +569,12 @@ void TcpTransport::finish(Stripe& stripe) {
   for (const Stripe& s : link.stripes) {
     if (s.fd >= 0) return;
   }
-  fail(link, "process " + std::to_string(link.spec.remote_process) +
-                 " finished and closed its connections");
+  fail(link, link.spec.remote_name + " finished and closed its connections");
 }
 
 std::string TcpTransport::socket_error(const Link& link, const char* call) const {
   const int err = errno;
-  const std::string process = "process " + std::to_string(link.spec.remote_process);
+  const std::string& process = link.spec.remote_name;
   if (err == ECONNRESET || err == EPIPE) {
     return "connection reset by " + process + " (it exited or was killed)";
   }

@@ -53,6 +53,7 @@ struct LinkSpec {
   int remote_process = 0;
   Endpoint remote_endpoint;
   Doorbell* local_doorbell = nullptr;
+  std::string remote_name;  // how messages name the remote process ("process 2", JAX's number)
 };
 
 class TcpTransport {
