@@ -202,10 +202,10 @@ EIGHT_DEVICES = textwrap.dedent("""
 
 def test_the_lax_surface_on_eight_devices_of_one_process():
     """1 x 8: jax_jaccl.lax against jax.lax on a mesh of 8, a 2 x 4 mesh over both axes (a
-    tuple) and over its inner axis, every collective name. Every order of the axes of a 2 x 4
-    and a 2 x 2 x 2 mesh is checked within one process by tests/in_process/test_axis_orders.py
-    (2 x 2, 2 x 2 x 1) and across processes, with groups inside a process too, by
-    tests/plugin/test_axis_orders_as_jobs.py (2 processes x 4 devices)."""
+    tuple) and over its inner axis, every collective name. Every order of a tuple of axes is
+    checked on 4 devices of one process (tests/in_process/test_axis_orders.py: 2 x 2, 2 x 2 x
+    1) and on the 8 devices of a 2 x 4 and a 2 x 2 x 2 mesh over 2 processes of 4, groups
+    inside a process among them (tests/plugin/test_axis_orders_as_jobs.py)."""
     done = subprocess.run([sys.executable, "-c", EIGHT_DEVICES], capture_output=True, text=True,
                           timeout=300, env=dict(os.environ, JACCL_TIMEOUT="30"))
     assert done.returncode == 0, done.stderr[-3000:]
