@@ -152,10 +152,11 @@ def build(out_dir: str | os.PathLike, jobs: int = 2) -> tuple:
     out = pathlib.Path(out_dir)
     module_dir = out / "module"
     shared = _flags(shared=True)
-    kernels = _objects(out / "kernels", [(k, []) for k in _rewritten_kernels(out)],
-                       _flags(shared=True, xla=False))
-    kernels += _objects(out / "shared", [(ENGINE / s, []) for s in HOST_SOURCES],
-                        _flags(shared=True, xla=False))
+    # Linked into both targets: the rewritten kernels and the engine sources the program uses.
+    both = _objects(out / "kernels", [(k, []) for k in _rewritten_kernels(out)],
+                    _flags(shared=True, xla=False))
+    both += _objects(out / "engine", [(ENGINE / s, []) for s in HOST_SOURCES],
+                     _flags(shared=True, xla=False))
     program = _objects(out / "program", [(HERE / s, []) for s in CHECKS], _flags(shared=False, xla=False))
 
     nb_src = pathlib.Path(nanobind.source_dir())
@@ -168,12 +169,12 @@ def build(out_dir: str | os.PathLike, jobs: int = 2) -> tuple:
     module_sources += [(nb_src / "nb_combined.cpp", python + ["-w"])]
     module = _objects(module_dir, module_sources, shared)
 
-    _compile(kernels + program + module, jobs)
-    program_path = _link(_paths(kernels + program), _flags(shared=False), out / "emulated_gpus")
+    _compile(both + program + module, jobs)
+    program_path = _link(_paths(both + program), _flags(shared=False), out / "emulated_gpus")
     exports = module_dir / "exports.map"  # the real module's, plus the emulation's entry points
     exports.write_text("{ global: PyInit_*; emulated_jaccl_cuda_*; local: *; };\n")
     link = ["-shared", *GPU_MACHINE_LINK, "-Wl,--exclude-libs,ALL", f"-Wl,--version-script={exports}"]
-    module_path = _link(_paths(kernels + module), shared + link, module_dir / "_jaccl_cuda.so")
+    module_path = _link(_paths(both + module), shared + link, module_dir / "_jaccl_cuda.so")
     return program_path, module_path
 
 
