@@ -5,7 +5,9 @@ that step on every survivor, naming the dead process; the step retried over JAX'
 devices runs on a new jaccl world of the survivors; the survivors end with the parameters of
 a job of their size resumed from the state they went on from, bit for bit; two losses one
 after the other (the second named by its jax.process_index() though the second world
-renumbered the survivors); nothing left behind. What is not supported yet (XLA's own
+renumbered the survivors) on one host and between emulated hosts over jaccl's TCP and the OFI
+transport (the loss seen as a closed link, every world of survivors linked anew); nothing left
+behind. What is not supported yet (XLA's own
 collectives on jaccl) fails with an error that says so."""
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 import pytest
 
 from harness import clean, run_job
+from transports import OFI, TCP, expected, needs_ofi
 
 HEARTBEAT = {"JACCL_HEARTBEAT_TIMEOUT": "3"}  # JAX declares a silent process dead after 3 s
 
@@ -58,19 +61,34 @@ def test_survivors_go_on_and_match_a_job_resumed_from_their_state(tmp_path, call
     assert resumed.leftovers() == []
 
 
-def test_two_losses_one_after_the_other_named_as_jax_numbers_them():
+# Over emulated hosts (one JACCL_HOST_ID a process, jaccl's TCP or the OFI transport between
+# them) the loss is a link that closes, not a pid that vanishes, and each world after a loss
+# brings up new links between the survivors.
+@pytest.mark.parametrize("hosts", [pytest.param({}, id="1host"), pytest.param(TCP, id="hosts-tcp"),
+                                   pytest.param(OFI, id="hosts-ofi", marks=needs_ofi)])
+def test_two_losses_one_after_the_other_named_as_jax_numbers_them(hosts):
     # Process 1 goes first, so the second world numbers the survivors 0, 1, 2; the second loss
     # is still named by its jax.process_index(), 3.
+    env = {**HEARTBEAT, **hosts, "JACCL_DEBUG": "info", "JACCL_TEST_FAKE_HOSTS": "4" if hosts else "0"}
     job = run_job("elastic.py", 4, args=["--steps", "6", "--kill-at", "2,4", "--who", "1,3"],
-                  env=HEARTBEAT, timeout=180, keep_going=True)
+                  env=env, timeout=180, keep_going=True)
     out = clean(job.output)
     assert job.returncode == 0, out[-4000:]
     assert re.search(r"2 of 4 processes finished; lost: process 1 was killed by SIGKILL at [\d.]+ "
                      r"s; process 3 was killed by SIGKILL", job.output), out[-3000:]
+    between = f"INFO between hosts: {expected(hosts)} " if hosts else None
     for rank in (0, 2):
         text = "\n".join(job.lines(rank))
         assert "step 2 ran on 3 devices" in text and "step 4 ran on 2 devices" in text, out[-3000:]
-    named = re.findall(r"WARN aborting: jaccl: (process \d+) \(pid \d+\) died", job.output)
+        worlds = re.split(r"INFO world generation \d+: ", text)
+        assert len(worlds) == 3, out[-3000:]
+        if between:  # every world, the survivors' two included, links its hosts over `hosts`
+            assert all(between in world for world in worlds), out[-3000:]
+    if hosts:  # "connection to rank 2 (device 6144, process 3, pid 4679 on host fake-host-3) failed"
+        named = re.findall(r"WARN aborting: .*: connection to rank \d+ \(device \d+, (process \d+), "
+                           r"pid \d+ on host fake-host-\d\) failed", job.output)
+    else:
+        named = re.findall(r"WARN aborting: jaccl: (process \d+) \(pid \d+\) died", job.output)
     assert set(named) == {"process 1", "process 3"}, out[-3000:]
     assert len(finals(job, (0, 2))) == 1
     assert job.leftovers() == []

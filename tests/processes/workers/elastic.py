@@ -3,12 +3,16 @@ finds what a job left running) is taken off, the rest are the example's own argu
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 from pathlib import Path
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "elastic_data_parallel.py"
 
+fake_hosts = int(os.environ.get("JACCL_TEST_FAKE_HOSTS", "0"))
+if fake_hosts:  # as tests/processes/workers/common.py: processes on emulated hosts, over loopback
+    os.environ["JACCL_HOST_ID"] = f"fake-host-{int(os.environ['JACCL_PROCESS_ID']) % fake_hosts}"
 at = sys.argv.index("--marker")
 del sys.argv[at:at + 2]
 sys.argv[0] = str(EXAMPLE)
