@@ -23,7 +23,8 @@ PY := $(VENV)/bin/python
 OLDEST_PY := $(OLDEST_VENV)/bin/python
 # What the oldest jax runs besides the fast loop: one of every kind of job (fresh processes,
 # each kind of fault on one host (how a failure reaches JAX depends on its version; the
-# transports, which do not, ran on the newest), going on without a lost process, XLA's
+# transports, which do not, ran on the newest), going on without a lost process and a process
+# rejoining (JAX's incarnations, its live_devices), XLA's
 # collectives through the MPI shim, the launcher and demo, the transport choice and jaccl-info
 # with Debian's pyverbs (built for the system Python only), the batteries on one host and
 # between emulated hosts, MoE, every order of axes)
@@ -36,6 +37,7 @@ OLDEST_JOBS := tests/processes/test_fresh_processes.py \
 	$(FAULTS)::test_an_uncaught_exception_ends_the_job_at_once_naming_it \
 	$(FAULTS)::test_nothing_left_behind_after_exit \
 	"tests/processes/test_recovery.py::test_survivors_go_on_and_match_a_job_resumed_from_their_state[blocking]" \
+	"tests/processes/test_recovery.py::test_a_process_started_again_rejoins_with_the_survivors_state[after-the-others-went-on]" \
 	tests/processes/test_xla_collectives.py tests/processes/test_launcher.py \
 	tests/processes/test_transport_choice.py \
 	tests/plugin/test_axis_orders_as_jobs.py \

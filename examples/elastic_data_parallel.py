@@ -18,6 +18,17 @@ end a digest of the parameters.
 `--state-out PATH` writes the state the survivors went on from (the step and the parameters
 before it); `--resume PATH` starts a job there: a job of the survivors' size resumed from it
 ends with the same digest (the same sums in the same order).
+
+A process that comes back rejoins (`--rejoin`, which is `jaccl-run --restarts`' doing: the
+launcher starts a lost process again, JACCL_RESTART=1 in its environment). Whenever the
+processes of a step are not those of the last step that completed (a loss, a return, the
+first step of a process), the step first shares the state: every device's (step, parameters)
+gathered over the mesh with jax_jaccl.lax.all_gather, and every process goes on from the
+furthest step's, the survivors', bit for bit. The returning process then trains on with them:
+jaccl builds a world that includes it as the step is traced over the mesh of all of them.
+
+    JACCL_HEARTBEAT_TIMEOUT=3 jaccl-run -n 3 --keep-going --restarts 1 --xla-collectives gloo -- \
+        python examples/elastic_data_parallel.py --kill-at 4 --rejoin
 """
 
 from __future__ import annotations
@@ -69,6 +80,20 @@ def on_mesh(mesh, array, spec):
     return jax.make_array_from_callback(array.shape, NamedSharding(mesh, spec), lambda i: array[i])
 
 
+def shared_state(mesh, step: int, w):
+    """The state to go on from: every device's (step, w) gathered over the mesh, the furthest
+    step's taken (the survivors hold the same bits; a process started again holds step 0)."""
+    mine = np.concatenate([w, [np.float32(step)]])[None]  # steps < 2**24: exact in float32
+    n = mesh.devices.size
+    states = jax.make_array_from_callback((n, FEATURES + 1), NamedSharding(mesh, P(AXIS)),
+                                          lambda i: mine)
+    gather = jax.jit(jax.shard_map(lambda s: lax.all_gather(s, AXIS, tiled=True)[None], mesh=mesh,
+                                   in_specs=P(AXIS), out_specs=P(AXIS)))
+    every = np.asarray(gather(states).addressable_data(0))[0]  # every device's, as this one got them
+    furthest = every[int(np.argmax(every[:, -1]))]
+    return int(furthest[-1]), furthest[:-1].copy()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=12, help="steps to train (default 12)")
@@ -82,7 +107,16 @@ def main():
     parser.add_argument("--state-out", default=None,
                         help="where to write the state the survivors go on from (.npz)")
     parser.add_argument("--resume", default=None, help="start from a state --state-out wrote")
+    parser.add_argument("--pace", type=float, default=0.0,
+                        help="seconds each step lasts at least (a stand-in for a real model's "
+                             "compute; default 0)")
+    parser.add_argument("--rejoin", action="store_true",
+                        help="a process killed comes back (run under jaccl-run --restarts): the "
+                             "kills happen in the first incarnation of each process only")
     args = parser.parse_args()
+    restarted = int(os.environ.get("JACCL_RESTART", "0")) > 0
+    if restarted and not args.rejoin:
+        parser.error("this process was started again (JACCL_RESTART): pass --rejoin")
 
     kill_steps = [int(k) for k in args.kill_at.split(",") if k]
     who = [int(p) for p in args.who.split(",") if p] or \
@@ -95,13 +129,23 @@ def main():
         state = np.load(args.resume)
         step, w = int(state["step"]), state["w"]
     compiled = {}  # the step, compiled once per set of live devices
-    tries, failed, last_good = 0, False, time.monotonic()
+    tries, failed, last_good, last_processes = 0, False, time.monotonic(), None
     while step < args.steps:
         try:
             with multihost_utils.live_devices(jax.devices()) as devices:
-                if kills.get(step) == process_index:
+                if kills.get(step) == process_index and not restarted:
                     os.kill(os.getpid(), signal.SIGKILL)
                 mesh = Mesh(np.array(devices), (AXIS,))
+                processes = sorted({d.process_index for d in devices})
+                if args.rejoin and (failed or processes != last_processes):
+                    compiled.clear()  # a program of an earlier world may name the same devices
+                    was = step
+                    step, w = shared_state(mesh, step, w)
+                    if last_processes is None and step != was:
+                        print(f"rejoined at step {step} with processes {processes}", flush=True)
+                    elif last_processes is not None and set(processes) - set(last_processes):
+                        print(f"step {step}: processes {sorted(set(processes) - set(last_processes))} "
+                              "rejoined", flush=True)
                 key = tuple(d.id for d in devices)
                 if key not in compiled:
                     compiled[key] = train_step(mesh)
@@ -124,9 +168,10 @@ def main():
             if args.state_out and process_index == min(d.process_index for d in devices):
                 np.savez(args.state_out, step=step, w=w)
             failed = False
+        time.sleep(max(0.0, args.pace - (time.monotonic() - last_good)))
         loss = float(np.mean((x @ w_next - y) ** 2))  # the step's batch, on the host
         print(f"step {step}: loss {loss:.6f} on {len(devices)} devices", flush=True)
-        step, w, tries, last_good = step + 1, w_next, 0, time.monotonic()
+        step, w, tries, last_good, last_processes = step + 1, w_next, 0, time.monotonic(), processes
     print(f"FINAL {hashlib.sha1(w.tobytes()).hexdigest()}", flush=True)
 
 

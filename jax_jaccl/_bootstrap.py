@@ -19,8 +19,12 @@ Contract:
   aborted), a program lowered over a mesh of fewer of the world's processes (the survivors
   JAX's live_devices reported) gets a new world over those processes: a generation,
   renumbered 0..n-1 in JAX's process order, with its own key-value space, job tag
-  ("<job>-g<generation>"), segments and links. Not on GPUs, nor with XLA's collectives on
-  jaccl (a clear error). Process 0 then leaves last (_leave_together()).
+  ("<job>-g<generation>"), segments and links. Likewise when a lost process comes back (JAX
+  reports it live again, with a new incarnation): a program lowered over a mesh that
+  includes its devices gets a new world over the survivors and it; the process started again
+  finds that world's generation among those the world's first process announced (_rejoin()).
+  Not on GPUs, nor with XLA's collectives on jaccl (a clear error). Process 0 then leaves last
+  (_leave_together()).
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ class WorldInfo:
     members: tuple[int, ...] = ()  # JAX's process index of each process of the world, in order
     generation: int = 0  # worlds this process built after a lost process (0: the first)
     first_tag: str = ""  # the first world's job tag (the job's): later ones add "-g<generation>"
+    incarnations: tuple = ()  # JAX's incarnation of each member, where live_devices said (else empty)
 
     @property
     def host_count(self) -> int:
@@ -88,14 +93,13 @@ def init(devices=None) -> WorldInfo:
     (_next_generation())."""
     global _world
     with _lock:
-        if (_world is not None and devices is not None and _recoverable() and
-                engine.aborted()):
-            survivors = tuple(sorted({int(d.process_index) for d in devices}))
-            if jax.process_index() in survivors and set(survivors) < set(_world.members):
-                failed, _world = _world, None  # if the new world fails to start: none
-                _world = _next_generation(failed, survivors)
+        live = None if devices is None else tuple(sorted({int(d.process_index) for d in devices}))
+        if (_world is not None and live is not None and _recoverable() and
+                jax.process_index() in live and _changed(_world, live)):
+            failed, _world = _world, None  # if the new world fails to start: none
+            _world = _next_generation(failed, live)
         if _world is None:
-            _world = _start()
+            _world = _rejoin(live) if _started_before() else _start()
             atexit.register(_at_exit)
             if _world.process_count > 1:
                 _uncaught.install()  # also where jax.distributed.initialize() was called directly
@@ -107,6 +111,81 @@ def _recoverable() -> bool:
     return bool(getattr(jax.config, "jax_enable_recoverability", False))
 
 
+def _changed(world: WorldInfo, live: tuple) -> bool:
+    """Whether a program over the processes `live` (the mesh's) needs a world other than
+    `world`: a process joined, or (after a failure) one was lost or came back."""
+    if set(live) - set(world.members):
+        return True
+    if world.incarnations:  # a member started again (it may have died between two calls)
+        now = _incarnations(live)
+        if now is not None and now != tuple(world.incarnations[world.members.index(p)] for p in live):
+            return True
+    return engine.aborted() and set(live) < set(world.members)
+
+
+def _incarnations(members: tuple) -> tuple | None:
+    """JAX's incarnation of each of `members` (a process started again gets a new one) as the
+    last multihost_utils.live_devices block saw them, the same on every process; None outside
+    such blocks."""
+    from jax.experimental import multihost_utils
+
+    seen = getattr(multihost_utils.live_devices, "devices", None) or {}
+    by_process = {int(d.process_index): int(i) for d, i in seen.items()}
+    if not all(p in by_process for p in members):
+        return None
+    return tuple(by_process[p] for p in members)
+
+
+def _my_incarnation() -> int:
+    """This process's incarnation, from JAX's coordination service (at once: it asks of no one else)."""
+    me = jax.process_index()
+    return int(_compat.distributed_state().client.get_live_nodes([me])[me])
+
+
+def _started_before() -> bool:
+    """Whether an earlier incarnation of this process started a world (so this one, started
+    again, rejoins): the key _start() leaves for each, under JAX's recoverability."""
+    if not _recoverable() or jax.process_count() == 1:
+        return False
+    from ._kv import KeyValueStore
+
+    mine = str(_my_incarnation())
+    return any(key.rsplit("/", 1)[-1] != mine
+               for key, _ in KeyValueStore().dir(f"{_KV_PREFIX}/started/{jax.process_index()}/"))
+
+
+def _rejoin(live: tuple | None) -> WorldInfo:
+    """This process was lost and started again: it joins the world the others build over `live`
+    (a mesh's processes, this one among them) at the generation the world's first process
+    announced for exactly those processes with this incarnation of this one."""
+    from ._kv import KeyValueStore
+
+    if live is None:
+        raise RuntimeError("jaccl: a process started again joins the others when a program is "
+                           "lowered over a mesh of the live devices (multihost_utils.live_devices)")
+    if _cuda_peers.local_gpus() or _xla_collectives.active():
+        raise RuntimeError("jaccl: a process started again cannot rejoin on GPUs or with XLA's "
+                           "collectives on jaccl")
+    kv, me, mine = KeyValueStore(), jax.process_index(), _my_incarnation()
+    kv.delete(f"{_KV_PREFIX}/failed/{me}")  # what the last incarnation posted, if it raised
+    first_tag = kv.get(f"{_KV_PREFIX}/job", _settings.current().timeout_s)
+    deadline = time.monotonic() + _settings.current().timeout_s
+    while True:
+        for key, value in kv.dir(f"{_KV_PREFIX}/{first_tag}/worlds/"):
+            world = json.loads(value)
+            if tuple(world["members"]) == live and world["incarnations"][live.index(me)] == mine:
+                generation = int(key.rsplit("/", 1)[-1])
+                joined = _start(live, generation, first_tag)
+                engine.log_info(f"world generation {generation}: process {me} started again, "
+                                f"rejoins processes {list(live)}")
+                return joined
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"jaccl: process {me}, started again, found no world of processes "
+                               f"{list(live)} with it within {_settings.current().timeout_s:.0f} s "
+                               "(do the others lower the same program over the same live devices?)")
+        time.sleep(0.05)
+
+
 def _space(first_tag: str, generation: int, members: tuple) -> str:
     """Where a world's processes meet in the key-value store."""
     if generation == 0:
@@ -115,9 +194,10 @@ def _space(first_tag: str, generation: int, members: tuple) -> str:
 
 
 def _next_generation(failed: WorldInfo, survivors: tuple) -> WorldInfo:
-    """The world after a lost process: the failed one released (its calls have all failed,
-    its links closed), a new one started over `survivors` (JAX process indices, every one of
-    which builds it at the same point of the same program), renumbered 0..n-1 in that order,
+    """The world after a lost process or one that came back: the last one released (its calls
+    have all failed, or, when none failed, its programs ended; its links closed), a new one
+    started over `survivors` (JAX process indices, those that came back among them, every one
+    of which builds it at the same point of the same program), renumbered 0..n-1 in that order,
     its key-value exchange, shared memory and TCP links its own (the job tag carries the
     generation)."""
     if _cuda_peers.local_gpus():
@@ -125,8 +205,14 @@ def _next_generation(failed: WorldInfo, survivors: tuple) -> WorldInfo:
     if _xla_collectives.active():
         raise RuntimeError("jaccl: going on without a lost process is not supported with XLA's "
                            "collectives on jaccl (--xla-collectives gloo keeps them on JAX's)")
+    now = _incarnations(survivors) or ()
+    back = sorted(set(survivors) - set(failed.members)) + [  # joined, or started again in place
+        p for p, i in zip(survivors, now) if p in failed.members and failed.incarnations and
+        failed.incarnations[failed.members.index(p)] != i]
     engine.log_info(f"world generation {failed.generation + 1}: processes {list(survivors)} of "
-                    f"{list(failed.members)} go on")
+                    f"{list(failed.members)} go on" + (f", {sorted(back)} back" if back else ""))
+    if not engine.aborted():  # a process came back: this world's programs end first
+        _wait_for_device_programs()
     engine.shutdown()
     return _start(survivors, failed.generation + 1, failed.first_tag)
 
@@ -206,6 +292,7 @@ def _start(members: tuple | None = None, generation: int = 0, first_tag: str = "
                     if d.process_index in members]
     xla_collectives = "jaccl" if _xla_collectives.active() else "gloo"
     space = _space(first_tag, generation, members)
+    incarnations = _announce(members, generation, first_tag) if count > 1 and _recoverable() else None
     mine = {"pid": os.getpid(), "host": host_id(),
             "settings": dict(settings.agreed(), JACCL_XLA_COLLECTIVES=xla_collectives),
             "gpus": len(_cuda_peers.local_gpus())}
@@ -279,8 +366,25 @@ def _start(members: tuple | None = None, generation: int = 0, first_tag: str = "
             engine.shutdown()
             raise
     endpoints = tuple(info.get("tcp", "") for info in infos)
+    if incarnations is not None:  # an incarnation of this process started a world: a later one rejoins
+        from ._kv import KeyValueStore
+
+        KeyValueStore().set(f"{_KV_PREFIX}/started/{jax.process_index()}/{_my_incarnation()}", "1",
+                            overwrite=True)
     return WorldInfo(me, count, job_tag, hosts, endpoints, settings, transport.label, members,
-                     generation, first_tag or job_tag)
+                     generation, first_tag or job_tag, incarnations or ())
+
+
+def _announce(members: tuple, generation: int, first_tag: str) -> tuple:
+    """The members' incarnations (empty where unknown); the world's first process announces a
+    later generation with them, for a member that was started again to find (_rejoin())."""
+    incarnations = _incarnations(members) or ()
+    if generation > 0 and members.index(jax.process_index()) == 0 and incarnations:
+        from ._kv import KeyValueStore
+
+        KeyValueStore().set(f"{_KV_PREFIX}/{first_tag}/worlds/{generation}",
+                            json.dumps({"members": list(members), "incarnations": list(incarnations)}))
+    return incarnations
 
 
 def _exchange(space: str, me: int, count: int, mine: dict, timeout_s: float, tag: str = ""):

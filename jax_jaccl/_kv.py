@@ -27,8 +27,25 @@ class KeyValueStore:
             )
         self._client = client
 
-    def set(self, key: str, value: str) -> None:
-        self._client.key_value_set(key, value)
+    def set(self, key: str, value: str, overwrite: bool = False) -> None:
+        if overwrite:
+            self._client.key_value_set(key, value, allow_overwrite=True)
+        else:
+            self._client.key_value_set(key, value)
+
+    def dir(self, prefix: str) -> list:
+        """(key, value) of every key under `prefix` (a directory, ending in "/"); [] if none."""
+        try:
+            return list(self._client.key_value_dir_get(prefix))
+        except Exception:  # noqa: BLE001 - no such directory yet
+            return []
+
+    def delete(self, key: str) -> None:
+        """Removes `key` (and the keys under it) if it exists."""
+        try:
+            self._client.key_value_delete(key)
+        except Exception:  # noqa: BLE001 - it did not exist
+            pass
 
     def get(self, key: str, timeout_s: float) -> str:
         deadline = time.monotonic() + timeout_s
@@ -56,8 +73,4 @@ class KeyValueStore:
 
     def failures(self) -> list:
         """(process, reason) of every process that posted its failure, lowest first."""
-        try:
-            found = self._client.key_value_dir_get(_FAILED)
-        except Exception:  # noqa: BLE001 - no such directory yet, or a jax without it
-            return []
-        return sorted((int(k.rsplit("/", 1)[1]), v) for k, v in found)
+        return sorted((int(k.rsplit("/", 1)[1]), v) for k, v in self.dir(_FAILED))

@@ -164,6 +164,8 @@ LAUNCH_VARIABLES = (
              "this process's index (jaccl-run sets it)"),
     Variable("local_devices", "JACCL_LOCAL_DEVICES", "0", _at_least(0), False,
              "CPU devices of this process (jaccl-run's --devices-per-process)"),
+    Variable("restart", "JACCL_RESTART", "0", _at_least(0), False,
+             "how many times jaccl-run started this process before (its --restarts)"),
     Variable("init_timeout_s", "JACCL_INIT_TIMEOUT", "120", _positive_float, False,
              "seconds jax.distributed.initialize() waits for every process"),
     Variable("heartbeat_timeout_s", "JACCL_HEARTBEAT_TIMEOUT", "100", _positive_float, False,
@@ -238,6 +240,7 @@ class Launch:
     num_processes: int
     process_id: int
     local_devices: int
+    restart: int
     init_timeout_s: float
     heartbeat_timeout_s: float
     shutdown_timeout_s: float

@@ -1,6 +1,6 @@
 """jaccl-run: start a multi-process JAX job on this machine or on several hosts.
 
-    jaccl-run -n N [--devices-per-process L] [--grace S | --keep-going]
+    jaccl-run -n N [--devices-per-process L] [--grace S | --keep-going [--restarts R]]
               [--xla-collectives jaccl|gloo] [--] python script.py args...
     jaccl-run --hostfile hosts.json [--devices-per-process L] [--keep-going] [--] python ...
 
@@ -13,6 +13,10 @@ when; the others get `--grace` seconds to report their own errors and are then k
 jaccl-run exits with the first failure's code (0 if all succeed). With `--keep-going` the
 others run on (a job that goes on without a lost process): jaccl-run exits 0 when at least one
 process finished with 0, and ends with a line naming every process lost, how and when.
+`--restarts R` (with `--keep-going`) starts a lost process again, R times in all over the job,
+with its rank and environment and JACCL_RESTART=<how many times it was started before>: under
+JAX's recoverability it rejoins the others (jaccl builds a world that includes it when a
+program is lowered over a mesh of its devices too; docs/multi-process-and-hosts.md).
 
 The collectives XLA emits itself (jit with shardings, jax.lax in shard_map) run on jaccl's
 engine too (docs/xla-collectives.md), by default whenever the job has several processes of
@@ -69,6 +73,9 @@ def parse(argv):
     parser.add_argument("--keep-going", action="store_true",
                         help="when a process fails, let the others run on; exit 0 when at least "
                              "one finished with 0")
+    parser.add_argument("--restarts", type=int, default=0,
+                        help="with --keep-going: start a lost process again, this many times in "
+                             "all over the job (default 0)")
     parser.add_argument("--xla-collectives", choices=("gloo", "jaccl"), default=None,
                         help="what carries the collectives XLA emits itself (default: jaccl with "
                              "one CPU device per process, else gloo)")
@@ -98,6 +105,10 @@ def parse(argv):
         parser.error(f"--xla-collectives: {e}")
     if args.keep_going and args.grace is not None:
         parser.error("--grace and --keep-going exclude each other (--keep-going stops no one)")
+    if args.restarts and not args.keep_going:
+        parser.error("--restarts needs --keep-going (the others run on while a process restarts)")
+    if args.restarts < 0:
+        parser.error("--restarts must be 0 or more")
     if args.grace is None:
         args.grace = _settings.read().timeout_s + 5
     return args
@@ -180,55 +191,74 @@ def run(args) -> int:
     default_coordinator = _address(args.hosts[0])
     out = sys.stdout.buffer
     lock = threading.Lock()
-    procs, pumps = [], []
+    procs, pumps = [], []  # pumps: each start's two (stdout, stderr), in start order
+    errors = {}  # rank -> the last error its stderr showed
     placement = [host for host in args.hosts for _ in range(int(host.get("processes", 1)))]
+
+    def start(rank: int, restart: int = 0) -> subprocess.Popen:
+        host = placement[rank]
+        env = dict(os.environ,
+                   JACCL_COORDINATOR=f"{host.get('coordinator_host', default_coordinator)}:{port}",
+                   JACCL_NUM_PROCESSES=str(args.nprocs),
+                   JACCL_PROCESS_ID=str(rank),
+                   JACCL_LOCAL_DEVICES=str(args.devices_per_process),
+                   JAX_NUM_CPU_DEVICES=str(args.devices_per_process),  # for jax alone
+                   JACCL_JOB_ID=job,
+                   JACCL_RESTART=str(restart),
+                   PYTHONUNBUFFERED="1")
+        _xla_collectives.choose(env, args.xla_collectives)
+        if "ifname" in host:
+            env["JACCL_IFNAME"] = host["ifname"]
+        env.update({k: str(v) for k, v in host.get("env", {}).items()})
+        cmd, cmd_env = _command(host, env, args.command)
+        # Every process dies with jaccl-run, also when jaccl-run is killed outright (a test's
+        # timeout): nothing of the job outlives its launcher.
+        return subprocess.Popen(cmd, env=cmd_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True, preexec_fn=_die_with_launcher)
+
+    def pump(rank: int, p: subprocess.Popen) -> None:
+        for stream, kept in ((p.stdout, None), (p.stderr, errors)):
+            t = threading.Thread(target=_pump, args=(rank, stream, out, lock, kept), daemon=True)
+            t.start()
+            pumps.append(t)
+
     try:
-        for rank, host in enumerate(placement):
-            env = dict(os.environ,
-                       JACCL_COORDINATOR=f"{host.get('coordinator_host', default_coordinator)}:{port}",
-                       JACCL_NUM_PROCESSES=str(args.nprocs),
-                       JACCL_PROCESS_ID=str(rank),
-                       JACCL_LOCAL_DEVICES=str(args.devices_per_process),
-                       JAX_NUM_CPU_DEVICES=str(args.devices_per_process),  # for jax alone
-                       JACCL_JOB_ID=job,
-                       PYTHONUNBUFFERED="1")
-            _xla_collectives.choose(env, args.xla_collectives)
-            if "ifname" in host:
-                env["JACCL_IFNAME"] = host["ifname"]
-            env.update({k: str(v) for k, v in host.get("env", {}).items()})
-            cmd, cmd_env = _command(host, env, args.command)
-            # Every process dies with jaccl-run, also when jaccl-run is killed outright (a
-            # test's timeout): nothing of the job outlives its launcher. The output pumps start
-            # once every process is: no other thread runs while jaccl-run forks.
-            procs.append(subprocess.Popen(cmd, env=cmd_env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, start_new_session=True,
-                                          preexec_fn=_die_with_launcher))
-        errors = {}  # rank -> the last error its stderr showed
+        # The output pumps start once every process is: no other thread runs while the job's
+        # processes fork (a restart, later, forks beside them).
+        procs.extend(start(rank) for rank in range(len(placement)))
         for rank, p in enumerate(procs):
-            for stream, kept in ((p.stdout, None), (p.stderr, errors)):
-                t = threading.Thread(target=_pump, args=(rank, stream, out, lock, kept), daemon=True)
-                t.start()
-                pumps.append(t)
-        failed_at, lost = None, {}  # lost: rank -> its words, once named
-        started = time.monotonic()
+            pump(rank, p)
+        stderr_pump = {rank: pumps[2 * rank + 1] for rank in range(len(procs))}
+        failed_at, lost = None, {}  # lost: (rank, its restarts) -> (its words, its status), once named
+        started, restarts = time.monotonic(), [0] * len(procs)
 
         def name_the_failed():
             """Names each process that failed since the last look: the first always, the
-            others with --keep-going (else they are the job being stopped)."""
+            others with --keep-going (else they are the job being stopped); starts it again
+            while --restarts allows."""
             nonlocal failed_at
             for rank, p in enumerate(procs):
                 rc = p.poll()
                 stopping = failed_at is not None and not args.keep_going
-                if rc in (None, 0) or rank in lost or stopping:
+                if rc in (None, 0) or (rank, restarts[rank]) in lost or stopping:
                     continue
                 failed_at = failed_at or time.monotonic()
-                pumps[2 * rank + 1].join(timeout=1)  # its last words, before we name them
-                why = f" ({errors[rank]})" if rank in errors else ""
-                lost[rank] = f"process {rank} {_how(rc)}{why} at {time.monotonic() - started:.1f} s"
-                then = ("the others go on (--keep-going)" if args.keep_going else
-                        f"stopping the others in {args.grace:.0f} s")
+                stderr_pump[rank].join(timeout=1)  # its last words, before we name them
+                why = f" ({errors.pop(rank)})" if rank in errors else ""
+                words = f"process {rank} {_how(rc)}{why} at {time.monotonic() - started:.1f} s"
+                lost[(rank, restarts[rank])] = words, rc
+                if args.keep_going and sum(restarts) < args.restarts:
+                    then = "starting it again (--restarts)"
+                    restarts[rank] += 1
+                    procs[rank] = start(rank, restarts[rank])
+                    pump(rank, procs[rank])
+                    stderr_pump[rank] = pumps[-1]
+                elif args.keep_going:
+                    then = "the others go on (--keep-going)"
+                else:
+                    then = f"stopping the others in {args.grace:.0f} s"
                 with lock:
-                    out.write(f"jaccl-run: {lost[rank]}; {then}\n".encode())
+                    out.write(f"jaccl-run: {words}; {then}\n".encode())
                     out.flush()
 
         while any(p.poll() is None for p in procs):
@@ -240,13 +270,14 @@ def run(args) -> int:
         name_the_failed()  # those that ended since the last look
         if args.keep_going and lost:
             finished = [rank for rank, p in enumerate(procs) if p.returncode == 0]
+            again = f", {sum(restarts)} restarted" if sum(restarts) else ""
             with lock:
-                out.write(f"jaccl-run: {len(finished)} of {len(procs)} processes finished; lost: "
-                          f"{'; '.join(lost.values())}\n".encode())  # in the order they were lost
+                out.write(f"jaccl-run: {len(finished)} of {len(procs)} processes finished{again}; "
+                          f"lost: {'; '.join(w for w, _ in lost.values())}\n".encode())  # in the order lost
                 out.flush()
             if finished:
                 return 0
-        code = procs[next(iter(lost))].returncode if lost else 0  # the first failure's
+        code = next(iter(lost.values()))[1] if lost else 0  # the first failure's
         return code if code >= 0 else 128 - code
     finally:
         _kill(procs, signal.SIGTERM)

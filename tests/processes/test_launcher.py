@@ -84,6 +84,28 @@ def test_keep_going_lets_the_others_finish_and_names_the_lost():
     assert refused.returncode == 2 and "exclude each other" in refused.stderr
 
 
+def test_restarts_start_a_lost_process_again_while_the_budget_lasts():
+    """--restarts 2: a lost process starts again with its rank and JACCL_RESTART counting its
+    earlier starts, twice in the whole job; the third loss is not restarted. Refused without
+    --keep-going."""
+    script = ("import os, signal, sys, time\n"
+              "rank, again = os.environ['JACCL_PROCESS_ID'], int(os.environ['JACCL_RESTART'])\n"
+              "if rank == '1' and again == 0: sys.exit(5)\n"
+              "if rank == '2' and again < 2: time.sleep(0.3); os.kill(os.getpid(), signal.SIGKILL)\n"
+              "time.sleep(1.5); print('finished', rank, 'start', again)")
+    done = jaccl_run("-n", "3", "--keep-going", "--restarts", "2", "--", sys.executable, "-c", script)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert {"[0] finished 0 start 0", "[1] finished 1 start 1"} <= set(done.stdout.splitlines()), \
+        done.stdout
+    assert not re.search(r"^\[2\] finished", done.stdout, re.M), done.stdout
+    assert len(re.findall(r"; starting it again \(--restarts\)$", done.stdout, re.M)) == 2, done.stdout
+    assert re.search(r"jaccl-run: 2 of 3 processes finished, 2 restarted; lost: process 1 exited "
+                     r"with 5 at [\d.]+ s; process 2 was killed by SIGKILL at [\d.]+ s; process 2 "
+                     r"was killed by SIGKILL at [\d.]+ s\n$", done.stdout), done.stdout
+    refused = jaccl_run("-n", "2", "--restarts", "1", "--", "true")
+    assert refused.returncode == 2 and "--restarts needs --keep-going" in refused.stderr
+
+
 def test_a_killed_launcher_takes_its_processes_with_it():
     """A caller's timeout kills jaccl-run outright (subprocess.run sends SIGKILL): its
     processes, each in a session of its own, die with it, whatever they were doing."""

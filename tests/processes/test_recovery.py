@@ -6,8 +6,8 @@ devices runs on a new jaccl world of the survivors; the survivors end with the p
 a job of their size resumed from the state they went on from, bit for bit; two losses one
 after the other (the second named by its jax.process_index() though the second world
 renumbered the survivors) on one host and between emulated hosts over jaccl's TCP and the OFI
-transport (the loss seen as a closed link, every world of survivors linked anew); nothing left
-behind. What is not supported yet (XLA's own
+transport (the loss seen as a closed link, every world of survivors linked anew); a process
+started again (jaccl-run --restarts) rejoining with the survivors' state; nothing left behind. What is not supported yet (XLA's own
 collectives on jaccl) fails with an error that says so."""
 
 from __future__ import annotations
@@ -92,6 +92,49 @@ def test_two_losses_one_after_the_other_named_as_jax_numbers_them(hosts):
     assert set(named) == {"process 1", "process 3"}, out[-3000:]
     assert len(finals(job, (0, 2))) == 1
     assert job.leftovers() == []
+
+
+# A process started again (jaccl-run --restarts) rejoins: before JAX's heartbeat declared it
+# dead (the others' step fails, and is retried over the same processes, one of them a new
+# incarnation: a new world over all three) or after the others went on without it (a world of
+# two, then one of three when it is back). Either way it takes the survivors' state and every
+# process ends with the same parameters (coming back before the heartbeat, those of a job that
+# lost no one).
+@pytest.mark.parametrize("back", ["before-the-heartbeat", "after-the-others-went-on"])
+def test_a_process_started_again_rejoins_with_the_survivors_state(back):
+    late = back == "after-the-others-went-on"
+    env = {"JACCL_DEBUG": "info", "JACCL_HEARTBEAT_TIMEOUT": "3" if late else "20",
+           "JACCL_TEST_RESTART_DELAY_S": "4" if late else "0"}
+    job = run_job("elastic.py", 3, args=["--steps", "40" if late else "16", "--pace", "0.25",
+                                         "--kill-at", "3", "--rejoin"],
+                  env=env, timeout=180, keep_going=True, restarts=1)
+    out = clean(job.output)
+    assert job.returncode == 0, out[-4000:]
+    assert re.search(r"jaccl-run: process 2 was killed by SIGKILL at [\d.]+ s; starting it again "
+                     r"\(--restarts\)", job.output), out[-3000:]
+    assert "jaccl-run: 3 of 3 processes finished, 1 restarted; lost: process 2 was killed" in \
+        job.output, out[-3000:]
+    rejoined = [int(m) for m in re.findall(r"^rejoined at step (\d+) with processes \[0, 1, 2\]$",
+                                            "\n".join(job.lines(2)), re.M)]
+    assert len(rejoined) == 1 and rejoined[0] >= 3, out[-3000:]
+    assert re.search(r"INFO world generation \d+: process 2 started again, rejoins processes "
+                     r"\[0, 1, 2\]", job.output), out[-3000:]
+    for rank in (0, 1):
+        text = "\n".join(job.lines(rank))
+        before = "[0, 1]" if late else "[0, 1, 2]"  # the world it came back to
+        assert re.search(rf"INFO world generation \d+: processes \[0, 1, 2\] of {re.escape(before)} "
+                         r"go on, \[2\] back", text), out[-3000:]
+        assert ("step 3 ran on 2 devices" in text) == late, out[-3000:]
+        if late:
+            assert f"step {rejoined[0]}: processes [2] rejoined" in text, out[-3000:]
+        assert "step 15: loss" in text and text.count(" on 3 devices") >= 10, out[-3000:]
+    ended = finals(job, (0, 1, 2))
+    assert len(ended) == 1  # the one that came back holds the survivors' bits
+    assert job.leftovers() == []
+    if not late:  # every step ran on the three processes: bit for bit a job that lost no one
+        whole = run_job("elastic.py", 3, args=["--steps", "16"], env=HEARTBEAT, timeout=120)
+        assert whole.returncode == 0, clean(whole.output)[-4000:]
+        assert finals(whole, (0, 1, 2)) == ended
 
 
 def test_with_xla_collectives_on_jaccl_the_survivors_are_told_it_is_not_supported():

@@ -62,12 +62,13 @@ def worker_prefix() -> list[str]:
 
 def run_job(worker: str, nprocs: int, devices: int = 1, args=(), env=None, timeout: float = 240,
             grace: float | None = None, hostfile: str | None = None, when: str | None = None,
-            action=None, xla_collectives: str | None = "gloo", keep_going: bool = False) -> Job:
+            action=None, xla_collectives: str | None = "gloo", keep_going: bool = False,
+            restarts: int = 0) -> Job:
     """`nprocs` processes of `devices` devices each; with `hostfile` (jaccl-run's), its hosts
     and processes instead. `action()` runs once, when every rank printed a line starting with
     `when`. The collectives XLA emits (the workers' jax.lax references) stay on gloo unless
     `xla_collectives` says "jaccl" (None: jaccl-run's default): a reference on jaccl's engine
-    would share jaccl's mistakes. `keep_going`: jaccl-run --keep-going."""
+    would share jaccl's mistakes. `keep_going`: jaccl-run --keep-going (`restarts`: --restarts)."""
     job_id = secrets.token_hex(4)
     marker = f"jaccl-test-{job_id}"
     cmd = [sys.executable, "-m", "jax_jaccl.launch", "--devices-per-process", str(devices)]
@@ -75,7 +76,7 @@ def run_job(worker: str, nprocs: int, devices: int = 1, args=(), env=None, timeo
     if grace is not None:
         cmd += ["--grace", str(grace)]
     if keep_going:
-        cmd += ["--keep-going"]
+        cmd += ["--keep-going"] + (["--restarts", str(restarts)] if restarts else [])
     if xla_collectives is not None:
         cmd += ["--xla-collectives", xla_collectives]
     cmd += ["--", *worker_prefix(), sys.executable, str(WORKERS / worker), "--marker", marker,

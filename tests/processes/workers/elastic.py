@@ -1,11 +1,14 @@
 """examples/elastic_data_parallel.py as a test job's worker: the harness's `--marker M` (how it
-finds what a job left running) is taken off, the rest are the example's own arguments."""
+finds what a job left running) is taken off, the rest are the example's own arguments. With
+JACCL_TEST_FAKE_HOSTS=N its processes sit on N emulated hosts; with JACCL_TEST_RESTART_DELAY_S
+a process jaccl-run started again waits that long before it starts."""
 
 from __future__ import annotations
 
 import os
 import runpy
 import sys
+import time
 from pathlib import Path
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "elastic_data_parallel.py"
@@ -13,6 +16,9 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "elastic_data_paral
 fake_hosts = int(os.environ.get("JACCL_TEST_FAKE_HOSTS", "0"))
 if fake_hosts:  # as tests/processes/workers/common.py: processes on emulated hosts, over loopback
     os.environ["JACCL_HOST_ID"] = f"fake-host-{int(os.environ['JACCL_PROCESS_ID']) % fake_hosts}"
+delay = float(os.environ.get("JACCL_TEST_RESTART_DELAY_S", "0"))
+if delay and int(os.environ.get("JACCL_RESTART", "0")):  # the others go on without it a while
+    time.sleep(delay)
 at = sys.argv.index("--marker")
 del sys.argv[at:at + 2]
 sys.argv[0] = str(EXAMPLE)
