@@ -114,8 +114,9 @@ def _recoverable() -> bool:
 def _changed(world: WorldInfo, live: tuple) -> bool:
     """Whether a program over the processes `live` (the mesh's) needs a world other than
     `world`: a process joined, or (after a failure) one was lost or came back."""
-    if set(live) - set(world.members):
-        return True
+    joined = tuple(sorted(set(live) - set(world.members)))
+    if joined:  # only processes JAX's live_devices reported live (not a mesh over the lost)
+        return _incarnations(joined) is not None
     if world.incarnations:  # a member started again (it may have died between two calls)
         now = _incarnations(live)
         if now is not None and now != tuple(world.incarnations[world.members.index(p)] for p in live):
