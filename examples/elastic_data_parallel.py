@@ -19,13 +19,13 @@ end a digest of the parameters.
 before it); `--resume PATH` starts a job there: a job of the survivors' size resumed from it
 ends with the same digest (the same sums in the same order).
 
-A process that comes back rejoins (`--rejoin`, which is `jaccl-run --restarts`' doing: the
-launcher starts a lost process again, JACCL_RESTART=1 in its environment). Whenever the
-processes of a step are not those of the last step that completed (a loss, a return, the
-first step of a process), the step first shares the state: every device's (step, parameters)
-gathered over the mesh with jax_jaccl.lax.all_gather, and every process goes on from the
-furthest step's, the survivors', bit for bit. The returning process then trains on with them:
-jaccl builds a world that includes it as the step is traced over the mesh of all of them.
+With `--rejoin`, a lost process that `jaccl-run --restarts` starts again (JACCL_RESTART in its
+environment counts its earlier starts; it kills no one) comes back: whenever the processes of
+a step are not those of the last step that completed (a loss, a return, a process's first
+step), the step first shares the state: every device's (step, parameters) gathered over the
+mesh with jax_jaccl.lax.all_gather, and every process goes on from the furthest step's, the
+survivors', bit for bit. The returning process then trains on with them: jaccl builds a world
+that includes it as the step is traced again over the mesh of all of them.
 
     JACCL_HEARTBEAT_TIMEOUT=3 jaccl-run -n 3 --keep-going --restarts 1 --xla-collectives gloo -- \
         python examples/elastic_data_parallel.py --kill-at 4 --rejoin
@@ -111,8 +111,8 @@ def main():
                         help="seconds each step lasts at least (a stand-in for a real model's "
                              "compute; default 0)")
     parser.add_argument("--rejoin", action="store_true",
-                        help="a process killed comes back (run under jaccl-run --restarts): the "
-                             "kills happen in the first incarnation of each process only")
+                        help="a lost process comes back (under jaccl-run --restarts) and gets "
+                             "the survivors' state; only a process's first start kills itself")
     args = parser.parse_args()
     restarted = int(os.environ.get("JACCL_RESTART", "0")) > 0
     if restarted and not args.rejoin:

@@ -88,9 +88,11 @@ def host_id() -> str:
 def init(devices=None) -> WorldInfo:
     """Initialises jax_jaccl for this process (idempotent) and returns what it found.
     `devices` (a mesh's, as a program is lowered over it): with JAX's recoverability on, when
-    the world has failed (a process was lost) and they belong to fewer of its processes, the
-    failed world is released and a new one is built over those processes alone, the survivors
-    (_next_generation())."""
+    the world has failed (a process was lost) and they belong to fewer of its processes, or
+    when they belong to a process that came back (live again, or with a new incarnation), the
+    world is released and a new one is built over their processes (_next_generation()); a
+    process started again joins it (_rejoin()). Programs compiled for the earlier world raise
+    if run again: a program over the same devices must be traced again (a new jax.jit)."""
     global _world
     with _lock:
         live = None if devices is None else tuple(sorted({int(d.process_index) for d in devices}))

@@ -14,7 +14,8 @@ jaccl-run exits with the first failure's code (0 if all succeed). With `--keep-g
 others run on (a job that goes on without a lost process): jaccl-run exits 0 when at least one
 process finished with 0, and ends with a line naming every process lost, how and when.
 `--restarts R` (with `--keep-going`) starts a lost process again, R times in all over the job,
-with its rank and environment and JACCL_RESTART=<how many times it was started before>: under
+while process 0 runs (JAX's coordinator lives there; its loss ends a JAX job), with its rank
+and environment and JACCL_RESTART=<how many times it was started before>: under
 JAX's recoverability it rejoins the others (jaccl builds a world that includes it when a
 program is lowered over a mesh of its devices too; docs/multi-process-and-hosts.md).
 
@@ -232,10 +233,11 @@ def run(args) -> int:
         failed_at, lost = None, {}  # lost: (rank, its restarts) -> (its words, its status), once named
         started, restarts = time.monotonic(), [0] * len(procs)
 
-        def name_the_failed():
+        def name_the_failed(may_restart=True):
             """Names each process that failed since the last look: the first always, the
             others with --keep-going (else they are the job being stopped); starts it again
-            while --restarts allows."""
+            while --restarts allows and process 0 (where JAX's coordinator runs, which a
+            process started again registers with) runs."""
             nonlocal failed_at
             for rank, p in enumerate(procs):
                 rc = p.poll()
@@ -247,7 +249,8 @@ def run(args) -> int:
                 why = f" ({errors.pop(rank)})" if rank in errors else ""
                 words = f"process {rank} {_how(rc)}{why} at {time.monotonic() - started:.1f} s"
                 lost[(rank, restarts[rank])] = words, rc
-                if args.keep_going and sum(restarts) < args.restarts:
+                if (may_restart and sum(restarts) < args.restarts and rank != 0 and
+                        procs[0].poll() is None):
                     then = "starting it again (--restarts)"
                     restarts[rank] += 1
                     procs[rank] = start(rank, restarts[rank])
@@ -267,7 +270,7 @@ def run(args) -> int:
                     time.monotonic() - failed_at > args.grace):
                 _kill(procs, signal.SIGKILL)
             time.sleep(0.05)
-        name_the_failed()  # those that ended since the last look
+        name_the_failed(may_restart=False)  # those that ended since the last look
         if args.keep_going and lost:
             finished = [rank for rank, p in enumerate(procs) if p.returncode == 0]
             again = f", {sum(restarts)} restarted" if sum(restarts) else ""
