@@ -15,6 +15,10 @@ them: jaccl builds a new world over the survivors as the retried step is traced.
 survivor prints how long after the last step that completed the retried one ran, and at the
 end a digest of the parameters.
 
+`--jax-lax` sums the gradients with jax.lax.psum instead, XLA's own collective, which jaccl-run
+carries on jaccl's engine by default (one CPU device per process): the survivors go on the
+same way, jaccl building their world when XLA makes its communicator for their devices.
+
 `--state-out PATH` writes the state the survivors went on from (the step and the parameters
 before it); `--resume PATH` starts a job there: a job of the survivors' size resumed from it
 ends with the same digest (the same sums in the same order).
@@ -69,10 +73,10 @@ def global_batch(step: int):
     return x, (x @ truth + 0.1 * rng.normal(size=BATCH)).astype(np.float32)
 
 
-def train_step(mesh):
+def train_step(mesh, psum=lax.psum):
     def local(w, x, y):
         grad = jax.grad(lambda w: jnp.sum((x @ w - y) ** 2))(w)
-        return w - LR * lax.psum(grad, AXIS) / BATCH
+        return w - LR * psum(grad, AXIS) / BATCH
     return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P(AXIS), P(AXIS)), out_specs=P()))
 
 
@@ -107,6 +111,10 @@ def main():
     parser.add_argument("--state-out", default=None,
                         help="where to write the state the survivors go on from (.npz)")
     parser.add_argument("--resume", default=None, help="start from a state --state-out wrote")
+    parser.add_argument("--jax-lax", action="store_true",
+                        help="sum the gradients with jax.lax.psum, XLA's own collective (which "
+                             "jaccl-run carries on jaccl's engine by default), not "
+                             "jax_jaccl.lax.psum")
     parser.add_argument("--pace", type=float, default=0.0,
                         help="seconds each step lasts at least (a stand-in for a real model's "
                              "compute; default 0)")
@@ -148,7 +156,7 @@ def main():
                               "rejoined", flush=True)
                 key = tuple(d.id for d in devices)
                 if key not in compiled:
-                    compiled[key] = train_step(mesh)
+                    compiled[key] = train_step(mesh, jax.lax.psum if args.jax_lax else lax.psum)
                 x, y = global_batch(step)
                 out = compiled[key](on_mesh(mesh, w, P()), on_mesh(mesh, x, P(AXIS)),
                                     on_mesh(mesh, y, P(AXIS)))

@@ -23,8 +23,10 @@ Contract:
   reports it live again, with a new incarnation): a program lowered over a mesh that
   includes its devices gets a new world over the survivors and it; the process started again
   finds that world's generation among those the world's first process announced (_rejoin()).
-  Not on GPUs, nor with XLA's collectives on jaccl (a clear error). Process 0 then leaves last
-  (_leave_together()).
+  XLA's collectives on jaccl (the MPI shim) get the survivors' world when XLA makes a
+  communicator for their devices (renew_after_loss()). Not on GPUs, nor with XLA's collectives
+  on jaccl with several devices per process or a process that rejoins (a clear error).
+  Process 0 then leaves last (_leave_together()).
 """
 
 from __future__ import annotations
@@ -163,12 +165,12 @@ def _rejoin(live: tuple | None) -> WorldInfo:
     announced for exactly those processes with this incarnation of this one."""
     from ._kv import KeyValueStore
 
+    if _cuda_peers.local_gpus() or _xla_collectives.active():
+        raise RuntimeError("jaccl: a process started again cannot rejoin on GPUs or with XLA's "
+                           "collectives on jaccl (--xla-collectives gloo keeps them on JAX's)")
     if live is None:
         raise RuntimeError("jaccl: a process started again joins the others when a program is "
                            "lowered over a mesh of the live devices (multihost_utils.live_devices)")
-    if _cuda_peers.local_gpus() or _xla_collectives.active():
-        raise RuntimeError("jaccl: a process started again cannot rejoin on GPUs or with XLA's "
-                           "collectives on jaccl")
     kv, me, mine = KeyValueStore(), jax.process_index(), _my_incarnation()
     kv.delete(f"{_KV_PREFIX}/failed/{me}")  # what the last incarnation posted, if it raised
     first_tag = kv.get(f"{_KV_PREFIX}/job", _settings.current().timeout_s)
@@ -205,9 +207,10 @@ def _next_generation(failed: WorldInfo, survivors: tuple) -> WorldInfo:
     generation)."""
     if _cuda_peers.local_gpus():
         raise RuntimeError("jaccl: going on without a lost process is not supported on GPUs")
-    if _xla_collectives.active():
-        raise RuntimeError("jaccl: going on without a lost process is not supported with XLA's "
-                           "collectives on jaccl (--xla-collectives gloo keeps them on JAX's)")
+    if _xla_collectives.active() and len(jax.local_devices()) > 1:
+        raise RuntimeError("jaccl: going on without a lost process with XLA's collectives on "
+                           "jaccl needs one CPU device per process (--xla-collectives gloo keeps "
+                           "them on JAX's)")
     now = _incarnations(survivors) or ()
     back = sorted(set(survivors) - set(failed.members)) + [  # joined, or started again in place
         p for p, i in zip(survivors, now) if p in failed.members and failed.incarnations and
@@ -461,3 +464,26 @@ def attach_on_first_use() -> None:
                         "called jaccl.init())")
     except BaseException as e:  # noqa: BLE001 - it becomes the collective's error
         _xla_collectives.refuse(f"{type(e).__name__}: {e}")
+
+
+def renew_after_loss() -> None:
+    """What the MPI shim runs (on an XLA thread) before XLA makes a communicator: after a lost
+    process (the world aborted, JAX's recoverability on), the world over the processes JAX's
+    last multihost_utils.live_devices block reported, as init(devices) builds it when a jaccl
+    op is lowered over their mesh; a program of XLA's collectives alone gets it here. Nothing
+    when no world failed; when it cannot, the communicator XLA makes fails saying why."""
+    global _world
+    try:
+        with _lock:
+            if _world is None or not _recoverable() or not engine.aborted():
+                return
+            from jax.experimental import multihost_utils
+
+            seen = getattr(multihost_utils.live_devices, "devices", None) or {}
+            live = tuple(sorted({int(d.process_index) for d in seen}))
+            if jax.process_index() in live and _changed(_world, live):
+                failed, _world = _world, None
+                _world = _next_generation(failed, live)
+    except BaseException as e:  # noqa: BLE001 - the communicator XLA makes then fails with this
+        _xla_collectives.renew_failed(f"jaccl: no new world for XLA's collectives after a lost "
+                                      f"process: {type(e).__name__}: {e}")

@@ -19,7 +19,9 @@ Contract:
   with shared channels when the process has several CPU devices: shares_channels()), raises
   ValueError with the reason when it cannot.
 - refuse(reason) hands the shim the error of the collective it attaches for (the start of
-  jaccl that _bootstrap.attach_on_first_use() tried on its behalf failed).
+  jaccl that _bootstrap.attach_on_first_use() tried on its behalf failed); renew_failed(reason)
+  the error of the communicator XLA makes after a lost process, when
+  _bootstrap.renew_after_loss() could not build the survivors' world.
 - unplanned_devices(n) is why a process of n CPU devices keeps XLA's collectives on gloo
   though its launcher put them on jaccl for another count (resolve()'s default), or "".
 - shares_channels(local_devices) is whether jaccl's world must share its channels among
@@ -142,6 +144,14 @@ def attach() -> None:
     from . import _ext
 
     _ext.engine.mpiabi_attach(shim_path())
+
+
+def renew_failed(reason: str) -> None:
+    """Hands `reason` to the shim as the error of the communicator XLA is making, for which
+    _bootstrap.renew_after_loss() could not build the survivors' world."""
+    shim = _handle()
+    if shim is not None:
+        shim.jaccl_mpiabi_renew_failed(reason.encode(errors="replace"))
 
 
 def refuse(reason: str) -> None:

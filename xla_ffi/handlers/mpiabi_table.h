@@ -3,8 +3,9 @@
  * one engine of the process. The shim holds no engine of its own.
  *
  * Contract: _jaccl's mpiabi_attach() opens the already loaded shim (RTLD_NOLOAD) and calls its
- * jaccl_mpiabi_attach(&table) once the world is up; the table and what it points to live until
- * the process exits. Each function returns 0, or non-zero with jaccl's message in `error`. The
+ * jaccl_mpiabi_attach(&table) once the world is up, and again, the table refilled, for each
+ * world after a lost process (one device per process only); the table and what it points to
+ * live until the process exits. Each function returns 0, or non-zero with jaccl's message in `error`. The
  * world has devices_per_process devices in every process: devices[p * devices_per_process + i]
  * is process p's i-th (by id). With more than one, the world shares channels
  * (transport/shared_channel.h) and the shim places each communicator's members on devices of

@@ -20,6 +20,9 @@
  * thread runs everything that thread queued in one point-to-point call, sends and receives
  * together, which is how XLA's collective-permute posts them. A failure returns an MPI error
  * code and keeps jaccl's message for MPI_Error_string (XLA puts it in the JAX exception).
+ * After a lost process (JAX's recoverability), a split of MPI_COMM_WORLD first lets the
+ * interpreter build the survivors' world (renew_after_loss()), which attaches again:
+ * MPI_COMM_WORLD is the survivors from then on.
  * Thread-safe: XLA calls from any of its worker threads. */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -244,7 +247,12 @@ JMPI_EXPORT int jaccl_mpiabi_attach(const JacclMpiEngine* e, char* error, size_t
              kJacclMpiEngineVersion, e == NULL ? -1 : (int)e->version);
     return 1;
   }
-  if (atomic_load(&engine) != NULL) return 0;
+  const JacclMpiEngine* before = atomic_load(&engine);
+  if (before != NULL && e->devices_per_process > 1) {
+    snprintf(error, error_len, "XLA's collectives on jaccl go on in a new world (after a lost "
+             "process) with one CPU device per process only, not %d", e->devices_per_process);
+    return 1;
+  }
   for (size_t i = 0; i < sizeof types / sizeof types[0]; ++i) types[i].code = e->dtype_code(types[i].name);
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; ++i) ops[i].code = e->reduce_code(ops[i].name);
   const int per_process = e->devices_per_process;
@@ -259,11 +267,39 @@ JMPI_EXPORT int jaccl_mpiabi_attach(const JacclMpiEngine* e, char* error, size_t
   world->local_devices = per_process;
   self->devices[0] = e->devices[e->my_process * per_process];
   for (int p = 0; p < e->num_processes; ++p) processes->devices[p] = e->devices[p * per_process];
+  /* Attached again (a new world after a lost process, made while no collective of XLA's
+   * runs): MPI_COMM_WORLD is the new world's processes from here on. The old communicators
+   * are left as they are: a collective may still hold one (it fails, as its world did). */
   world_comm = world;
   self_comm = self;
   processes_comm = processes;
   atomic_store(&engine, e);
   return 0;
+}
+
+/* Before XLA's communicator for a new group is made: after a lost process, under JAX's
+ * recoverability, jaccl builds the world of the survivors here when no jaccl op of the
+ * program did when it was lowered (a program of XLA's collectives alone). The interpreter
+ * does it (jax_jaccl._bootstrap.renew_after_loss(): nothing when no world failed). */
+static __thread char renew_problem[kMessageBytes];
+
+/* Why renew_after_loss() made no new world though one failed (the interpreter says so). */
+JMPI_EXPORT void jaccl_mpiabi_renew_failed(const char* why) {
+  snprintf(renew_problem, sizeof renew_problem, "%s", why);
+}
+
+static void renew_after_loss(void) {
+  PyIsInitialized is_initialized = (PyIsInitialized)dlsym(RTLD_DEFAULT, "Py_IsInitialized");
+  PyGilEnsure ensure = (PyGilEnsure)dlsym(RTLD_DEFAULT, "PyGILState_Ensure");
+  PyGilRelease release = (PyGilRelease)dlsym(RTLD_DEFAULT, "PyGILState_Release");
+  PyRunString run_string = (PyRunString)dlsym(RTLD_DEFAULT, "PyRun_SimpleString");
+  if (is_initialized == NULL || ensure == NULL || release == NULL || run_string == NULL ||
+      !is_initialized()) {
+    return;
+  }
+  int state = ensure();
+  run_string("__import__('jax_jaccl._bootstrap')._bootstrap.renew_after_loss()");
+  release(state);
 }
 
 static int run(const JacclHostCall* call) {
@@ -551,6 +587,16 @@ static int split_world(const JmpiComm* world, int color, int key, uintptr_t* new
 /* Collective over `comm`: everyone's (color, key) goes to everyone; the ranks of my color, by
  * key (ties by their rank in `comm`), make the new communicator. */
 JMPI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t* newcomm) {
+  if (comm == JMPI_COMM_WORLD && attached() != NULL) {
+    renew_problem[0] = '\0';
+    renew_after_loss();
+    if (renew_problem[0] != '\0') {
+      *newcomm = 0;
+      fail(JMPI_ERR_OTHER, "%s", renew_problem);
+      remember_split_failure();
+      return last_code;
+    }
+  }
   JmpiComm* parent = comm_of(comm);
   if (parent == NULL) return last_code;
   if (parent->local_devices > 1) return split_world(parent, color, key, newcomm);
