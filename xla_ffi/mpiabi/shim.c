@@ -113,22 +113,31 @@ typedef void (*PyGilRelease)(int);
 typedef int (*PyRunString)(const char*);
 typedef int (*PyIsInitialized)(void);
 
-static void start_engine_through_python(void) {
+/* Runs `code` in the process's interpreter, the GIL taken on this thread: 0, non-zero when it
+ * raised (its traceback on stderr), -1 when the process has no interpreter. */
+static int run_python(const char* code) {
   PyIsInitialized is_initialized = (PyIsInitialized)dlsym(RTLD_DEFAULT, "Py_IsInitialized");
   PyGilEnsure ensure = (PyGilEnsure)dlsym(RTLD_DEFAULT, "PyGILState_Ensure");
   PyGilRelease release = (PyGilRelease)dlsym(RTLD_DEFAULT, "PyGILState_Release");
   PyRunString run_string = (PyRunString)dlsym(RTLD_DEFAULT, "PyRun_SimpleString");
   if (is_initialized == NULL || ensure == NULL || release == NULL || run_string == NULL ||
       !is_initialized()) {
-    jaccl_mpiabi_refuse("this process has no Python interpreter to start it in");
-    return;
+    return -1;
   }
-  int state = ensure();
-  if (run_string("__import__('jax_jaccl._bootstrap')._bootstrap.attach_on_first_use()") != 0) {
+  const int state = ensure();
+  const int rc = run_string(code);
+  release(state);
+  return rc;
+}
+
+static void start_engine_through_python(void) {
+  const int rc = run_python("__import__('jax_jaccl._bootstrap')._bootstrap.attach_on_first_use()");
+  if (rc < 0) {
+    jaccl_mpiabi_refuse("this process has no Python interpreter to start it in");
+  } else if (rc != 0) {
     jaccl_mpiabi_refuse("jax_jaccl._bootstrap.attach_on_first_use() failed (its traceback is "
                         "on stderr)");
   }
-  release(state);
 }
 
 static const JacclMpiEngine* attached(void) {
@@ -277,10 +286,6 @@ JMPI_EXPORT int jaccl_mpiabi_attach(const JacclMpiEngine* e, char* error, size_t
   return 0;
 }
 
-/* Before XLA's communicator for a new group is made: after a lost process, under JAX's
- * recoverability, jaccl builds the world of the survivors here when no jaccl op of the
- * program did when it was lowered (a program of XLA's collectives alone). The interpreter
- * does it (jax_jaccl._bootstrap.renew_after_loss(): nothing when no world failed). */
 static __thread char renew_problem[kMessageBytes];
 
 /* Why renew_after_loss() made no new world though one failed (the interpreter says so). */
@@ -288,18 +293,13 @@ JMPI_EXPORT void jaccl_mpiabi_renew_failed(const char* why) {
   snprintf(renew_problem, sizeof renew_problem, "%s", why);
 }
 
+/* Before XLA's communicator for a new group is made: after a lost process, under JAX's
+ * recoverability, jaccl builds the world of the survivors here when no jaccl op of the
+ * program did when it was lowered (a program of XLA's collectives alone). The interpreter
+ * does it (jax_jaccl._bootstrap.renew_after_loss(): nothing when no world failed; why not,
+ * through jaccl_mpiabi_renew_failed, when it could not). */
 static void renew_after_loss(void) {
-  PyIsInitialized is_initialized = (PyIsInitialized)dlsym(RTLD_DEFAULT, "Py_IsInitialized");
-  PyGilEnsure ensure = (PyGilEnsure)dlsym(RTLD_DEFAULT, "PyGILState_Ensure");
-  PyGilRelease release = (PyGilRelease)dlsym(RTLD_DEFAULT, "PyGILState_Release");
-  PyRunString run_string = (PyRunString)dlsym(RTLD_DEFAULT, "PyRun_SimpleString");
-  if (is_initialized == NULL || ensure == NULL || release == NULL || run_string == NULL ||
-      !is_initialized()) {
-    return;
-  }
-  int state = ensure();
-  run_string("__import__('jax_jaccl._bootstrap')._bootstrap.renew_after_loss()");
-  release(state);
+  run_python("__import__('jax_jaccl._bootstrap')._bootstrap.renew_after_loss()");
 }
 
 static int run(const JacclHostCall* call) {
