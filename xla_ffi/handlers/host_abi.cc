@@ -94,3 +94,8 @@ extern "C" void jaccl_raise_abort(const char* why) {
   jaccl::World::Use use;
   if (use.world() != nullptr) use.world()->raise_abort(why);
 }
+
+extern "C" int jaccl_world_failed(void) {
+  jaccl::World::Use use;
+  return use.world() != nullptr && use.world()->aborted() ? 1 : 0;
+}

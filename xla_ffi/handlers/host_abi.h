@@ -124,6 +124,11 @@ typedef void (*JacclRaiseAbort)(const char* why);
 
 void jaccl_raise_abort(const char* why);
 
+// 1 when the world has failed (this process stopped communicating), 0 otherwise or without one.
+typedef int (*JacclWorldFailed)(void);
+
+int jaccl_world_failed(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -81,6 +81,7 @@ void attach_mpiabi(const std::string& path) {
   table.run_call = jaccl_run_host_call;
   table.run_p2p = jaccl_run_host_p2p;
   table.raise_abort = jaccl_raise_abort;
+  table.world_failed = jaccl_world_failed;
   char error[1024] = {0};
   const int rc = attach(&table, error, sizeof error);
   dlclose(shim);  // the trampoline's reference keeps it loaded

@@ -23,8 +23,9 @@
 extern "C" {
 #endif
 
-/* 2: JacclHostCall and JacclHostP2p carry a space; 3: and a salt, devices per process */
-enum { kJacclMpiEngineVersion = 3 };
+/* 2: JacclHostCall and JacclHostP2p carry a space; 3: and a salt, devices per process;
+ * 4: world_failed */
+enum { kJacclMpiEngineVersion = 4 };
 
 typedef struct JacclMpiEngine {
   uint32_t version;            /* kJacclMpiEngineVersion */
@@ -39,6 +40,7 @@ typedef struct JacclMpiEngine {
   JacclRunHostCall run_call;   /* a collective over one group (handlers/host_abi.h) */
   JacclRunHostP2p run_p2p;     /* sends and receives between ranks of one group */
   JacclRaiseAbort raise_abort;
+  JacclWorldFailed world_failed; /* the world failed: a split first asks for the survivors' */
 } JacclMpiEngine;
 
 typedef int (*JacclMpiAttach)(const JacclMpiEngine* engine, char* error, size_t error_len);

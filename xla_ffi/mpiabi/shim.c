@@ -20,9 +20,9 @@
  * thread runs everything that thread queued in one point-to-point call, sends and receives
  * together, which is how XLA's collective-permute posts them. A failure returns an MPI error
  * code and keeps jaccl's message for MPI_Error_string (XLA puts it in the JAX exception).
- * After a lost process (JAX's recoverability), a split of MPI_COMM_WORLD first lets the
- * interpreter build the survivors' world (renew_after_loss()), which attaches again:
- * MPI_COMM_WORLD is the survivors from then on.
+ * After a lost process (the world failed, JAX's recoverability on), a split of MPI_COMM_WORLD
+ * first lets the interpreter build the survivors' world (renew_after_loss()), which attaches
+ * again: MPI_COMM_WORLD is the survivors from then on.
  * Thread-safe: XLA calls from any of its worker threads. */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -293,11 +293,11 @@ JMPI_EXPORT void jaccl_mpiabi_renew_failed(const char* why) {
   snprintf(renew_problem, sizeof renew_problem, "%s", why);
 }
 
-/* Before XLA's communicator for a new group is made: after a lost process, under JAX's
- * recoverability, jaccl builds the world of the survivors here when no jaccl op of the
- * program did when it was lowered (a program of XLA's collectives alone). The interpreter
- * does it (jax_jaccl._bootstrap.renew_after_loss(): nothing when no world failed; why not,
- * through jaccl_mpiabi_renew_failed, when it could not). */
+/* Before XLA's communicator for a new group is made, when the world failed: after a lost
+ * process, under JAX's recoverability, jaccl builds the world of the survivors here when no
+ * jaccl op of the program did when it was lowered (a program of XLA's collectives alone). The
+ * interpreter does it (jax_jaccl._bootstrap.renew_after_loss(): nothing without
+ * recoverability; why not, through jaccl_mpiabi_renew_failed, when it could not). */
 static void renew_after_loss(void) {
   run_python("__import__('jax_jaccl._bootstrap')._bootstrap.renew_after_loss()");
 }
@@ -587,7 +587,8 @@ static int split_world(const JmpiComm* world, int color, int key, uintptr_t* new
 /* Collective over `comm`: everyone's (color, key) goes to everyone; the ranks of my color, by
  * key (ties by their rank in `comm`), make the new communicator. */
 JMPI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t* newcomm) {
-  if (comm == JMPI_COMM_WORLD && attached() != NULL) {
+  const JacclMpiEngine* e = comm == JMPI_COMM_WORLD ? attached() : NULL;
+  if (e != NULL && e->world_failed()) {
     renew_problem[0] = '\0';
     renew_after_loss();
     if (renew_problem[0] != '\0') {
