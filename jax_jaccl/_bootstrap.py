@@ -49,6 +49,7 @@ _lock = threading.Lock()
 _world: "WorldInfo | None" = None
 
 _KV_PREFIX = "jaccl/v1"
+_shutdowns = 0  # jaccl.shutdown() calls so far: a world started after one meets in a space of its own
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,9 +193,11 @@ def _rejoin(live: tuple | None) -> WorldInfo:
 
 
 def _space(first_tag: str, generation: int, members: tuple) -> str:
-    """Where a world's processes meet in the key-value store."""
+    """Where a world's processes meet in the key-value store: the job's first world at the
+    root, one started again after jaccl.shutdown() (every process shuts down as often) under
+    the count of shutdowns, a world after a lost process under its generation."""
     if generation == 0:
-        return _KV_PREFIX
+        return _KV_PREFIX if _shutdowns == 0 else f"{_KV_PREFIX}/again/{_shutdowns}"
     return f"{_KV_PREFIX}/{first_tag}/generation/{generation}/{'.'.join(map(str, members))}"
 
 
@@ -275,13 +278,14 @@ def shutdown() -> None:
     before cannot run afterwards (they raise, saying so); a program lowered afterwards (jax
     may lower a jitted function again when it is called) starts the engine again, as init()
     does (in a multi-process job every process must then do so)."""
-    global _world
+    global _world, _shutdowns
     with _lock:
         if _world is not None:
             if cuda_engine is not None:  # staged GPU jobs still queued use the engine
                 cuda_engine.drain(_world.settings.timeout_s)
             engine.shutdown()
             _world = None
+            _shutdowns += 1
 
 
 def _start(members: tuple | None = None, generation: int = 0, first_tag: str = "") -> WorldInfo:

@@ -9,7 +9,8 @@ take an XLA collective) is a JAX error carrying jaccl's message on every survivo
 deadline. Several CPU devices per process run on jaccl when asked (`--xla-collectives jaccl`),
 including programs that mix meshes XLA's caching defeats the shim on (a clear error on every
 process, not wrong data). `--xla-collectives gloo`, and a program that asks for more devices
-than its launcher planned, keep JAX's own."""
+than its launcher planned, keep JAX's own. Every process shutting jaccl down and starting it
+again runs both kinds of collective again."""
 
 from __future__ import annotations
 
@@ -280,3 +281,38 @@ def test_jaccl_ops_and_xla_collectives_in_one_program(devices):
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     assert "[0] MIXED OK" in out and "[1] MIXED OK" in out, out[-4000:]
+
+
+SHUTDOWN_AND_AGAIN = """
+import jax_jaccl.distributed
+jax_jaccl.distributed.initialize()
+import jax, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+import jax_jaccl as jaccl
+n = jax.device_count()
+mesh = jax.make_mesh((n,), ("x",))
+x = jax.make_array_from_callback((n,), NamedSharding(mesh, P("x")),
+                                 lambda i: np.arange(n, dtype=np.float32)[i])
+def both(v):  # XLA's psum through the shim, then jaccl's own all_reduce
+    return jaccl.all_reduce(jax.lax.psum(v, "x") * (1 + jax.lax.axis_index("x")), "x")
+program = lambda: jax.jit(jax.shard_map(both, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+first = np.asarray(program()(x).addressable_data(0)).tolist()
+jaccl.shutdown()
+jaccl.init()
+again = np.asarray(program()(x + 1).addressable_data(0)).tolist()
+total = n * (n - 1) / 2
+assert first == [total * n * (n + 1) / 2] and again == [(total + n) * n * (n + 1) / 2], (first, again)
+print("AGAIN OK", first, again, flush=True)
+"""
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_every_process_shuts_jaccl_down_and_starts_it_again(devices):
+    """jaccl.shutdown() then jaccl.init() in every process of a job: the new world meets in a
+    key-value space of its own (the first one's keys are still there), the MPI shim keeps its
+    communicators (the same world), and both XLA's collectives and jaccl's run again."""
+    done = jaccl_run("-n", "2", "--devices-per-process", str(devices), "--xla-collectives",
+                     "jaccl", "--", sys.executable, "-c", SHUTDOWN_AND_AGAIN)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    assert "[0] AGAIN OK" in out and "[1] AGAIN OK" in out, out[-4000:]

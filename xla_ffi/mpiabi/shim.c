@@ -250,6 +250,18 @@ JMPI_EXPORT int jaccl_mpiabi_expect(int rank, int size) {
   return 0;
 }
 
+/* Whether `e` describes the world MPI_COMM_WORLD already stands for: the same devices, the same
+ * place of this process among them. */
+static int same_world(const JacclMpiEngine* e) {
+  const int size = e->num_processes * e->devices_per_process;
+  if (world_comm == NULL || world_comm->size != size ||
+      world_comm->rank != e->my_process * e->devices_per_process ||
+      world_comm->local_devices != e->devices_per_process) {
+    return 0;
+  }
+  return memcmp(world_comm->devices, e->devices, (size_t)size * sizeof(int64_t)) == 0;
+}
+
 JMPI_EXPORT int jaccl_mpiabi_attach(const JacclMpiEngine* e, char* error, size_t error_len) {
   if (e == NULL || e->version != kJacclMpiEngineVersion) {
     snprintf(error, error_len, "the MPI shim expects engine table version %d, not %d",
@@ -257,6 +269,7 @@ JMPI_EXPORT int jaccl_mpiabi_attach(const JacclMpiEngine* e, char* error, size_t
     return 1;
   }
   const JacclMpiEngine* before = atomic_load(&engine);
+  if (before != NULL && same_world(e)) return 0;  /* jaccl started again over the same world */
   if (before != NULL && e->devices_per_process > 1) {
     snprintf(error, error_len, "XLA's collectives on jaccl go on in a new world (after a lost "
              "process) with one CPU device per process only, not %d", e->devices_per_process);
