@@ -32,6 +32,14 @@ if os.environ.get("JACCL_TEST_ENGINE"):
 import jax_jaccl.distributed  # noqa: E402
 
 
+def place_on_emulated_host() -> None:
+    """With JACCL_TEST_FAKE_HOSTS=N, this process sits on emulated host (its index mod N): it
+    talks to the other hosts' processes over loopback, through the transport between hosts."""
+    fake_hosts = int(os.environ.get("JACCL_TEST_FAKE_HOSTS", "0"))
+    if fake_hosts:
+        os.environ["JACCL_HOST_ID"] = f"fake-host-{int(os.environ['JACCL_PROCESS_ID']) % fake_hosts}"
+
+
 def start(description: str, extra=None):
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--marker", default="")
@@ -41,9 +49,7 @@ def start(description: str, extra=None):
     last_env = os.environ.get("JACCL_TEST_LAST_PROCESS_ENV")  # "K=V,K=V": the last process differs
     if last_env and int(os.environ["JACCL_PROCESS_ID"]) == int(os.environ["JACCL_NUM_PROCESSES"]) - 1:
         os.environ.update(item.split("=", 1) for item in last_env.split(","))
-    fake_hosts = int(os.environ.get("JACCL_TEST_FAKE_HOSTS", "0"))
-    if fake_hosts:  # pretend processes sit on different hosts: they talk over loopback TCP
-        os.environ["JACCL_HOST_ID"] = f"fake-host-{int(os.environ['JACCL_PROCESS_ID']) % fake_hosts}"
+    place_on_emulated_host()
     index, count = jax_jaccl.distributed.initialize()
     assert count > 1, "multi-process worker started with a single process"
     emulated = os.environ.get("JACCL_TEST_EMULATED_CUDA")

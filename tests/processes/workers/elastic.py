@@ -11,11 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+from common import place_on_emulated_host  # imports jax; jax.distributed starts in the example
+
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "elastic_data_parallel.py"
 
-fake_hosts = int(os.environ.get("JACCL_TEST_FAKE_HOSTS", "0"))
-if fake_hosts:  # as tests/processes/workers/common.py: processes on emulated hosts, over loopback
-    os.environ["JACCL_HOST_ID"] = f"fake-host-{int(os.environ['JACCL_PROCESS_ID']) % fake_hosts}"
+place_on_emulated_host()
 delay = float(os.environ.get("JACCL_TEST_RESTART_DELAY_S", "0"))
 if delay and int(os.environ.get("JACCL_RESTART", "0")):  # the others go on without it a while
     time.sleep(delay)
