@@ -99,10 +99,8 @@ def init(devices=None) -> WorldInfo:
     global _world
     with _lock:
         live = None if devices is None else tuple(sorted({int(d.process_index) for d in devices}))
-        if (_world is not None and live is not None and _recoverable() and
-                jax.process_index() in live and _changed(_world, live)):
-            failed, _world = _world, None  # if the new world fails to start: none
-            _world = _next_generation(failed, live)
+        if _world is not None and live is not None and _recoverable():
+            _renew(live)
         if _world is None:
             _world = _rejoin(live) if _started_before() else _start()
             atexit.register(_at_exit)
@@ -114,6 +112,15 @@ def init(devices=None) -> WorldInfo:
 def _recoverable() -> bool:
     """JAX's recoverability is on: processes do not share one fate (a lost one can be survived)."""
     return bool(getattr(jax.config, "jax_enable_recoverability", False))
+
+
+def _renew(live: tuple) -> None:
+    """Under _lock, JAX's recoverability on: the next world over the processes `live` when
+    this process is one of them and they need one (_changed())."""
+    global _world
+    if jax.process_index() in live and _changed(_world, live):
+        failed, _world = _world, None  # if the new world fails to start: none
+        _world = _next_generation(failed, live)
 
 
 def _changed(world: WorldInfo, live: tuple) -> bool:
@@ -129,14 +136,19 @@ def _changed(world: WorldInfo, live: tuple) -> bool:
     return engine.aborted() and set(live) < set(world.members)
 
 
-def _incarnations(members: tuple) -> tuple | None:
-    """JAX's incarnation of each of `members` (a process started again gets a new one) as the
-    last multihost_utils.live_devices block saw them, the same on every process; None outside
-    such blocks."""
+def _live_incarnations() -> dict:
+    """{process: JAX's incarnation} of every process the last multihost_utils.live_devices block
+    reported live (a process started again gets a new incarnation), the same on every process;
+    empty outside such blocks."""
     from jax.experimental import multihost_utils
 
     seen = getattr(multihost_utils.live_devices, "devices", None) or {}
-    by_process = {int(d.process_index): int(i) for d, i in seen.items()}
+    return {int(d.process_index): int(i) for d, i in seen.items()}
+
+
+def _incarnations(members: tuple) -> tuple | None:
+    """_live_incarnations() of each of `members`; None unless all of them are there."""
+    by_process = _live_incarnations()
     if not all(p in by_process for p in members):
         return None
     return tuple(by_process[p] for p in members)
@@ -476,18 +488,10 @@ def renew_after_loss() -> None:
     last multihost_utils.live_devices block reported, as init(devices) builds it when a jaccl
     op is lowered over their mesh; a program of XLA's collectives alone gets it here. Nothing
     when no world failed; when it cannot, the communicator XLA makes fails saying why."""
-    global _world
     try:
         with _lock:
-            if _world is None or not _recoverable() or not engine.aborted():
-                return
-            from jax.experimental import multihost_utils
-
-            seen = getattr(multihost_utils.live_devices, "devices", None) or {}
-            live = tuple(sorted({int(d.process_index) for d in seen}))
-            if jax.process_index() in live and _changed(_world, live):
-                failed, _world = _world, None
-                _world = _next_generation(failed, live)
+            if _world is not None and _recoverable() and engine.aborted():
+                _renew(tuple(sorted(_live_incarnations())))
     except BaseException as e:  # noqa: BLE001 - the communicator XLA makes then fails with this
         _xla_collectives.renew_failed(f"jaccl: no new world for XLA's collectives after a lost "
                                       f"process: {type(e).__name__}: {e}")
