@@ -28,8 +28,9 @@ MAY_INCLUDE = {
     "mpiabi": {"handlers"},  # the C interfaces below, nothing else (MPI_ABI_INTERFACES)
 }
 # handlers/ files that adapt no XLA or Python type: the C interface between the two modules.
-HANDLERS_WITHOUT_XLA = {"handlers/host_abi.h", "handlers/host_abi.cc", "handlers/mpiabi_table.h",
-                        "handlers/mpiabi_attach.h", "handlers/mpiabi_attach.cc"}
+HANDLERS_WITHOUT_XLA = {"handlers/host_abi.h", "handlers/host_abi.cc", "handlers/host_call.h",
+                        "handlers/mpiabi_table.h", "handlers/mpiabi_attach.h",
+                        "handlers/mpiabi_attach.cc"}
 # What the MPI shim (plain C, a library of its own) may include of the engine: C headers only.
 MPI_ABI_INTERFACES = {"handlers/host_abi.h", "handlers/mpiabi_table.h"}
 XLA_OR_PYTHON = re.compile(r'#include [<"](xla/ffi/|nanobind/)')

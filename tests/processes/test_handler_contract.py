@@ -51,6 +51,18 @@ CALL = textwrap.dedent("""
         if case == "ppermute-pairs":
             return call("jaccl_ppermute", [v], [jax.ShapeDtypeStruct(v.shape, v.dtype)],
                         groups=groups, group_size=4, site=0, perm=np.array([0, 9], np.int64))
+        if case == "ppermute-twice":
+            return call("jaccl_ppermute", [v], [jax.ShapeDtypeStruct(v.shape, v.dtype)],
+                        groups=groups, group_size=4, site=0, perm=np.array([0, 1, 0, 2], np.int64))
+        if case == "gather-counts":
+            return call("jaccl_all_gather", [v], [jax.ShapeDtypeStruct(v.shape, v.dtype)],
+                        groups=groups, group_size=4, site=0, algorithm=0, outer=1)
+        if case == "ragged-rows":
+            rows, idx = v.reshape(2, 2), jnp.zeros((4,), jnp.int32)
+            out = jnp.zeros((4, 1), v.dtype)
+            return call("jaccl_ragged_all_to_all", [rows, out, idx, idx, idx, idx],
+                        [jax.ShapeDtypeStruct(out.shape, out.dtype)], groups=groups, group_size=4,
+                        site=0).reshape(4)
         raise SystemExit("unknown case")
 
     f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
@@ -71,6 +83,9 @@ CALL = textwrap.dedent("""
     ("ragged-index-type", "must be int32 or int64"),
     ("ragged-entries", "a multiple of the group size 4"),
     ("ppermute-pairs", r"pair \(0, 9\) is outside a group of 4"),
+    ("ppermute-twice", "rank 0 sends twice"),
+    ("gather-counts", "all_gather of 4 -> 4 elements does not split over a group of 4"),
+    ("ragged-rows", "rows differ in length"),
 ])
 def test_a_handler_returns_an_error_for_what_the_trace_checks_stop(case, message):
     done = subprocess.run([sys.executable, "-c", CALL, case], capture_output=True, text=True,

@@ -15,15 +15,9 @@
 #include <vector>
 
 #include "collectives/engine.h"
+#include "collectives/request.h"
 
 namespace jaccl {
-
-// ppermute: the rank this rank sends its input to and the one whose input it receives
-// (-1: none; a rank that receives nothing gets zeros).
-struct Permutation {
-  int send_to = -1;
-  int receive_from = -1;
-};
 
 // ragged_all_to_all (jax.lax semantics), in rows of `row_elems` elements. Each array has
 // slices_per_rank entries per rank of the group (entry i concerns rank i / slices_per_rank):

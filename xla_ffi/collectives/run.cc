@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "collectives/direct.h"
 #include "common/clock.h"
@@ -68,31 +69,31 @@ void run_host_collective(Call& call, CollectiveKind kind, const Buffers& buffers
       ": ", algorithm_name(call.algorithm), " ", seconds_since(start) * 1e6, " us");
 }
 
-Permutation permutation_of(const Call& call, const int64_t* pairs, size_t len) {
-  const int n = call.member->size, r = call.member->rank;
-  if (len % 2 != 0) throw_error(ErrorKind::kInvalidArgument, "ppermute: odd pair list");
-  Permutation p;
-  for (size_t i = 0; i < len; i += 2) {
-    const int64_t source = pairs[i], dest = pairs[i + 1];
-    if (source < 0 || source >= n || dest < 0 || dest >= n) {
-      throw_error(ErrorKind::kInvalidArgument, "ppermute: pair (", source, ", ", dest,
-                  ") is outside a group of ", n);
+std::optional<Failure> run_collective(const CollectiveRequest& r) {
+  return run_call(r.kind, r.device, r.groups, r.groups_len, r.group_size, r.dtype, r.in_count,
+                  [&](Call& call) {
+    const int n = call.member->size;
+    Buffers buffers;
+    buffers.in = r.in;
+    buffers.out = r.out;
+    buffers.in_count = r.in_count;
+    buffers.out_count = r.out_count;
+    buffers.outer_in = r.outer_in;
+    buffers.outer_out = r.outer_out;
+    buffers.permutation = check_request(r, n, call.member->rank);
+    std::vector<int64_t> widened[4];
+    if (r.kind == CollectiveKind::kRaggedAllToAll) {
+      for (int i = 0; i < 4; ++i) {
+        widened[i].resize(r.ragged[i].count);
+        widen(r.ragged[i], widened[i].data());
+      }
+      buffers.ragged = RaggedRows{widened[0].data(), widened[1].data(), widened[2].data(),
+                                  widened[3].data(), static_cast<int>(widened[0].size() / n),
+                                  r.row_elems, r.in_rows, r.out_rows, r.zero_unwritten};
     }
-    if (source == r) p.send_to = static_cast<int>(dest);
-    if (dest == r) p.receive_from = static_cast<int>(source);
-  }
-  return p;
-}
-
-RaggedRows ragged_rows(const Call& call, const int64_t* const arrays[4], size_t entries,
-                       size_t row_elems, size_t in_rows, size_t out_rows) {
-  const int n = call.member->size;
-  if (entries == 0 || entries % n != 0) {
-    throw_error(ErrorKind::kInvalidArgument, "ragged_all_to_all: ", entries, " entries per "
-                "index array for a group of ", n, " (they need a multiple of it)");
-  }
-  return RaggedRows{arrays[0], arrays[1], arrays[2], arrays[3], static_cast<int>(entries / n),
-                    row_elems, in_rows, out_rows};
+    run_host_collective(call, r.kind, buffers, static_cast<int64_t>(r.op),
+                        static_cast<int64_t>(r.algorithm));
+  }, r.space, r.salt, r.site);
 }
 
 }  // namespace jaccl

@@ -10,8 +10,8 @@
 // throws jaccl::Error (or anything) on failure; run_call never throws: it posts the failure
 // on the abort board (so the peers stop too) and returns it.
 // run_host_collective() resolves the algorithm and runs one collective on host buffers
-// (throws). permutation_of() and ragged_rows() read a call's ppermute pairs and ragged index
-// arrays (throw on bad ones).
+// (throws); run_collective() is one CollectiveRequest (collectives/request.h), as every caller
+// describes a collective, checked and run.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +21,7 @@
 #include <string>
 
 #include "collectives/collectives.h"
+#include "collectives/request.h"
 #include "comm/communicator.h"
 #include "comm/world.h"
 #include "common/error.h"
@@ -83,11 +84,8 @@ std::optional<Failure> run_call(CollectiveKind kind, int64_t device, const int64
 void run_host_collective(Call& call, CollectiveKind kind, const Buffers& buffers, int64_t op,
                          int64_t algorithm);
 
-// This rank's partners in `pairs` ((source, dest) group ranks, flattened).
-Permutation permutation_of(const Call& call, const int64_t* pairs, size_t len);
-
-// The ragged rows of a call whose four index arrays have `entries` entries each.
-RaggedRows ragged_rows(const Call& call, const int64_t* const arrays[4], size_t entries,
-                       size_t row_elems, size_t in_rows, size_t out_rows);
+// Checks `request` against its group (collectives/request.h) and runs it on host buffers
+// inside run_call: never throws.
+std::optional<Failure> run_collective(const CollectiveRequest& request);
 
 }  // namespace jaccl

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "collectives/run.h"
+#include "handlers/host_call.h"
 #include "moe/run.h"
 
 namespace {
@@ -21,25 +22,7 @@ int report(const std::optional<jaccl::Failure>& failure, char* error, size_t err
 }  // namespace
 
 extern "C" int jaccl_run_host_call(const JacclHostCall* c, char* error, size_t error_len) {
-  using namespace jaccl;
-  const auto kind = static_cast<CollectiveKind>(c->kind);
-  return report(run_call(kind, c->device, c->groups, c->groups_len, c->group_size,
-                         static_cast<Dtype>(c->dtype), c->in_count, [&](Call& call) {
-    Buffers buffers;
-    buffers.in = c->in;
-    buffers.out = c->out;
-    buffers.in_count = c->in_count;
-    buffers.out_count = c->out_count;
-    buffers.outer_in = c->outer_in;
-    buffers.outer_out = c->outer_out;
-    if (kind == CollectiveKind::kPermute) {
-      buffers.permutation = permutation_of(call, c->perm, c->perm_len);
-    } else if (kind == CollectiveKind::kRaggedAllToAll) {
-      buffers.ragged = ragged_rows(call, c->ragged, c->ragged_len, c->row_elems, c->in_rows,
-                                   c->out_rows);
-    }
-    run_host_collective(call, kind, buffers, c->op, c->algorithm);
-  }, c->space, c->salt, c->site), error, error_len);
+  return report(jaccl::run_collective(jaccl::request_of(*c)), error, error_len);
 }
 
 extern "C" int jaccl_run_host_moe(const JacclHostMoeCall* c, char* error, size_t error_len) {

@@ -5,7 +5,8 @@
 // Also the MPI ABI shim's way into the engine (handlers/mpiabi_table.h): plain C, so the shim
 // (a C library) includes it too.
 //
-// Contract: jaccl_run_host_call runs one collective (ppermute and ragged_all_to_all too),
+// Contract: jaccl_run_host_call runs one collective (ppermute and ragged_all_to_all too: a
+// collectives/request.h request, checked there),
 // jaccl_run_host_moe one MoE row exchange or combine, for one device on host buffers, as the
 // CPU FFI handlers do (they call the same code: host_abi.cc); each returns 0, or non-zero with
 // a message in `error` (also posted on the abort board, so the peers stop too). Thread-safe
@@ -41,8 +42,10 @@ struct JacclHostCall {
   const int64_t* perm;
   size_t perm_len;
   // ragged_all_to_all: input_offsets, send_sizes, output_offsets, recv_sizes (`ragged_len`
-  // entries each), and the operand's and output's rows; `out` starts as the output operand
-  const int64_t* ragged[4];
+  // entries each, of ragged_bytes[i] = 4 or 8 bytes: int32 or int64), and the operand's and
+  // output's rows; `out` starts as the output operand
+  const void* ragged[4];
+  int32_t ragged_bytes[4];
   size_t ragged_len;
   uint64_t in_rows, out_rows, row_elems;
   int32_t space;          // kJacclOwnOps, or kJacclXlaCollectives (the MPI shim's calls)

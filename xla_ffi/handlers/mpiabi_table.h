@@ -24,8 +24,8 @@ extern "C" {
 #endif
 
 /* 2: JacclHostCall and JacclHostP2p carry a space; 3: and a salt, devices per process;
- * 4: world_failed */
-enum { kJacclMpiEngineVersion = 4 };
+ * 4: world_failed; 5: JacclHostCall's ragged index arrays int32 or int64 */
+enum { kJacclMpiEngineVersion = 5 };
 
 typedef struct JacclMpiEngine {
   uint32_t version;            /* kJacclMpiEngineVersion */

@@ -1,0 +1,74 @@
+// One collective call as every caller describes it: the CPU handlers from XLA's buffers and
+// attributes, the MPI shim and the CUDA module's staged host jobs (through handlers/host_abi.h),
+// and the CUDA peer path before it enqueues anything.
+//
+// Contract: a CollectiveRequest names its communicator (the `groups` table, group_size devices
+// per row, in sequence space `space`), the calling device, its buffers (elements of `dtype`)
+// and the arguments of its kind. check_request() is the one validation of a request against a
+// group of n ranks: element counts that split over the group as the kind needs, ppermute pairs
+// inside the group, ragged_all_to_all's four index arrays (int32 or int64, as many entries
+// each, a multiple of n) and rows of one length in the operand and the output. It throws
+// Error(kInvalidArgument) naming what is wrong and returns ppermute's partners of `rank`.
+// collectives/run.h runs a request (run_collective).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "collectives/kinds.h"
+#include "common/dtype.h"
+#include "common/reduce.h"
+
+namespace jaccl {
+
+// ppermute: the rank this rank sends its input to and the one whose input it receives
+// (-1: none; a rank that receives nothing gets zeros).
+struct Permutation {
+  int send_to = -1;
+  int receive_from = -1;
+};
+
+// One of ragged_all_to_all's index arrays as the program passed it: `bytes` 4 (int32) or 8
+// (int64) per entry; anything else is refused by check_request().
+struct IndexArray {
+  const void* data = nullptr;
+  size_t count = 0;
+  int bytes = 8;
+};
+
+enum RaggedIndex { kInputOffsets = 0, kSendSizes, kOutputOffsets, kRecvSizes };
+
+struct CollectiveRequest {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  int64_t device = 0;                // global device id
+  const int64_t* groups = nullptr;   // the group table, device ids in rank order
+  size_t groups_len = 0;
+  int64_t group_size = 1;
+  Dtype dtype = Dtype::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  Algorithm algorithm = Algorithm::kAuto;
+  const void* in = nullptr;
+  void* out = nullptr;
+  size_t in_count = 0, out_count = 0;  // elements
+  size_t outer_in = 1, outer_out = 1;  // elements before the split / gather dimension
+  // ppermute: (source, dest) rank pairs, flattened
+  const int64_t* pairs = nullptr;
+  size_t pairs_len = 0;
+  // ragged_all_to_all: by RaggedIndex; `out` holds the output operand's rows already, or
+  // nothing with zero_unwritten (the engine zeroes the rows nothing arrives at)
+  IndexArray ragged[4];
+  size_t in_rows = 0, out_rows = 0;  // leading dimensions of the operand and the output
+  size_t row_elems = 1;               // elements per row of both
+  bool zero_unwritten = false;
+  int32_t space = 0;  // 0: jaccl's own ops; 1: XLA's collectives (handlers/host_abi.h)
+  // space 0: the call's lane (comm/lanes.h); space 1: the MPI shim's split round (0: none)
+  uint64_t salt = 0;
+  uint32_t site = 0;  // where the call was written (common/call_sites.h; 0: none)
+};
+
+Permutation check_request(const CollectiveRequest& request, int n, int rank);
+
+// The entries of one index array, widened to int64 (after check_request()).
+void widen(const IndexArray& array, int64_t* out);
+
+}  // namespace jaccl

@@ -1,0 +1,172 @@
+#include "cuda/collective_paths.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "collectives/kinds.h"
+#include "common/dtype.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/text.h"
+#include "cuda/peer_collectives.h"
+#include "cuda/peer_group.h"
+#include "cuda/peers.h"
+#include "cuda/staging.h"
+
+namespace jaccl::cuda {
+namespace {
+
+size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+Status failed(ErrorKind kind, std::string why) { return Status::Failure(kind, std::move(why)); }
+
+void log_path(CollectiveKind kind, size_t bytes, int64_t device, size_t n, const char* path) {
+  if (log_level() < LogLevel::kInfo) return;
+  const int size_class = jaccl::size_class(bytes);
+  if (!first_time(text("cuda/", static_cast<int>(kind), "/", size_class, "/", device, "/", path))) {
+    return;
+  }
+  log(LogLevel::kInfo, kind_name(kind), " ", bytes, " B (<= 2^", size_class, ") on GPU device ",
+      device, ", group of ", n, ": ", path);
+}
+
+// Device buffers -> pinned host memory -> the CPU engine (on the device's worker thread) ->
+// back, all ordered on the stream. The input goes to host memory; so do ragged_all_to_all's
+// output (it keeps the rows nothing arrives at) and index arrays.
+Status staged(const CollectiveRequest& r, int ordinal, cudaStream_t stream, HostEngine host) {
+  const bool ragged = r.kind == CollectiveKind::kRaggedAllToAll;
+  const size_t in_bytes = r.in_count * dtype_size(r.dtype);
+  const size_t out_bytes = r.out_count * dtype_size(r.dtype);
+  size_t at = aligned(in_bytes);
+  const size_t out_at = at;
+  at += aligned(out_bytes);
+  size_t index_at[4] = {};
+  for (int i = 0; ragged && i < 4; ++i) {
+    index_at[i] = at;
+    at += aligned(r.ragged[i].count * r.ragged[i].bytes);
+  }
+  StagedCall staging;
+  Status result = StagedCall::begin(ordinal, stream, at, &staging);
+  auto to_host = [&](size_t offset, const void* device, size_t bytes, const char* what) {
+    if (result.failure() || bytes == 0) return;
+    cudaError_t err = cudaMemcpyAsync(staging.host() + offset, device, bytes,
+                                      cudaMemcpyDeviceToHost, stream);
+    if (err != cudaSuccess) result = cuda_error(err, what);
+  };
+  to_host(0, r.in, in_bytes, "staging a collective's input");
+  if (ragged) {
+    to_host(out_at, r.out, out_bytes, "staging ragged_all_to_all's output");
+    for (int i = 0; i < 4; ++i) {
+      to_host(index_at[i], r.ragged[i].data, r.ragged[i].count * r.ragged[i].bytes,
+              "staging ragged_all_to_all's indices");
+    }
+  }
+  if (result.success()) {
+    char* h = staging.host();
+    CollectiveRequest on_host = r;
+    on_host.in = h;
+    on_host.out = h + out_at;
+    for (int i = 0; ragged && i < 4; ++i) on_host.ragged[i].data = h + index_at[i];
+    result = staging.enqueue([on_host, host, groups = std::vector<int64_t>(r.groups, r.groups + r.groups_len),
+                              pairs = std::vector<int64_t>(r.pairs, r.pairs + r.pairs_len)](
+                                 char* error, size_t len) mutable {
+      on_host.groups = groups.data();
+      on_host.pairs = pairs.data();
+      return host(on_host, error, len);
+    });
+  }
+  if (result.success() && out_bytes > 0) {
+    cudaError_t err = cudaMemcpyAsync(r.out, staging.host() + out_at, out_bytes,
+                                      cudaMemcpyHostToDevice, stream);
+    if (err != cudaSuccess) result = cuda_error(err, "copying a collective's result back");
+  }
+  if (result.failure()) raise_abort(result.message());  // the peers' engine jobs stop too
+  return result;
+}
+
+// A group of one: the input is the output (ppermute: unless no pair sends to it, zeros).
+Status alone(const CollectiveRequest& r, bool receives, cudaStream_t stream) {
+  const size_t bytes = r.out_count * dtype_size(r.dtype);
+  if (!receives) {
+    cudaError_t err = cudaMemsetAsync(r.out, 0, bytes, stream);
+    return err == cudaSuccess ? Status::Ok() : cuda_error(err, "zeroing a ppermute result");
+  }
+  if (r.out == r.in || bytes == 0) return Status::Ok();
+  cudaError_t err = cudaMemcpyAsync(r.out, r.in, bytes, cudaMemcpyDeviceToDevice, stream);
+  return err == cudaSuccess ? Status::Ok() : cuda_error(err, "copying a group of one");
+}
+
+}  // namespace
+
+Status run_on_gpu(CollectiveRequest r, int ordinal, cudaStream_t stream, HostEngine host) {
+  if (host == nullptr) {
+    return failed(ErrorKind::kFailedPrecondition,
+                  "jaccl: the CUDA handlers have no engine (import jax_jaccl first)");
+  }
+  if (Status s = global_device(ordinal, &r.device); s.failure()) return s;
+  if (std::string why = pending_error(ordinal); !why.empty()) {
+    return failed(ErrorKind::kPeerFailure, "jaccl: an earlier collective on this GPU failed: " + why);
+  }
+  LocalDevice* local = local_device(ordinal);
+  if (local != nullptr) {
+    if (std::string why = failure(*local); !why.empty()) return failed(ErrorKind::kPeerFailure, why);
+  }
+  int rank = 0;
+  const std::vector<int64_t> members = group_members(r.groups, r.groups_len, r.group_size,
+                                                     r.device, &rank);
+  if (members.empty()) {
+    return failed(ErrorKind::kInvalidArgument, text("jaccl: device ", r.device,
+                                                    " is in none of the call's groups"));
+  }
+  Permutation partners;
+  try {
+    partners = check_request(r, static_cast<int>(members.size()), rank);
+  } catch (const Error& e) {
+    return failed(e.kind(), e.what());
+  }
+  const bool ragged = r.kind == CollectiveKind::kRaggedAllToAll;
+  const int source = r.kind == CollectiveKind::kPermute ? partners.receive_from : rank;
+  if (members.size() == 1 && !ragged) return alone(r, source >= 0, stream);
+  const size_t bytes = std::max(r.in_count, r.out_count) * dtype_size(r.dtype);
+  const PathMode mode = path_mode();
+  if (mode != PathMode::kStaged && !ragged && peer_path_group(local, members)) {
+    PeerCollective call;
+    call.kind = r.kind;
+    call.site = r.site;
+    call.dtype = r.dtype;
+    call.op = r.op;
+    call.algorithm = r.algorithm;
+    call.in = r.in;
+    call.out = r.out;
+    call.in_count = r.in_count;
+    call.out_count = r.out_count;
+    call.outer_in = r.outer_in;
+    call.outer_out = r.outer_out;
+    call.receive_from = source;
+    const bool one_shot = r.kind == CollectiveKind::kAllReduce &&
+        peer_all_reduce_algorithm(call.algorithm, bytes) == Algorithm::kNaive;
+    log_path(r.kind, bytes, r.device, members.size(),
+             r.kind != CollectiveKind::kAllReduce ? "peer path" : one_shot ? "peer path, one-shot"
+                                                                            : "peer path, two-shot");
+    count_call(/*peer=*/true);
+    cudaError_t err = run_peer_collective(*local, members, rank, call, stream);
+    return err == cudaSuccess ? Status::Ok() : cuda_error(err, "enqueueing a peer collective");
+  }
+  if (mode == PathMode::kPeer) {
+    if (ragged) {
+      return failed(ErrorKind::kFailedPrecondition,
+                    "jaccl: JACCL_CUDA_PATH=peer, but ragged_all_to_all has no peer path (it is "
+                    "staged through host memory)");
+    }
+    return failed(ErrorKind::kFailedPrecondition,
+                  text("jaccl: JACCL_CUDA_PATH=peer but the group of device ", r.device,
+                       " cannot take the peer path (it needs every member on this host, mapped "
+                       "both ways, at most ", kMaxPeers, " members)"));
+  }
+  log_path(r.kind, bytes, r.device, members.size(), "staged through host memory");
+  count_call(/*peer=*/false);
+  return staged(r, ordinal, stream, host);
+}
+
+}  // namespace jaccl::cuda

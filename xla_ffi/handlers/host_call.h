@@ -1,0 +1,76 @@
+// A collective request (collectives/request.h) as it crosses from one extension module to the
+// other: the C struct JacclHostCall (handlers/host_abi.h), field for field.
+//
+// Contract: request_of(host_call_of(r)) describes the same call as r (the pointers are
+// shared, not copied).
+#pragma once
+
+#include <cstring>
+
+#include "collectives/request.h"
+#include "handlers/host_abi.h"
+
+namespace jaccl {
+
+inline JacclHostCall host_call_of(const CollectiveRequest& r) {
+  JacclHostCall c;
+  std::memset(&c, 0, sizeof c);
+  c.kind = static_cast<int32_t>(r.kind);
+  c.device = r.device;
+  c.groups = r.groups;
+  c.groups_len = r.groups_len;
+  c.group_size = r.group_size;
+  c.dtype = static_cast<int32_t>(r.dtype);
+  c.op = static_cast<int32_t>(r.op);
+  c.algorithm = static_cast<int32_t>(r.algorithm);
+  c.in = r.in;
+  c.out = r.out;
+  c.in_count = r.in_count;
+  c.out_count = r.out_count;
+  c.outer_in = r.outer_in;
+  c.outer_out = r.outer_out;
+  c.perm = r.pairs;
+  c.perm_len = r.pairs_len;
+  for (int i = 0; i < 4; ++i) {
+    c.ragged[i] = r.ragged[i].data;
+    c.ragged_bytes[i] = r.ragged[i].bytes;
+  }
+  c.ragged_len = r.ragged[kInputOffsets].count;
+  c.in_rows = r.in_rows;
+  c.out_rows = r.out_rows;
+  c.row_elems = r.row_elems;
+  c.space = r.space;
+  c.salt = r.salt;
+  c.site = r.site;
+  return c;
+}
+
+inline CollectiveRequest request_of(const JacclHostCall& c) {
+  CollectiveRequest r;
+  r.kind = static_cast<CollectiveKind>(c.kind);
+  r.device = c.device;
+  r.groups = c.groups;
+  r.groups_len = c.groups_len;
+  r.group_size = c.group_size;
+  r.dtype = static_cast<Dtype>(c.dtype);
+  r.op = static_cast<ReduceOp>(c.op);
+  r.algorithm = static_cast<Algorithm>(c.algorithm);
+  r.in = c.in;
+  r.out = c.out;
+  r.in_count = c.in_count;
+  r.out_count = c.out_count;
+  r.outer_in = c.outer_in;
+  r.outer_out = c.outer_out;
+  r.pairs = c.perm;
+  r.pairs_len = c.perm_len;
+  for (int i = 0; i < 4; ++i) r.ragged[i] = IndexArray{c.ragged[i], c.ragged_len, c.ragged_bytes[i]};
+  r.in_rows = c.in_rows;
+  r.out_rows = c.out_rows;
+  r.row_elems = c.row_elems;
+  r.space = c.space;
+  r.salt = c.salt;
+  r.site = c.site;
+  return r;
+}
+
+}  // namespace jaccl
