@@ -23,7 +23,7 @@ MAY_INCLUDE = {
     "comm": {"common", "transport"},
     "collectives": {"common", "transport", "comm"},
     "moe": {"common", "transport", "comm", "collectives"},
-    "cuda": {"common", "collectives"},
+    "cuda": {"common", "collectives", "moe"},
     "handlers": {"common", "transport", "comm", "collectives", "moe", "cuda"},
     "mpiabi": {"handlers"},  # the C interfaces below, nothing else (MPI_ABI_INTERFACES)
 }

@@ -26,34 +26,7 @@ extern "C" int jaccl_run_host_call(const JacclHostCall* c, char* error, size_t e
 }
 
 extern "C" int jaccl_run_host_moe(const JacclHostMoeCall* c, char* error, size_t error_len) {
-  using namespace jaccl;
-  MoeRequest r;
-  r.kind = static_cast<CollectiveKind>(c->kind);
-  r.device = c->device;
-  r.groups = c->groups;
-  r.groups_len = c->groups_len;
-  r.group_size = c->group_size;
-  r.dtype = static_cast<Dtype>(c->dtype);
-  r.rows = c->rows;
-  r.rows_count = c->rows_count;
-  r.row_elems = c->row_elems;
-  for (int i = 0; i < 4; ++i) {
-    r.lists[i] = c->lists[i];
-    r.list_counts[i] = c->list_counts[i];
-  }
-  r.topk_idx = c->topk_idx;
-  r.topk_count = c->topk_count;
-  r.num_experts = c->num_experts;
-  r.extra = c->extra;
-  r.extra_count = c->extra_count;
-  r.extra_dtype = static_cast<Dtype>(c->extra_dtype);
-  r.topk = c->topk;
-  r.pair_dot = c->pair_dot != 0;
-  r.out = c->out;
-  r.out_rows = c->out_rows;
-  r.out_count = c->out_count;
-  r.site = c->site;
-  return report(run_moe(r), error, error_len);
+  return report(jaccl::run_moe(jaccl::moe_request_of(*c)), error, error_len);
 }
 
 extern "C" int jaccl_run_host_p2p(const JacclHostP2p* c, char* error, size_t error_len) {

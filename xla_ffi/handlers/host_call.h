@@ -1,14 +1,17 @@
-// A collective request (collectives/request.h) as it crosses from one extension module to the
-// other: the C struct JacclHostCall (handlers/host_abi.h), field for field.
+// A request as it crosses from one extension module to the other, field for field: a collective
+// (collectives/request.h) as the C struct JacclHostCall, an MoE op (moe/request.h) as
+// JacclHostMoeCall (handlers/host_abi.h).
 //
 // Contract: request_of(host_call_of(r)) describes the same call as r (the pointers are
-// shared, not copied).
+// shared, not copied); likewise moe_request_of(host_moe_call_of(r)), except the lane (the C
+// struct has none: host jobs run in lane 0).
 #pragma once
 
 #include <cstring>
 
 #include "collectives/request.h"
 #include "handlers/host_abi.h"
+#include "moe/request.h"
 
 namespace jaccl {
 
@@ -69,6 +72,67 @@ inline CollectiveRequest request_of(const JacclHostCall& c) {
   r.row_elems = c.row_elems;
   r.space = c.space;
   r.salt = c.salt;
+  r.site = c.site;
+  return r;
+}
+
+inline JacclHostMoeCall host_moe_call_of(const MoeRequest& r) {
+  JacclHostMoeCall c;
+  std::memset(&c, 0, sizeof c);
+  c.kind = static_cast<int32_t>(r.kind);
+  c.device = r.device;
+  c.groups = r.groups;
+  c.groups_len = r.groups_len;
+  c.group_size = r.group_size;
+  c.dtype = static_cast<int32_t>(r.dtype);
+  c.rows = r.rows;
+  c.rows_count = r.rows_count;
+  c.row_elems = r.row_elems;
+  for (int i = 0; i < 4; ++i) {
+    c.lists[i] = r.lists[i];
+    c.list_counts[i] = r.list_counts[i];
+  }
+  c.topk_idx = r.topk_idx;
+  c.topk_count = r.topk_count;
+  c.num_experts = r.num_experts;
+  c.extra = r.extra;
+  c.extra_count = r.extra_count;
+  c.extra_dtype = static_cast<int32_t>(r.extra_dtype);
+  c.topk = r.topk;
+  c.pair_dot = r.pair_dot ? 1 : 0;
+  c.out = r.out;
+  c.out_rows = r.out_rows;
+  c.out_count = r.out_count;
+  c.site = r.site;
+  return c;
+}
+
+inline MoeRequest moe_request_of(const JacclHostMoeCall& c) {
+  MoeRequest r;
+  r.kind = static_cast<CollectiveKind>(c.kind);
+  r.device = c.device;
+  r.groups = c.groups;
+  r.groups_len = c.groups_len;
+  r.group_size = c.group_size;
+  r.dtype = static_cast<Dtype>(c.dtype);
+  r.rows = c.rows;
+  r.rows_count = c.rows_count;
+  r.row_elems = c.row_elems;
+  for (int i = 0; i < 4; ++i) {
+    r.lists[i] = c.lists[i];
+    r.list_counts[i] = c.list_counts[i];
+  }
+  r.topk_idx = c.topk_idx;
+  r.topk_count = c.topk_count;
+  r.num_experts = c.num_experts;
+  r.extra = c.extra;
+  r.extra_count = c.extra_count;
+  r.extra_dtype = static_cast<Dtype>(c.extra_dtype);
+  r.topk = c.topk;
+  r.pair_dot = c.pair_dot != 0;
+  r.out = c.out;
+  r.out_rows = c.out_rows;
+  r.out_count = c.out_count;
   r.site = c.site;
   return r;
 }

@@ -44,7 +44,7 @@ HOST_SOURCES = ["cuda/peer_collectives.cc", "cuda/peer_group.cc", "cuda/peer_moe
 # sources are among them: compiled once, as the kernels are, and linked into both.
 MODULE_SOURCES = _in("handlers/cuda", ".cc") + _in("cuda", ".cc") + [
     "common/call_sites.cc", "common/reduce.cc", "common/dtype.cc", "common/error.cc",
-    "common/log.cc", "common/process.cc", "collectives/kinds.cc", "collectives/request.cc"]
+    "common/log.cc", "common/process.cc", "collectives/kinds.cc", "collectives/request.cc", "moe/request.cc"]
 assert set(HOST_SOURCES) <= set(MODULE_SOURCES)
 # Compiled first, so that the other sources fill the other jobs meanwhile.
 _SLOW_SOURCES = ("kernels/reduce.cc", "nb_combined.cpp")

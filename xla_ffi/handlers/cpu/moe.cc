@@ -7,14 +7,12 @@
 // copies (handlers/host_abi.h). The request holds only pointers into XLA's buffers, which
 // XLA keeps alive until the call's future completes (async_call.h).
 #include <algorithm>
-#include <initializer_list>
 #include <vector>
 
-#include "comm/lanes.h"
-#include "handlers/buffer_shape.h"
 #include "handlers/call_setup.h"
 #include "handlers/cpu/async_call.h"
 #include "handlers/cpu/symbols.h"
+#include "handlers/moe_request.h"
 #include "handlers/order_operand.h"
 #include "handlers/xla_dtype.h"
 #include "moe/run.h"
@@ -25,34 +23,7 @@ namespace ffi = xla::ffi;
 namespace jaccl {
 namespace {
 
-using Ints = ffi::Buffer<ffi::DataType::S32>;
-
-// The request every MoE handler makes: rows and lists of XLA buffers, output.
-MoeRequest request(CollectiveKind kind, int64_t device, ffi::Span<const int64_t> groups,
-                   int64_t group_size, int64_t site, Dtype dtype, const ffi::AnyBuffer& rows,
-                   std::initializer_list<Ints> lists, ffi::AnyBuffer& out) {
-  MoeRequest r;
-  r.kind = kind;
-  r.device = device;
-  r.groups = groups.begin();
-  r.groups_len = groups.size();
-  r.group_size = group_size;
-  r.site = site_of_attribute(site);
-  r.lane = lane_of_attribute(site);
-  r.dtype = dtype;
-  r.rows = rows.untyped_data();
-  r.rows_count = leading(rows);
-  r.row_elems = trailing(rows);
-  int i = 0;
-  for (const Ints& list : lists) {
-    r.lists[i] = list.typed_data();
-    r.list_counts[i++] = list.element_count();
-  }
-  r.out = out.untyped_data();
-  r.out_rows = leading(out);
-  r.out_count = out.element_count();
-  return r;
-}
+using Ints = MoeList32;
 
 // Runs `r` at once or queued on the device's thread (async_call.h). Its buffers are XLA's,
 // alive until the call completes; a queued call takes a copy of the group table.
@@ -74,8 +45,9 @@ ffi::Future ExchangeImpl(int32_t device, OrderIn, ffi::AnyBuffer src, Ints send_
   if (!row_dtype_of_xla(src.element_type(), &dtype)) {
     return completed(unsupported_type(CollectiveKind::kMoeDispatch, src.element_type()));
   }
-  MoeRequest r = request(CollectiveKind::kMoeDispatch, device, groups, group_size, site, dtype, src,
-                         {send_rows, send_offsets, recv_rows, recv_offsets}, *dst);
+  const Ints* lists[4] = {&send_rows, &send_offsets, &recv_rows, &recv_offsets};
+  MoeRequest r = moe_request(CollectiveKind::kMoeDispatch, device, groups, group_size, site,
+                             dtype, src, lists, *dst);
   r.topk_idx = topk_idx.typed_data();
   r.topk_count = topk_idx.element_count();
   r.num_experts = num_experts;
@@ -95,8 +67,9 @@ ffi::Future CombineImpl(int32_t device, OrderIn, ffi::AnyBuffer y, Ints send_row
     return completed(
         unsupported_type(CollectiveKind::kMoeCombine, weights_or_dout.element_type()));
   }
-  MoeRequest r = request(CollectiveKind::kMoeCombine, device, groups, group_size, site, dtype, y,
-                         {send_rows, send_offsets, recv_pairs, recv_offsets}, *out);
+  const Ints* lists[4] = {&send_rows, &send_offsets, &recv_pairs, &recv_offsets};
+  MoeRequest r = moe_request(CollectiveKind::kMoeCombine, device, groups, group_size, site,
+                             dtype, y, lists, *out);
   r.extra = weights_or_dout.untyped_data();
   r.extra_count = weights_or_dout.element_count();
   r.extra_dtype = extra_dtype;
