@@ -22,14 +22,8 @@
 #include "common/text.h"
 #include "transport/ring_channel.h"
 #include "transport/shared_channel.h"
-#ifdef JACCL_HAVE_OFI
-#include "transport/ofi/ofi_transport.h"
+#include "transport/ofi/ofi.h"
 #include "transport/ofi/wire.h"
-#else
-namespace jaccl::ofi {
-class OfiTransport {};  // never made without libfabric; complete, so World can own a null one
-}  // namespace jaccl::ofi
-#endif
 
 namespace jaccl {
 namespace {
@@ -182,14 +176,12 @@ World::World(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> netwo
 World::~World() {
   // Communicators hold channel pointers; drop them before the channels and transports.
   communicators_.clear();
-#ifdef JACCL_HAVE_OFI
   // Frames in flight over libfabric land before the control links say goodbye; the OFI
   // transport goes first, since its I/O thread reads the control links' state.
-  if (ofi_) ofi_->drain(Deadline(std::min(config_.timeout_s, 30.0)));
-#endif
+  if (data_network_) data_network_->drain(Deadline(std::min(config_.timeout_s, 30.0)));
   channels_.clear();
   owned_channels_.clear();
-  ofi_.reset();
+  data_network_.reset();
   network_.reset();
 }
 
@@ -205,7 +197,6 @@ std::vector<std::pair<int64_t, int64_t>> World::network_pairs() const {
   return pairs;
 }
 
-#ifdef JACCL_HAVE_OFI
 void World::open_ofi() {
   std::string why;
   std::optional<ofi::Choice> choice = ofi::choose(config_.ofi_provider, &why);
@@ -232,25 +223,16 @@ void World::open_ofi() {
   settings.key_seed = std::hash<std::string>()(config_.secret) & ~uint64_t{0xff};
   settings.why = config_.ofi_why;
   settings.mode = config_.ofi_mode;
-  ofi_ = std::make_unique<ofi::OfiTransport>(*choice, config_.ip, settings, links);
+  data_network_ = ofi::open(*choice, config_.ip, settings, links);
 }
 
-std::string World::ofi_local_info() const { return ofi_ ? ofi_->local_info() : std::string(); }
+std::string World::ofi_local_info() const {
+  return data_network_ ? data_network_->local_info() : std::string();
+}
 
 void World::ofi_add_peer(int process, const std::string& info) {
-  if (ofi_) ofi_->add_peer(process, info);
+  if (data_network_) data_network_->add_peer(process, info);
 }
-#else
-void World::open_ofi() {
-  throw_error(ErrorKind::kInvalidArgument,
-              "JACCL_TRANSPORT=ofi, but jax_jaccl was built without libfabric (install "
-              "libfabric-dev and rebuild, JACCL_OFI=ON to insist)");
-}
-
-std::string World::ofi_local_info() const { return std::string(); }
-
-void World::ofi_add_peer(int, const std::string&) {}
-#endif
 
 bool World::same_host(int process) const {
   return config_.processes[process].host == config_.processes[config_.my_process].host;
@@ -378,7 +360,7 @@ void World::connect_network() {
   settings.num_slots = 2 * config_.num_slots;
   settings.payload_bytes = config_.payload_bytes;
   settings.timeout_s = config_.timeout_s;
-  if (ofi_) {  // control only
+  if (data_network_) {  // control only
     settings.stripes = 1;
     settings.num_slots = 2;
     settings.payload_bytes = 4096;
@@ -386,18 +368,18 @@ void World::connect_network() {
   network_->configure(settings);
   for (const tcp::LinkSpec& link : links) network_->add_link(link);
   network_->connect_all(Deadline(config_.timeout_s));
-#ifdef JACCL_HAVE_OFI
-  if (ofi_) {
-    ofi_->start([this](int64_t local, int64_t remote) -> const Channel* {
+  if (data_network_) {
+    data_network_->start([this](int64_t local, int64_t remote) -> const Channel* {
       return network_->sender(local, remote);
     });
     for (const tcp::LinkSpec& link : links) {
-      channels_[link.local_device][link.remote_device] = ofi_->sender(link.local_device, link.remote_device);
-      channels_[link.remote_device][link.local_device] = ofi_->receiver(link.remote_device, link.local_device);
+      channels_[link.local_device][link.remote_device] =
+          data_network_->sender(link.local_device, link.remote_device);
+      channels_[link.remote_device][link.local_device] =
+          data_network_->receiver(link.remote_device, link.local_device);
     }
     return;
   }
-#endif
   for (const tcp::LinkSpec& link : links) {
     channels_[link.local_device][link.remote_device] =
         network_->sender(link.local_device, link.remote_device);

@@ -37,6 +37,7 @@
 #include "comm/lanes.h"
 #include "comm/world_config.h"
 #include "transport/shm/segment.h"
+#include "transport/network.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/transport.h"
 
@@ -44,9 +45,6 @@ namespace jaccl {
 
 class Communicator;
 class SharedChannel;
-namespace ofi {
-class OfiTransport;
-}
 
 class World {
  public:
@@ -142,7 +140,7 @@ class World {
   Segment own_segment_;
   std::vector<Segment> peer_segments_;   // by process index; empty when not on this host
   std::unique_ptr<tcp::TcpTransport> network_;
-  std::unique_ptr<ofi::OfiTransport> ofi_;
+  std::unique_ptr<DataNetwork> data_network_;  // JACCL_TRANSPORT=ofi: frames between hosts
   std::vector<std::unique_ptr<Channel>> owned_channels_;
   std::unordered_map<int64_t, std::unordered_map<int64_t, Channel*>> channels_;
   std::unordered_map<const Channel*, std::unique_ptr<SharedChannel>> shared_;  // shares_channels()

@@ -9,9 +9,7 @@
 #include <vector>
 
 #include "comm/world.h"
-#ifdef JACCL_HAVE_OFI
-#include "transport/ofi/fabric.h"
-#endif
+#include "transport/ofi/ofi.h"
 
 namespace nb = nanobind;
 
@@ -21,19 +19,14 @@ namespace {
 using Answer = std::tuple<bool, std::string, std::string, std::string, bool, std::string>;
 
 Answer choose(const std::string& provider) {
-#ifdef JACCL_HAVE_OFI
   std::string why;
   auto choice = jaccl::ofi::choose(provider, &why);
   if (!choice) return {false, "", "", "", false, why};
   return {true, choice->provider, choice->fabric, choice->domain, choice->hardware, ""};
-#else
-  return {false, "", "", "", false, "jax_jaccl was built without libfabric"};
-#endif
 }
 
 nb::list providers() {
   nb::list out;
-#ifdef JACCL_HAVE_OFI
   for (const auto& e : jaccl::ofi::list_providers()) {
     nb::dict d;
     d["provider"] = e.provider;
@@ -45,27 +38,14 @@ nb::list providers() {
     d["progress"] = e.progress;
     out.append(d);
   }
-#endif
   return out;
-}
-
-std::string version() {
-#ifdef JACCL_HAVE_OFI
-  return jaccl::ofi::library_version();
-#else
-  return "";
-#endif
 }
 
 }  // namespace
 
 void define_ofi_functions(nb::module_& m) {
-#ifdef JACCL_HAVE_OFI
-  m.attr("ofi_built") = true;
-#else
-  m.attr("ofi_built") = false;
-#endif
-  m.def("ofi_version", &version);
+  m.attr("ofi_built") = jaccl::ofi::built();
+  m.def("ofi_version", &jaccl::ofi::library_version);
   m.def("ofi_choose", &choose, nb::arg("provider") = "");
   m.def("ofi_providers", &providers);
   m.def("ofi_local_info", [] { return jaccl::World::require().ofi_local_info(); });

@@ -1,12 +1,7 @@
-// One process's libfabric objects: which provider, and an RDM endpoint with its address
-// vector, completion queue and registered memory.
+// One process's libfabric objects: an RDM endpoint with its address vector, completion queue
+// and registered memory, for the provider transport/ofi/ofi.h chose.
 //
 // Contract:
-// - choose(provider) asks libfabric for RDM endpoints with RMA writes and 4 bytes of remote CQ
-//   data (what verbs and efa carry), offering every memory-registration mode and honouring
-//   whatever the provider keeps. An empty `provider` takes the first hardware provider
-//   (cxi, efa, verbs;ofi_rxm: an RDMA NIC); software providers (tcp;ofi_rxm, sockets, net,
-//   udp, shm) only when named. Returns nullopt (with the reason in *why) when none fits.
 // - Fabric::open() makes fabric, domain, address vector, completion queue (with a wait fd
 //   where the provider has one) and endpoint, and enables the endpoint: for RMA writes with
 //   CQ data (Mode::kWrite), or for tagged messages (Mode::kMessage, the fallback of providers
@@ -31,37 +26,13 @@
 #include <string>
 #include <vector>
 
-namespace jaccl::ofi {
+#include "transport/ofi/ofi.h"
 
-// What the chosen provider needs of us.
-struct Choice {
-  std::string provider;    // e.g. "tcp;ofi_rxm", "efa", "verbs;ofi_rxm"
-  std::string fabric;      // fabric name (an IP network for software providers)
-  std::string domain;      // NIC / domain name
-  uint32_t version = 0;    // fi_version() of the library in use
-  bool hardware = false;   // an RDMA NIC (not a software provider)
-  bool virt_addr = false;  // FI_MR_VIRT_ADDR: targets are virtual addresses, else offsets
-  bool prov_key = false;   // FI_MR_PROV_KEY: the provider picks keys
-  bool mr_local = false;   // FI_MR_LOCAL: write sources must be registered too
-  bool mr_endpoint = false;  // FI_MR_ENDPOINT: regions are bound to the endpoint
-  size_t cq_data_size = 0;
-};
+namespace jaccl::ofi {
 
 enum class Mode { kWrite, kMessage };
 
-// One provider entry of fi_getinfo, for jaccl-info.
-struct ProviderEntry {
-  std::string provider, fabric, domain;
-  bool hardware = false;
-  bool rma = false;          // FI_RMA offered
-  size_t cq_data_size = 0;
-  std::string progress;      // data progress: "auto" or "manual"
-};
-
-bool is_software(const std::string& provider);
-std::string library_version();                 // "1.17"
-std::vector<ProviderEntry> list_providers();   // every RDM entry libfabric offers
-std::optional<Choice> choose(const std::string& provider, std::string* why);
+bool is_software(const std::string& provider);  // tcp;ofi_rxm, sockets, net, udp, shm
 
 // A registered region: what a peer needs to write into it, and what a local write needs.
 struct Region {

@@ -666,4 +666,9 @@ void OfiTransport::drain(const Deadline& deadline) {
   }
 }
 
+std::unique_ptr<DataNetwork> open(const Choice& choice, const std::string& ip,
+                                  const Settings& settings, const std::vector<LinkSpec>& links) {
+  return std::make_unique<OfiTransport>(choice, ip, settings, links);
+}
+
 }  // namespace jaccl::ofi

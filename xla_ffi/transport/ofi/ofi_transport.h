@@ -40,34 +40,11 @@
 
 #include "common/clock.h"
 #include "transport/doorbell.h"
+#include "transport/network.h"
 #include "transport/ofi/fabric.h"
 #include "transport/ring_channel.h"
 
 namespace jaccl::ofi {
-
-struct Settings {
-  std::string my_name;       // how messages name this process ("process 2", JAX's number)
-  int num_slots = 8;         // frames in flight per channel
-  size_t payload_bytes = 0;  // per frame
-  double timeout_s = 120;    // retries of refused writes, drain
-  uint64_t key_seed = 0;     // memory keys where the application picks them (from the job secret)
-  std::string why;           // why this provider (for the INFO line)
-  std::string mode = "auto"; // "write" (RMA with CQ data), "message" (tagged), "auto": write if it works
-};
-
-// One pair (local device, device of another host): a channel each way. Indexes number the
-// channels of a process (wire.h): this process's own, and the remote process's view.
-struct LinkSpec {
-  int64_t local_device = 0;
-  int64_t remote_device = 0;
-  int remote_process = 0;
-  Doorbell* local_doorbell = nullptr;
-  uint32_t out_index = 0;         // local -> remote among this process's outgoing channels
-  uint32_t in_index = 0;          // remote -> local among this process's incoming channels
-  uint32_t remote_in_index = 0;   // local -> remote among the remote process's incoming
-  uint32_t remote_out_index = 0;  // remote -> local among the remote process's outgoing
-  std::string remote_name;        // how messages name the remote process
-};
 
 // What a process tells the others (through the key-value store) so they can write to it.
 struct PeerInfo {
@@ -85,27 +62,27 @@ struct PeerInfo {
   static PeerInfo decode(const std::string& text);
 };
 
-class OfiTransport {
+class OfiTransport : public DataNetwork {
  public:
   OfiTransport(const Choice& choice, const std::string& ip, const Settings& settings,
                const std::vector<LinkSpec>& links);
-  ~OfiTransport();
+  ~OfiTransport() override;
   OfiTransport(const OfiTransport&) = delete;
   OfiTransport& operator=(const OfiTransport&) = delete;
 
-  std::string local_info() const;
+  std::string local_info() const override;
   // Checks `info` against this process (provider, version, ring geometry) and adds the peer.
-  void add_peer(int process, const std::string& info);
+  void add_peer(int process, const std::string& info) override;
   // `control(local, remote)` is the control link's channel whose failure() a data channel
   // between the same devices also reports. Starts the I/O thread.
-  void start(const std::function<const Channel*(int64_t local, int64_t remote)>& control);
+  void start(const std::function<const Channel*(int64_t local, int64_t remote)>& control) override;
 
-  Channel* sender(int64_t local_device, int64_t remote_device);
-  Channel* receiver(int64_t remote_device, int64_t local_device);
+  Channel* sender(int64_t local_device, int64_t remote_device) override;
+  Channel* receiver(int64_t remote_device, int64_t local_device) override;
 
   // Waits until every frame sent was released by its consumer and every release of ours
   // was credited back (or the link failed), at most until the deadline.
-  void drain(const Deadline& deadline);
+  void drain(const Deadline& deadline) override;
 
   struct Link;
   struct Op;
