@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/half.h"
+#include "common/reduce_apply.h"
 #include "common/vector_clones.h"
 
 namespace jaccl {
@@ -26,30 +27,6 @@ inline T narrow(A x) {
   if constexpr (std::is_same_v<T, bf16_t>) return to_bf16(x);
   else if constexpr (std::is_same_v<T, f16_t>) return to_f16(x);
   else return static_cast<T>(x);
-}
-
-// Arithmetic that wraps for integers (no signed-overflow UB) and is plain for floats.
-template <ReduceOp kOp, typename A>
-inline A apply(A a, A b) {
-  if constexpr (kOp == ReduceOp::kSum || kOp == ReduceOp::kProd) {
-    if constexpr (std::is_integral_v<A>) {
-      using U = std::make_unsigned_t<A>;
-      U r = kOp == ReduceOp::kSum ? static_cast<U>(static_cast<U>(a) + static_cast<U>(b))
-                                  : static_cast<U>(static_cast<U>(a) * static_cast<U>(b));
-      return static_cast<A>(r);
-    } else {
-      // A sum + 0 is +0 where every operand is -0, as XLA's reductions (which start from +0)
-      // give it, and the sum itself everywhere else.
-      return kOp == ReduceOp::kSum ? (a + b) + A(0) : a * b;
-    }
-  } else if constexpr (kOp == ReduceOp::kMax) {
-    // NaN propagates; of two equal values (-0 and +0) the earlier operand wins, as in XLA's.
-    if constexpr (std::is_floating_point_v<A>) return (a >= b || a != a) ? a : b;
-    else return a > b ? a : b;
-  } else {
-    if constexpr (std::is_floating_point_v<A>) return (a <= b || a != a) ? a : b;
-    else return a < b ? a : b;
-  }
 }
 
 constexpr size_t kBlock = 512;

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 
+#include "common/reduce_apply.h"
 #include "cuda/kernels/kernels.h"
 #include "cuda/kernels/launch_shape.cuh"
 
@@ -54,28 +55,6 @@ __device__ __forceinline__ T narrow(A v) {
   if constexpr (std::is_same_v<T, __half>) return __float2half_rn(v);
   else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(v);
   else return static_cast<T>(v);
-}
-
-template <ReduceOp kOp, typename A>
-__device__ __forceinline__ A apply(A a, A b) {
-  if constexpr (kOp == ReduceOp::kSum || kOp == ReduceOp::kProd) {
-    if constexpr (std::is_integral_v<A>) {
-      using U = std::make_unsigned_t<A>;
-      return static_cast<A>(kOp == ReduceOp::kSum ? static_cast<U>(static_cast<U>(a) + static_cast<U>(b))
-                                                  : static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
-    } else {
-      // A sum + 0 is +0 where every operand is -0, as XLA's reductions (which start from +0)
-      // give it, and the sum itself everywhere else.
-      return kOp == ReduceOp::kSum ? (a + b) + A(0) : a * b;
-    }
-  } else if constexpr (kOp == ReduceOp::kMax) {
-    // NaN propagates; of two equal values (-0 and +0) the earlier operand wins, as in XLA's.
-    if constexpr (std::is_floating_point_v<A>) return (a >= b || a != a) ? a : b;
-    else return a > b ? a : b;
-  } else {
-    if constexpr (std::is_floating_point_v<A>) return (a <= b || a != a) ? a : b;
-    else return a < b ? a : b;
-  }
 }
 
 // Where the vectors are: elements [head, head + vectors * (16 / sizeof(T))) move as 16-byte
