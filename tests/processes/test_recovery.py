@@ -8,7 +8,7 @@ on from, bit for bit; two losses one after the other (the second named by its
 jax.process_index() though the second world renumbered the survivors) on one host and between
 emulated hosts over jaccl's TCP and the OFI transport (the loss seen as a closed link, every
 world of survivors linked anew); a process started again (jaccl-run --restarts) rejoining with
-the survivors' state; nothing left behind. What is not supported yet (XLA's collectives on
+the survivors' state, on one host and between emulated hosts over TCP; nothing left behind. What is not supported yet (XLA's collectives on
 jaccl with several devices per process) fails with an error that says so."""
 
 from __future__ import annotations
@@ -111,12 +111,17 @@ def test_two_losses_one_after_the_other_named_as_jax_numbers_them(hosts):
 # incarnation: a new world over all three) or after the others went on without it (a world of
 # two, then one of three when it is back). Either way it takes the survivors' state and every
 # process ends with the same parameters (coming back before the heartbeat, those of a job that
-# lost no one).
-@pytest.mark.parametrize("back", ["before-the-heartbeat", "after-the-others-went-on"])
-def test_a_process_started_again_rejoins_with_the_survivors_state(back):
+# lost no one). Between emulated hosts over jaccl's TCP, each world links its hosts anew (the
+# one it comes back to, too).
+@pytest.mark.parametrize("back, hosts", [
+    pytest.param("before-the-heartbeat", {}, id="before-the-heartbeat"),
+    pytest.param("after-the-others-went-on", {}, id="after-the-others-went-on"),
+    pytest.param("after-the-others-went-on", TCP, id="after-the-others-went-on-hosts-tcp")])
+def test_a_process_started_again_rejoins_with_the_survivors_state(back, hosts):
     late = back == "after-the-others-went-on"
-    env = {"JACCL_DEBUG": "info", "JACCL_HEARTBEAT_TIMEOUT": "3" if late else "20",
-           "JACCL_TEST_RESTART_DELAY_S": "4" if late else "0"}
+    env = {**hosts, "JACCL_DEBUG": "info", "JACCL_HEARTBEAT_TIMEOUT": "3" if late else "20",
+           "JACCL_TEST_RESTART_DELAY_S": "4" if late else "0",
+           "JACCL_TEST_FAKE_HOSTS": "3" if hosts else "0"}
     job = run_job("elastic.py", 3, args=["--steps", "40" if late else "16", "--pace", "0.25",
                                          "--kill-at", "3", "--rejoin"],
                   env=env, timeout=180, keep_going=True, restarts=1)

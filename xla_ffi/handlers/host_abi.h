@@ -49,8 +49,9 @@ struct JacclHostCall {
   size_t ragged_len;
   uint64_t in_rows, out_rows, row_elems;
   int32_t space;          // kJacclOwnOps, or kJacclXlaCollectives (the MPI shim's calls)
-  // Tells apart communicators of equal tables whose members must not be shared: the MPI
-  // shim's, with several devices per process, numbers its split rounds (0: none).
+  // Tells apart communicators of equal tables whose members must not be shared: in space
+  // kJacclOwnOps the call's lane (comm/lanes.h), in kJacclXlaCollectives the MPI shim's split
+  // round (with several devices per process; 0: none). CollectiveRequest's lane / split_round.
   uint64_t salt;
   uint32_t site;          // where the call was written (common/call_sites.h; 0: none)
 };

@@ -43,7 +43,7 @@ inline JacclHostCall host_call_of(const CollectiveRequest& r) {
   c.out_rows = r.out_rows;
   c.row_elems = r.row_elems;
   c.space = r.space;
-  c.salt = r.salt;
+  c.salt = r.space == 0 ? r.lane : r.split_round;
   c.site = r.site;
   return c;
 }
@@ -71,7 +71,11 @@ inline CollectiveRequest request_of(const JacclHostCall& c) {
   r.out_rows = c.out_rows;
   r.row_elems = c.row_elems;
   r.space = c.space;
-  r.salt = c.salt;
+  if (c.space == 0) {
+    r.lane = static_cast<uint32_t>(c.salt);
+  } else {
+    r.split_round = c.salt;
+  }
   r.site = c.site;
   return r;
 }

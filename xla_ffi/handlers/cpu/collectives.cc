@@ -38,7 +38,7 @@ struct Request : CollectiveRequest {
     this->kind = kind;
     this->device = device;
     this->group_size = group_size;
-    salt = lane_of_attribute(site);
+    lane = lane_of_attribute(site);
     this->site = site_of_attribute(site);
     known_type = dtype_of_xla(in.element_type(), &dtype);
     element_type = in.element_type();
@@ -57,7 +57,6 @@ struct Request : CollectiveRequest {
 // Runs `r` at once or queued on its lane's thread (async_call.h).
 ffi::Future submit(Request r) {
   if (!r.known_type) return completed(unsupported_type(r.kind, r.element_type));
-  const auto lane = static_cast<uint32_t>(r.salt);
   auto run = [](Request& r) {
     r.groups = r.table.data();
     r.groups_len = r.table.size();
@@ -65,7 +64,8 @@ ffi::Future submit(Request r) {
     r.pairs_len = r.pair_list.size();
     return run_collective(r);
   };
-  if (runs_now(r.device, lane, r.bytes)) return completed(to_ffi(run(r)));
+  if (runs_now(r.device, r.lane, r.bytes)) return completed(to_ffi(run(r)));
+  const uint32_t lane = r.lane;
   return queue(r.device, lane, [r = std::move(r), run]() mutable { return run(r); });
 }
 
@@ -164,17 +164,36 @@ ffi::Future RaggedAllToAllIntoZerosImpl(int32_t device, OrderIn, ffi::AnyBuffer 
 }  // namespace
 }  // namespace jaccl
 
+// Every collective's binding starts the same: XLA's device id, the operand that orders the
+// collectives of a device (handlers/order_operand.h), x; its order result, the result; the
+// group table (device ids in rank order, group_size per row) and the call site with its lane.
+#define JACCL_CPU_BINDING                                      \
+  ffi::Ffi::Bind()                                             \
+      .Ctx<ffi::DeviceOrdinal>()                               \
+      .Arg<ffi::AnyBuffer>()                                   \
+      .Arg<ffi::AnyBuffer>()                                   \
+      .Ret<ffi::AnyBuffer>()                                   \
+      .Ret<ffi::AnyBuffer>()                                   \
+      .Attr<ffi::Span<const int64_t>>("groups")                \
+      .Attr<int64_t>("group_size")                             \
+      .Attr<int64_t>("site")
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_reduce, jaccl::AllReduceImpl,
+                              JACCL_CPU_BINDING.Attr<int64_t>("op")  // ReduceOp
+                                  .Attr<int64_t>("algorithm"));      // Algorithm
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_reduce_scatter, jaccl::ReduceScatterImpl,
+                              JACCL_CPU_BINDING.Attr<int64_t>("op")
+                                  .Attr<int64_t>("algorithm")
+                                  .Attr<int64_t>("outer"));  // elements before the scatter dim
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_gather, jaccl::AllGatherImpl,
+                              JACCL_CPU_BINDING.Attr<int64_t>("algorithm")
+                                  .Attr<int64_t>("outer"));  // elements before the gather dim
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_to_all, jaccl::AllToAllImpl,
+                              JACCL_CPU_BINDING.Attr<int64_t>("outer_in")  // before the split dim
+                                  .Attr<int64_t>("outer_out"));            // before the concat dim
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_ppermute, jaccl::PermuteImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::AnyBuffer>()  // orders the collectives of a device
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()  // the source's x, or zeros
-                                  .Attr<ffi::Span<const int64_t>>("groups")
-                                  .Attr<int64_t>("group_size")
-                                  .Attr<int64_t>("site")
-                                  .Attr<ffi::Span<const int64_t>>("perm"));  // (source, dest) ranks
+                              // (source, dest) ranks; a rank no pair sends to gets zeros
+                              JACCL_CPU_BINDING.Attr<ffi::Span<const int64_t>>("perm"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_ragged_all_to_all, jaccl::RaggedAllToAllImpl,
                               ffi::Ffi::Bind()
@@ -207,56 +226,3 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_ragged_all_to_all_into_zeros,
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
                                   .Attr<int64_t>("site"));
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_reduce, jaccl::AllReduceImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::AnyBuffer>()  // orders the collectives of a device
-                                  .Arg<ffi::AnyBuffer>()                   // x
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()                   // reduced x
-                                  .Attr<ffi::Span<const int64_t>>("groups")  // device ids, rank order
-                                  .Attr<int64_t>("group_size")
-                                  .Attr<int64_t>("site")
-                                  .Attr<int64_t>("op")                     // ReduceOp
-                                  .Attr<int64_t>("algorithm"));            // Algorithm
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_reduce_scatter, jaccl::ReduceScatterImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::AnyBuffer>()  // orders the collectives of a device
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<ffi::Span<const int64_t>>("groups")
-                                  .Attr<int64_t>("group_size")
-                                  .Attr<int64_t>("site")
-                                  .Attr<int64_t>("op")
-                                  .Attr<int64_t>("algorithm")
-                                  .Attr<int64_t>("outer"));  // elements before the scatter dim
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_gather, jaccl::AllGatherImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::AnyBuffer>()  // orders the collectives of a device
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<ffi::Span<const int64_t>>("groups")
-                                  .Attr<int64_t>("group_size")
-                                  .Attr<int64_t>("site")
-                                  .Attr<int64_t>("algorithm")
-                                  .Attr<int64_t>("outer"));  // elements before the gather dim
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_to_all, jaccl::AllToAllImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::AnyBuffer>()  // orders the collectives of a device
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<ffi::Span<const int64_t>>("groups")
-                                  .Attr<int64_t>("group_size")
-                                  .Attr<int64_t>("site")
-                                  .Attr<int64_t>("outer_in")    // elements before the split dim
-                                  .Attr<int64_t>("outer_out"));  // elements before the concat dim
