@@ -99,26 +99,37 @@ Status alone(const CollectiveRequest& r, bool receives, cudaStream_t stream) {
 
 }  // namespace
 
+Status find_call_group(int ordinal, const int64_t* groups, size_t groups_len, int64_t group_size,
+                       CallGroup* g) {
+  if (Status s = global_device(ordinal, &g->device); s.failure()) return s;
+  if (std::string why = pending_error(ordinal); !why.empty()) {
+    return failed(ErrorKind::kPeerFailure, "jaccl: an earlier collective on this GPU failed: " + why);
+  }
+  g->local = local_device(ordinal);
+  if (g->local != nullptr) {
+    if (std::string why = failure(*g->local); !why.empty()) return failed(ErrorKind::kPeerFailure, why);
+  }
+  g->members = group_members(groups, groups_len, group_size, g->device, &g->rank);
+  if (g->members.empty()) {
+    return failed(ErrorKind::kInvalidArgument, text("jaccl: device ", g->device,
+                                                    " is in none of the call's groups"));
+  }
+  return Status::Ok();
+}
+
 Status run_on_gpu(CollectiveRequest r, int ordinal, cudaStream_t stream, HostEngine host) {
   if (host == nullptr) {
     return failed(ErrorKind::kFailedPrecondition,
                   "jaccl: the CUDA handlers have no engine (import jax_jaccl first)");
   }
-  if (Status s = global_device(ordinal, &r.device); s.failure()) return s;
-  if (std::string why = pending_error(ordinal); !why.empty()) {
-    return failed(ErrorKind::kPeerFailure, "jaccl: an earlier collective on this GPU failed: " + why);
+  CallGroup g;
+  if (Status s = find_call_group(ordinal, r.groups, r.groups_len, r.group_size, &g); s.failure()) {
+    return s;
   }
-  LocalDevice* local = local_device(ordinal);
-  if (local != nullptr) {
-    if (std::string why = failure(*local); !why.empty()) return failed(ErrorKind::kPeerFailure, why);
-  }
-  int rank = 0;
-  const std::vector<int64_t> members = group_members(r.groups, r.groups_len, r.group_size,
-                                                     r.device, &rank);
-  if (members.empty()) {
-    return failed(ErrorKind::kInvalidArgument, text("jaccl: device ", r.device,
-                                                    " is in none of the call's groups"));
-  }
+  r.device = g.device;
+  LocalDevice* local = g.local;
+  const std::vector<int64_t>& members = g.members;
+  const int rank = g.rank;
   Permutation partners;
   try {
     partners = check_request(r, static_cast<int>(members.size()), rank);

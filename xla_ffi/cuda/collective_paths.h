@@ -23,9 +23,12 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "collectives/request.h"
 #include "common/status.h"
+#include "cuda/peers.h"
 
 namespace jaccl::cuda {
 
@@ -33,5 +36,18 @@ namespace jaccl::cuda {
 using HostEngine = int (*)(const CollectiveRequest& request, char* error, size_t error_len);
 
 Status run_on_gpu(CollectiveRequest request, int ordinal, cudaStream_t stream, HostEngine host);
+
+// What every op on a GPU (collectives, MoE: cuda/moe_paths.h) finds first: the device's global
+// id, its LocalDevice (null without a peer path), its group in the table and its rank there.
+// A failure the device already carries (an earlier host job's, its peer path's) is returned
+// instead, as is a device in none of the groups.
+struct CallGroup {
+  int64_t device = 0;
+  LocalDevice* local = nullptr;
+  std::vector<int64_t> members;
+  int rank = 0;
+};
+Status find_call_group(int ordinal, const int64_t* groups, size_t groups_len, int64_t group_size,
+                       CallGroup* group);
 
 }  // namespace jaccl::cuda

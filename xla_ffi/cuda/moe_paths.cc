@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/text.h"
+#include "cuda/collective_paths.h"
 #include "cuda/peer_group.h"
 #include "cuda/peer_moe.h"
 #include "cuda/peers.h"
@@ -104,20 +105,14 @@ Status run_moe_on_gpu(MoeRequest c, int ordinal, cudaStream_t stream, HostMoeEng
     return failed(ErrorKind::kFailedPrecondition,
                   "jaccl: the CUDA handlers have no engine (import jax_jaccl first)");
   }
-  if (Status s = global_device(ordinal, &c.device); s.failure()) return s;
-  if (std::string why = pending_error(ordinal); !why.empty()) {
-    return failed(ErrorKind::kPeerFailure, "jaccl: an earlier collective on this GPU failed: " + why);
+  CallGroup g;
+  if (Status s = find_call_group(ordinal, c.groups, c.groups_len, c.group_size, &g); s.failure()) {
+    return s;
   }
-  LocalDevice* local = local_device(ordinal);
-  if (local != nullptr) {
-    if (std::string why = failure(*local); !why.empty()) return failed(ErrorKind::kPeerFailure, why);
-  }
-  int rank = 0;
-  const std::vector<int64_t> members = group_members(c.groups, c.groups_len, c.group_size,
-                                                     c.device, &rank);
-  if (members.empty()) {
-    return failed(ErrorKind::kInvalidArgument, "jaccl: the device is in none of the call's groups");
-  }
+  c.device = g.device;
+  LocalDevice* local = g.local;
+  const std::vector<int64_t>& members = g.members;
+  const int rank = g.rank;
   try {
     check_moe_request(c, static_cast<int>(members.size()));
   } catch (const Error& e) {
