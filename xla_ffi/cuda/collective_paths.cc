@@ -68,9 +68,10 @@ Status staged(const CollectiveRequest& r, int ordinal, cudaStream_t stream, Host
     on_host.in = h;
     on_host.out = h + out_at;
     for (int i = 0; ragged && i < 4; ++i) on_host.ragged[i].data = h + index_at[i];
-    result = staging.enqueue([on_host, host, groups = std::vector<int64_t>(r.groups, r.groups + r.groups_len),
-                              pairs = std::vector<int64_t>(r.pairs, r.pairs + r.pairs_len)](
-                                 char* error, size_t len) mutable {
+    std::vector<int64_t> groups(r.groups, r.groups + r.groups_len);
+    std::vector<int64_t> pairs(r.pairs, r.pairs + r.pairs_len);
+    result = staging.enqueue([on_host, host, groups = std::move(groups),
+                              pairs = std::move(pairs)](char* error, size_t len) mutable {
       on_host.groups = groups.data();
       on_host.pairs = pairs.data();
       return host(on_host, error, len);
