@@ -29,14 +29,16 @@ namespace jaccl {
 namespace {
 
 // A request (collectives/request.h) for `device` over the communicator of `groups`, in the
-// lane and at the site the `site` attribute names (comm/lanes.h), of x's element type.
+// lane and at the site the `site` attribute names (comm/lanes.h), of x's element type. It
+// points into XLA's attributes and buffers.
 struct Request : CollectiveRequest {
   Request(CollectiveKind kind, int64_t device, ffi::Span<const int64_t> groups,
           int64_t group_size, int64_t site, const ffi::AnyBuffer& in,
-          ffi::Result<ffi::AnyBuffer>& result)
-      : table(groups.begin(), groups.end()) {
+          ffi::Result<ffi::AnyBuffer>& result) {
     this->kind = kind;
     this->device = device;
+    this->groups = groups.begin();
+    groups_len = groups.size();
     this->group_size = group_size;
     lane = lane_of_attribute(site);
     this->site = site_of_attribute(site);
@@ -48,25 +50,25 @@ struct Request : CollectiveRequest {
     out_count = result->element_count();
     bytes = std::max(in.size_bytes(), result->size_bytes());
   }
-  std::vector<int64_t> table, pair_list;  // owned: a queued call outlives XLA's attributes
   bool known_type;
   ffi::DataType element_type;
   size_t bytes;
 };
 
-// Runs `r` at once or queued on its lane's thread (async_call.h).
-ffi::Future submit(Request r) {
+// Runs `r` at once or queued on its lane's thread (async_call.h). A queued request takes
+// copies of the group table and the ppermute pairs: XLA keeps the call's buffers alive until
+// the future completes, not its attributes.
+ffi::Future submit(const Request& r) {
   if (!r.known_type) return completed(unsupported_type(r.kind, r.element_type));
-  auto run = [](Request& r) {
-    r.groups = r.table.data();
-    r.groups_len = r.table.size();
-    r.pairs = r.pair_list.data();
-    r.pairs_len = r.pair_list.size();
-    return run_collective(r);
-  };
-  if (runs_now(r.device, r.lane, r.bytes)) return completed(to_ffi(run(r)));
-  const uint32_t lane = r.lane;
-  return queue(r.device, lane, [r = std::move(r), run]() mutable { return run(r); });
+  if (runs_now(r.device, r.lane, r.bytes)) return completed(to_ffi(run_collective(r)));
+  CollectiveRequest queued = r;
+  std::vector<int64_t> table(r.groups, r.groups + r.groups_len);
+  std::vector<int64_t> pairs(r.pairs, r.pairs + r.pairs_len);
+  return queue(r.device, r.lane, [queued, table, pairs]() mutable {
+    queued.groups = table.data();
+    queued.pairs = pairs.data();
+    return run_collective(queued);
+  });
 }
 
 ffi::Future AllReduceImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
@@ -76,7 +78,7 @@ ffi::Future AllReduceImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
   Request r(CollectiveKind::kAllReduce, device, groups, group_size, site, x, out);
   r.op = static_cast<ReduceOp>(op);
   r.algorithm = static_cast<Algorithm>(algorithm);
-  return submit(std::move(r));
+  return submit(r);
 }
 
 ffi::Future ReduceScatterImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
@@ -87,7 +89,7 @@ ffi::Future ReduceScatterImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOu
   r.op = static_cast<ReduceOp>(op);
   r.algorithm = static_cast<Algorithm>(algorithm);
   r.outer_in = static_cast<size_t>(outer);
-  return submit(std::move(r));
+  return submit(r);
 }
 
 ffi::Future AllGatherImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
@@ -97,7 +99,7 @@ ffi::Future AllGatherImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
   Request r(CollectiveKind::kAllGather, device, groups, group_size, site, x, out);
   r.algorithm = static_cast<Algorithm>(algorithm);
   r.outer_out = static_cast<size_t>(outer);
-  return submit(std::move(r));
+  return submit(r);
 }
 
 ffi::Future AllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
@@ -107,15 +109,16 @@ ffi::Future AllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
   Request r(CollectiveKind::kAllToAll, device, groups, group_size, site, x, out);
   r.outer_in = static_cast<size_t>(outer_in);
   r.outer_out = static_cast<size_t>(outer_out);
-  return submit(std::move(r));
+  return submit(r);
 }
 
 ffi::Future PermuteImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                        ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
                        int64_t group_size, int64_t site, ffi::Span<const int64_t> perm) {
   Request r(CollectiveKind::kPermute, device, groups, group_size, site, x, out);
-  r.pair_list.assign(perm.begin(), perm.end());
-  return submit(std::move(r));
+  r.pairs = perm.begin();
+  r.pairs_len = perm.size();
+  return submit(r);
 }
 
 // ragged_all_to_all into `out`, which holds the output operand's rows already (aliased) or,
@@ -128,7 +131,7 @@ ffi::Future run_ragged(int32_t device, ffi::AnyBuffer operand, size_t out_rows,
   if (out->element_type() != operand.element_type()) r.known_type = false;
   set_ragged(&r, operand, out_rows, indices);
   r.zero_unwritten = zero_unwritten;
-  return submit(std::move(r));
+  return submit(r);
 }
 
 ffi::Future RaggedAllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer operand,
@@ -136,11 +139,7 @@ ffi::Future RaggedAllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer operand,
                               ffi::AnyBuffer send_sizes, ffi::AnyBuffer output_offsets,
                               ffi::AnyBuffer recv_sizes, OrderOut, ffi::Result<ffi::AnyBuffer> out,
                               ffi::Span<const int64_t> groups, int64_t group_size, int64_t site) {
-  if (output.element_count() != out->element_count() ||
-      output.element_type() != out->element_type()) {
-    return completed(ffi::Error::InvalidArgument(
-        "jaccl: ragged_all_to_all's output and result differ"));
-  }
+  if (ffi::Error e = output_error(output, *out); e.failure()) return completed(std::move(e));
   if (out->untyped_data() != output.untyped_data()) {  // XLA did not alias them: start from output
     std::memcpy(out->untyped_data(), output.untyped_data(), output.size_bytes());
   }

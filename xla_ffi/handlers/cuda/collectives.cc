@@ -113,10 +113,7 @@ ffi::Error RaggedAllToAll(cudaStream_t stream, int32_t ordinal, OrderIn, ffi::An
                           ffi::AnyBuffer send_sizes, ffi::AnyBuffer output_offsets,
                           ffi::AnyBuffer recv_sizes, OrderOut, ffi::Result<ffi::AnyBuffer> out,
                           ffi::Span<const int64_t> groups, int64_t group_size, int64_t site) {
-  if (output.element_count() != out->element_count() ||
-      output.element_type() != out->element_type()) {
-    return ffi::Error::InvalidArgument("jaccl: ragged_all_to_all's output and result differ");
-  }
+  if (ffi::Error e = output_error(output, *out); e.failure()) return e;
   CollectiveRequest r;
   const bool ok = request(CollectiveKind::kRaggedAllToAll, groups, group_size, site, operand,
                           out, &r);
