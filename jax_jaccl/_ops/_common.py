@@ -195,9 +195,8 @@ def lower_collective(ctx, *operands, target: str, axes: tuple, groups=None, alia
         config[name] = ir.DenseI64ArrayAttr.get([int(v) for v in values])
     config["groups"] = ir.DenseI64ArrayAttr.get([int(v) for v in table.ravel()])
     config["group_size"] = mlir.ir_attribute(np.int64(group_size))
-    # The handlers take the lane (xla_ffi/comm/lanes.h) in bits 32-39 of the site attribute.
-    site = _call_site.site_of(ctx, target) | _ordering.lane_of(ctx) << 32
-    config["site"] = mlir.ir_attribute(np.int64(site))
+    config["site"] = mlir.ir_attribute(np.int64(_call_site.site_of(ctx, target)))
+    config["lane"] = mlir.ir_attribute(np.int64(_ordering.lane_of(ctx)))  # xla_ffi/comm/lanes.h
     token = _ordering.token_in(ctx)
     result_types = [token.type] + [_compat.ir_type(ctx, a) for a in ctx.avals_out]
 

@@ -1,5 +1,5 @@
 """Every chain of jaccl calls (the collectives of one block) gets a lane at lowering
-(jax_jaccl/_ordering.py lane_of, carried in bits 32-39 of the handlers' `site` attribute), the
+(jax_jaccl/_ordering.py lane_of, the handlers' `lane` attribute), the
 same on every process that lowers the program: calls of different lanes may be in flight at
 once on one device (tests/processes/test_lanes.py runs ranks that take them in opposite
 orders)."""
@@ -17,7 +17,7 @@ from util import N, on_mesh, sites
 
 
 def lanes(f, *args) -> list[int]:
-    return [s >> 32 for s in sites(f, *args)]
+    return sites(f, *args, attribute="lane")
 
 
 def nested(count):

@@ -85,8 +85,8 @@ STRICT = textwrap.dedent("""
                               out_specs=(P("x"), P("x"), P("x"))))
     assert jax.make_jaxpr(f)(*xs).effects, "strict mode must carry an ordered effect"
     import re
-    sites = [int(s) for s in re.findall(r"site = (-?\\d+) : i64", f.lower(*xs).as_text())]
-    assert len(sites) == 3 and all(s >> 32 == 0 for s in sites), sites  # one token: lane 0
+    lanes = [int(s) for s in re.findall(r"\\blane = (-?\\d+) : i64", f.lower(*xs).as_text())]
+    assert lanes == [0, 0, 0], lanes  # one token: lane 0
     for _ in range(20):
         looped, branched, scattered = f(*xs)
         assert np.all(np.asarray(looped) == 1) and np.all(np.asarray(branched) == 2)

@@ -28,7 +28,7 @@ CALL = textwrap.dedent("""
         return jnp.zeros((), jnp.int32)
 
     def call(target, operands, results, **attrs):
-        attrs = {k: (np.int64(v) if np.isscalar(v) else v) for k, v in attrs.items()}
+        attrs = {k: (np.int64(v) if np.isscalar(v) else v) for k, v in {"lane": 0, **attrs}.items()}
         return jax.ffi.ffi_call(target, [jax.ShapeDtypeStruct((), jnp.int32)] + results,
                                 has_side_effect=True)(order(), *operands, **attrs)[1]
 

@@ -96,12 +96,13 @@ def load_cuda_emulation_build():
     return module
 
 
-def sites(f, *args) -> list[int]:
-    """The site attribute of every jaccl custom call in f's lowering, in program order."""
+def sites(f, *args, attribute: str = "site") -> list[int]:
+    """The site attribute (or another int64 one) of every jaccl custom call in f's lowering,
+    in program order."""
     text = jax.jit(f).lower(*args).as_text()
     calls = re.findall(r"custom_call @jaccl_\w+\(.*?\n", text)
     assert calls, text
-    found = [re.search(r"site = (-?\d+)", c) for c in calls]
+    found = [re.search(rf"\b{attribute} = (-?\d+)", c) for c in calls]
     assert all(found), calls
     return [int(m.group(1)) for m in found]
 

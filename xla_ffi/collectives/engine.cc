@@ -234,7 +234,7 @@ class PhaseRunner {
       h.offset = a;
       h.nbytes = static_cast<uint32_t>(n * dtype_size(e.dtype));
       h.site = call_.site;
-      h.lane = call_.comm->lane_word();
+      h.lane = call_.comm->frame_lane();
       std::memset(h.reserved, 0, sizeof h.reserved);
       e.channel->commit();
     }

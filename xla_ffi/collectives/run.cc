@@ -93,7 +93,7 @@ std::optional<Failure> run_collective(const CollectiveRequest& r) {
     }
     run_host_collective(call, r.kind, buffers, static_cast<int64_t>(r.op),
                         static_cast<int64_t>(r.algorithm));
-  }, r.space, r.space == 0 ? r.lane : r.split_round, r.site);
+  }, r.space, r.lane, r.split_round, r.site);
 }
 
 }  // namespace jaccl

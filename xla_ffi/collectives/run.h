@@ -2,10 +2,10 @@
 // the CUDA module's staged host jobs through abi/host_abi.h) makes it.
 //
 // Contract: run_call(kind, device, groups, ...) finds the world, the communicator named by
-// the `groups` table (group_size per row) in sequence space `space` with `salt`
-// (handlers/host_abi.h: XLA's collectives through the MPI shim are numbered apart; for jaccl's
-// own calls, space 0, the salt is the call's lane: comm/lanes.h) and this device's member of
-// it, numbers the call, and runs body(Call&) with call.world/comm/member/kind/dtype/op_count/
+// the `groups` table (group_size per row) in sequence space `space` (handlers/host_abi.h:
+// XLA's collectives through the MPI shim are numbered apart) with `lane` (jaccl's own calls,
+// space 0: comm/lanes.h) or `split_round` (the shim's) and this device's member of it,
+// numbers the call, and runs body(Call&) with call.world/comm/member/kind/dtype/op_count/
 // seq/timeout set and call.site = `site` (common/call_sites.h). body
 // throws jaccl::Error (or anything) on failure; run_call never throws: it posts the failure
 // on the abort board (so the peers stop too) and returns it.
@@ -37,7 +37,8 @@ template <typename Body>
 std::optional<Failure> run_call(CollectiveKind kind, int64_t device, const int64_t* groups,
                                 size_t groups_len, int64_t group_size, Dtype dtype,
                                 uint64_t op_count, Body&& body, int32_t space = 0,
-                                uint64_t salt = 0, uint32_t site = 0) {
+                                uint32_t lane = 0, uint64_t split_round = 0,
+                                uint32_t site = 0) {
   World::Use use;  // the world outlives this call, also when the process is exiting
   World* world = use.world();
   Failure failure;
@@ -50,11 +51,12 @@ std::optional<Failure> run_call(CollectiveKind kind, int64_t device, const int64
     // takes lane 0's lock.
     std::unique_lock<std::recursive_mutex> one_call_per_device;
     if (space == 0 || !world->xla_streams()) {
-      const auto lane = static_cast<uint32_t>(space == 0 && world->shares_channels() ? salt : 0);
-      one_call_per_device = std::unique_lock<std::recursive_mutex>(world->device_lock(device, lane));
+      const uint32_t locked = space == 0 && world->shares_channels() ? lane : 0;
+      one_call_per_device =
+          std::unique_lock<std::recursive_mutex>(world->device_lock(device, locked));
     }
-    Communicator& comm =
-        world->communicator(groups, groups_len, static_cast<int>(group_size), space, salt);
+    Communicator& comm = world->communicator(groups, groups_len, static_cast<int>(group_size),
+                                             space, lane, split_round);
     Communicator::Member& member = comm.member(device);
     Call call;
     call.world = world;

@@ -28,9 +28,9 @@ Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size
     : world_(world),
       id_(id),
       space_(space),
-      lane_word_(space == 0            ? lane
-                 : world.xla_streams() ? (static_cast<uint32_t>(id) | 0x80000000u)
-                                       : 0),
+      frame_lane_(space == 0            ? lane
+                  : world.xla_streams() ? (static_cast<uint32_t>(id) | 0x80000000u)
+                                        : 0),
       group_size_(group_size),
       table_(table, table + size) {
   if (group_size <= 0 || size % group_size != 0) {
@@ -97,7 +97,7 @@ Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size
 // the transport's own, or a stream of it when the world shares channels.
 Channel* Communicator::channel(int64_t src, int64_t dst, int src_rank) {
   if (!world_.shares_channels()) return world_.channel(src, dst);
-  const uint64_t stream = SharedChannel::stream_of(lane_word_, static_cast<uint32_t>(src_rank));
+  const uint64_t stream = SharedChannel::stream_of(frame_lane_, static_cast<uint32_t>(src_rank));
   streams_.push_back(world_.shared_channel(src, dst)->stream(stream));
   return streams_.back().get();
 }

@@ -9,10 +9,10 @@
 // rank, and its collective sequence number. A Member is used by one call at a
 // time (the device lock of its lane: collectives/run.h), so it needs no lock.
 // In a world that shares channels, a member's channels are streams of them
-// (transport/shared_channel.h), named by the communicator's lane word, so
-// members of communicators of different lane words may use one pair of devices
-// at once: jaccl's communicators of one table in different lanes (the salt;
-// comm/lanes.h), and every communicator of the MPI shim's space.
+// (transport/shared_channel.h), named by the lane of the communicator's frames,
+// so members of communicators of different frame lanes may use one pair of
+// devices at once: jaccl's communicators of one table in different lanes
+// (comm/lanes.h), and every communicator of the MPI shim's space.
 #pragma once
 
 #include <atomic>
@@ -58,17 +58,18 @@ class Communicator {
 
   // `space`: the sequence space its calls are numbered in (0: jaccl's own ops; 1: XLA's
   // collectives through the MPI shim, kJacclXlaCollectives in handlers/host_abi.h).
-  // `lane`: the lane of jaccl's own calls it carries (its salt in space 0).
+  // `lane`: the lane of jaccl's own calls it carries (space 0; comm/lanes.h).
   Communicator(World& world, uint64_t id, const int64_t* table, size_t size, int group_size,
                int32_t space = 0, uint32_t lane = 0);
   ~Communicator();
 
   uint64_t id() const { return id_; }
-  // Names this communicator's streams of shared channels, in every frame header it sends:
-  // the lane in space 0 (so the communicators of one lane share its streams and stay in
-  // order with each other); in other spaces the id's low 31 bits with the top bit set when
-  // the world gives them streams of their own (World::xla_streams()), else lane 0.
-  uint32_t lane_word() const { return lane_word_; }
+  // The lane its frames carry (FrameHeader::lane), which names its streams of shared
+  // channels: the call lane in space 0 (so the communicators of one lane share its streams and
+  // stay in order with each other); in other spaces a lane of its own, the id's low 31 bits
+  // with the top bit set, when the world gives them streams of their own
+  // (World::xla_streams()), else lane 0.
+  uint32_t frame_lane() const { return frame_lane_; }
   // " (XLA's collectives)" for the MPI shim's space, else "": for log lines after the id.
   const char* space_label() const;
   bool matches(const int64_t* table, size_t size, int group_size) const;
@@ -82,7 +83,7 @@ class Communicator {
   World& world_;
   uint64_t id_;
   int32_t space_;
-  uint32_t lane_word_;
+  uint32_t frame_lane_;
   int group_size_;
   std::vector<int64_t> table_;
   std::unordered_map<int64_t, Member> members_;

@@ -11,8 +11,8 @@
 //   one of lane 0 (small calls of lane 0 may run on XLA's thread, those of other lanes never:
 //   handlers/cpu/async_call.h; with JACCL_ASYNC=0 every call blocks XLA's thread, and ranks
 //   that reach two lanes' calls in opposite orders may then wait until JACCL_TIMEOUT);
-// - its communicators are the table's communicator salted with the lane (comm/world.h): their
-//   own members, sequence numbers and scratch;
+// - its communicators are the table's communicators of that lane (comm/world.h): their own
+//   members, sequence numbers and scratch;
 // - its frames travel in the lane's streams of every shared channel
 //   (transport/shared_channel.h; FrameHeader::lane), so ranks that take two lanes' calls in
 //   different orders each get both results, and a receiver never reads another lane's frame.
@@ -27,11 +27,9 @@ namespace jaccl {
 
 constexpr int kMaxLanes = 8;
 
-// The lane a handler's `site` attribute carries in bits 32-39 (jax_jaccl/_call_site.py), and
-// the call site in its low 32 bits.
-inline uint32_t lane_of_attribute(int64_t site) {
-  return static_cast<uint32_t>((static_cast<uint64_t>(site) >> 32) & 0xff) % kMaxLanes;
+// The lane of a handler's `lane` attribute (jax_jaccl/_ordering.py), below kMaxLanes.
+inline uint32_t lane_of_attribute(int64_t lane) {
+  return static_cast<uint32_t>(static_cast<uint64_t>(lane) % kMaxLanes);
 }
-inline uint32_t site_of_attribute(int64_t site) { return static_cast<uint32_t>(site); }
 
 }  // namespace jaccl

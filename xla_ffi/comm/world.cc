@@ -420,12 +420,13 @@ SharedChannel* World::shared_channel(int64_t src, int64_t dst) const {
 }
 
 Communicator& World::communicator(const int64_t* table, size_t size, int group_size,
-                                  int32_t space, uint64_t salt) {
-  // Another space or salt, another id: peers check it in every frame header, so calls of
-  // different spaces never pair.
+                                  int32_t space, uint32_t lane, uint64_t split_round) {
+  // Another space, lane or split round, another id: peers check it in every frame header, so
+  // calls of different communicators never pair.
   const uint64_t id = hash_table(table, size, group_size) +
                       static_cast<uint64_t>(space) * 0x9e3779b97f4a7c15ull +
-                      salt * 0xc2b2ae3d27d4eb4full;
+                      static_cast<uint64_t>(lane) * 0xc2b2ae3d27d4eb4full +
+                      split_round * 0x165667b19e3779f9ull;
   std::lock_guard<std::mutex> lock(communicators_mutex_);
   auto it = communicators_.find(id);
   if (it != communicators_.end()) {
@@ -434,18 +435,17 @@ Communicator& World::communicator(const int64_t* table, size_t size, int group_s
     }
     return *it->second;
   }
-  // A shared channel's streams are named by lane words: in spaces other than jaccl's own,
-  // the id's low 31 bits (communicator.h), which must then differ.
+  // A shared channel's streams are named by the lanes of frames: in spaces other than jaccl's
+  // own, the id's low 31 bits (communicator.h), which must then differ.
   if (xla_streams() && space != 0) {
     for (const auto& [other, comm] : communicators_) {
-      if (comm->lane_word() == (static_cast<uint32_t>(id) | 0x80000000u)) {
+      if (comm->frame_lane() == (static_cast<uint32_t>(id) | 0x80000000u)) {
         throw_error(ErrorKind::kInternal, "communicators ", hex(other), " and ", hex(id),
                     " share the low 31 bits of their ids, which name streams of shared channels");
       }
     }
   }
-  auto comm = std::make_unique<Communicator>(*this, id, table, size, group_size, space,
-                                             space == 0 ? static_cast<uint32_t>(salt) : 0);
+  auto comm = std::make_unique<Communicator>(*this, id, table, size, group_size, space, lane);
   Communicator& ref = *comm;
   communicators_[id] = std::move(comm);
   return ref;

@@ -102,11 +102,11 @@ class World {
 
   // The communicator of a group table in sequence space `space` (0: jaccl's own ops; others
   // number their calls apart on the same devices: handlers/host_abi.h), made on first use.
-  // `salt` tells apart communicators of one table that must not share members: jaccl's lanes
-  // (space 0: the salt is the lane, comm/lanes.h) and the MPI shim's split rounds with several
-  // devices per process (handlers/host_abi.h).
+  // Communicators of one table that must not share members differ in `lane` (jaccl's own
+  // calls, space 0: comm/lanes.h) or in `split_round` (the MPI shim's with several devices per
+  // process: handlers/host_abi.h).
   Communicator& communicator(const int64_t* table, size_t size, int group_size, int32_t space = 0,
-                             uint64_t salt = 0);
+                             uint32_t lane = 0, uint64_t split_round = 0);
 
   // The call board (comm/host_segment.h): the counter of calls that local `device` has entered
   // in communicator `comm`, claimed on first use; null when the device's board is full.

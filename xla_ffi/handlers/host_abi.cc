@@ -43,7 +43,7 @@ extern "C" int jaccl_run_host_p2p(const JacclHostP2p* c, char* error, size_t err
     };
     point_to_point(call, transfers(c->sends, c->num_sends),
                    transfers(c->receives, c->num_receives));
-  }, c->space, c->salt), error, error_len);
+  }, c->space, 0, c->split_round), error, error_len);
 }
 
 extern "C" void jaccl_raise_abort(const char* why) {

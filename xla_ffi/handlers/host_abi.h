@@ -49,10 +49,10 @@ struct JacclHostCall {
   size_t ragged_len;
   uint64_t in_rows, out_rows, row_elems;
   int32_t space;          // kJacclOwnOps, or kJacclXlaCollectives (the MPI shim's calls)
-  // Tells apart communicators of equal tables whose members must not be shared: in space
-  // kJacclOwnOps the call's lane (comm/lanes.h), in kJacclXlaCollectives the MPI shim's split
-  // round (with several devices per process; 0: none). CollectiveRequest's lane / split_round.
-  uint64_t salt;
+  uint32_t lane;          // kJacclOwnOps: the lane of the call's chain (comm/lanes.h)
+  // kJacclXlaCollectives: the MPI shim's split round that made the communicator (with several
+  // devices per process; 0: none), which tells apart communicators of equal tables
+  uint64_t split_round;
   uint32_t site;          // where the call was written (common/call_sites.h; 0: none)
 };
 
@@ -115,7 +115,7 @@ struct JacclHostP2p {
   const struct JacclTransfer* receives;
   size_t num_receives;
   int32_t space;          // as JacclHostCall's
-  uint64_t salt;          // as JacclHostCall's
+  uint64_t split_round;   // as JacclHostCall's
 };
 
 typedef struct JacclHostP2p JacclHostP2p;

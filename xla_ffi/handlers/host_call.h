@@ -43,7 +43,8 @@ inline JacclHostCall host_call_of(const CollectiveRequest& r) {
   c.out_rows = r.out_rows;
   c.row_elems = r.row_elems;
   c.space = r.space;
-  c.salt = r.space == 0 ? r.lane : r.split_round;
+  c.lane = r.lane;
+  c.split_round = r.split_round;
   c.site = r.site;
   return c;
 }
@@ -71,11 +72,8 @@ inline CollectiveRequest request_of(const JacclHostCall& c) {
   r.out_rows = c.out_rows;
   r.row_elems = c.row_elems;
   r.space = c.space;
-  if (c.space == 0) {
-    r.lane = static_cast<uint32_t>(c.salt);
-  } else {
-    r.split_round = c.salt;
-  }
+  r.lane = c.lane;
+  r.split_round = c.split_round;
   r.site = c.site;
   return r;
 }

@@ -1,6 +1,6 @@
 // The MoE request (moe/request.h) every MoE handler, CPU or CUDA, starts from XLA's buffers.
 //
-// Contract: moe_request() fills kind, group, site and lane (from the `site` attribute:
+// Contract: moe_request() fills kind, group, site and lane (from the `lane` attribute:
 // comm/lanes.h), the rows (leading dimension rows, the rest per row), the four int32 routing
 // lists in moe/request.h's order, and the output; the caller sets the kind's own fields.
 #pragma once
@@ -18,7 +18,8 @@ using MoeList32 = xla::ffi::Buffer<xla::ffi::DataType::S32>;
 
 inline MoeRequest moe_request(CollectiveKind kind, int64_t device,
                               xla::ffi::Span<const int64_t> groups, int64_t group_size,
-                              int64_t site, Dtype dtype, const xla::ffi::AnyBuffer& rows,
+                              int64_t site, int64_t lane, Dtype dtype,
+                              const xla::ffi::AnyBuffer& rows,
                               const MoeList32* const lists[4], xla::ffi::AnyBuffer& out) {
   MoeRequest r;
   r.kind = kind;
@@ -26,8 +27,8 @@ inline MoeRequest moe_request(CollectiveKind kind, int64_t device,
   r.groups = groups.begin();
   r.groups_len = groups.size();
   r.group_size = group_size;
-  r.site = site_of_attribute(site);
-  r.lane = lane_of_attribute(site);
+  r.site = static_cast<uint32_t>(site);
+  r.lane = lane_of_attribute(lane);
   r.dtype = dtype;
   r.rows = rows.untyped_data();
   r.rows_count = leading(rows);

@@ -23,9 +23,10 @@
 extern "C" {
 #endif
 
-/* 2: JacclHostCall and JacclHostP2p carry a space; 3: and a salt, devices per process;
- * 4: world_failed; 5: JacclHostCall's ragged index arrays int32 or int64 */
-enum { kJacclMpiEngineVersion = 5 };
+/* 2: JacclHostCall and JacclHostP2p carry a space; 3: and one word for the lane or the split
+ * round, devices per process; 4: world_failed; 5: JacclHostCall's ragged index arrays int32 or
+ * int64; 6: JacclHostCall's lane and split round apart */
+enum { kJacclMpiEngineVersion = 6 };
 
 typedef struct JacclMpiEngine {
   uint32_t version;            /* kJacclMpiEngineVersion */

@@ -50,7 +50,7 @@ std::optional<Failure> run_moe(const MoeRequest& c) {
     } else {
       combine(call, c);
     }
-  }, 0, c.lane, c.site);
+  }, 0, c.lane, 0, c.site);
 }
 
 }  // namespace jaccl

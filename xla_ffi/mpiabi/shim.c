@@ -71,7 +71,7 @@ typedef struct JmpiComm {
   uint32_t magic;
   int rank, size;
   int local_devices;  /* MPI_COMM_WORLD with several devices per process: how many; else 1 */
-  uint64_t salt;      /* the split round that made it, with several devices per process */
+  uint64_t split_round; /* the split round that made it, with several devices per process */
   int64_t devices[];  /* the group in rank order */
 } JmpiComm;
 
@@ -86,7 +86,7 @@ static JmpiComm* new_comm(int rank, int size) {
     c->rank = rank;
     c->size = size;
     c->local_devices = 1;
-    c->salt = 0;
+    c->split_round = 0;
   }
   return c;
 }
@@ -351,7 +351,7 @@ static int collective(int32_t kind, const JmpiComm* c, const JmpiType* type, int
   call.out_count = out_count * (size_t)type->parts;
   call.outer_in = call.outer_out = 1;
   call.space = kJacclXlaCollectives;
-  call.salt = c->salt;
+  call.split_round = c->split_round;
   return run(&call);
 }
 
@@ -535,9 +535,10 @@ static int check_groups(const int64_t* all, int n, int per_process) {
 
 /* The end of every split: the communicator of `color` out of the (color, key) of each of the
  * parent's n places, `all`: the places of that color by key (ties by place), their devices,
- * the caller's rank where its place `me` lands, `salt`. MPI_COMM_NULL (0) for MPI_UNDEFINED. */
+ * the caller's rank where its place `me` lands, and the split round that made it, `round`.
+ * MPI_COMM_NULL (0) for MPI_UNDEFINED. */
 static int comm_of_color(const JmpiComm* parent, const int64_t* all, int color, int me,
-                         uint64_t salt, uintptr_t* newcomm) {
+                         uint64_t round, uintptr_t* newcomm) {
   *newcomm = 0;
   if (color == JMPI_UNDEFINED) return JMPI_SUCCESS;
   const int n = parent->size;
@@ -562,7 +563,7 @@ static int comm_of_color(const JmpiComm* parent, const int64_t* all, int color, 
     c->devices[i] = parent->devices[order[i]];
     if (order[i] == me) c->rank = i;
   }
-  c->salt = salt;
+  c->split_round = round;
   *newcomm = (uintptr_t)c;
   free(order);
   return JMPI_SUCCESS;
@@ -571,7 +572,7 @@ static int comm_of_color(const JmpiComm* parent, const int64_t* all, int color, 
 /* MPI_COMM_WORLD with several devices per process: this process's devices meet in a split
  * round; each caller is given the device at its pair's place among the process's (so one
  * communicator never has a device twice), and the communicator of its color is everyone of
- * that color by key, with the round as its salt: an equal table made in another round, whose
+ * that color by key, made in that round: an equal table made in another round, whose
  * devices may stand for other XLA devices, is another communicator. */
 static int split_world(const JmpiComm* world, int color, int key, uintptr_t* newcomm) {
   const JacclMpiEngine* e = atomic_load(&engine);
@@ -622,7 +623,7 @@ JMPI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t*
                       mine, all, 2, 2 * (size_t)n);
   *newcomm = 0;
   if (rc == JMPI_SUCCESS) {
-    rc = comm_of_color(parent, all, color, parent->rank, parent->salt, newcomm);
+    rc = comm_of_color(parent, all, color, parent->rank, parent->split_round, newcomm);
   }
   free(all);
   if (rc != JMPI_SUCCESS) remember_split_failure();
@@ -636,7 +637,7 @@ JMPI_EXPORT int MPIABI_Comm_dup(uintptr_t comm, uintptr_t* newcomm) {
   if (d == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_dup");
   memcpy(d->devices, c->devices, (size_t)c->size * sizeof(int64_t));
   d->local_devices = c->local_devices;
-  d->salt = c->salt;
+  d->split_round = c->split_round;
   *newcomm = (uintptr_t)d;
   return JMPI_SUCCESS;
 }
@@ -739,7 +740,7 @@ static int transfer(const JmpiComm* c, const struct JacclTransfer* sends, size_t
                     const struct JacclTransfer* receives, size_t num_receives) {
   if (c->local_devices > 1) return refuse_world(c);
   JacclHostP2p call = {my_device(c), c->devices, (size_t)c->size, sends, num_sends, receives,
-                       num_receives, kJacclXlaCollectives, c->salt};
+                       num_receives, kJacclXlaCollectives, c->split_round};
   char error[kMessageBytes];
   if (atomic_load(&engine)->run_p2p(&call, error, sizeof error) != 0) {
     return fail(JMPI_ERR_OTHER, "%s", error);

@@ -31,7 +31,7 @@ struct FrameHeader {
   uint64_t offset;        // element offset of this payload in the stream
   uint32_t nbytes;        // payload bytes
   uint32_t site;          // where the collective was written (common/call_sites.h; 0: none)
-  uint32_t lane;          // the sender's stream word (Communicator::lane_word()): which
+  uint32_t lane;          // the sender's frame lane (Communicator::frame_lane()): which
                           // stream of a shared channel (transport/shared_channel.h) it is in
   uint32_t reserved[1];
 };

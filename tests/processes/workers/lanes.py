@@ -10,7 +10,7 @@ Modes:
   disagree.
 - chains: a shard_map program whose two nested jits each all-reduce, loop and all-reduce again
   (two chains, so two lanes: _ordering.lane_of), checked against numpy; prints `LANES` with the
-  lane of each collective read from the lowered text (bits 32-39 of the `site` attribute).
+  lane of each collective read from the lowered text (its `lane` attribute).
 
 Each rank prints `RESULT ok` if every result equals numpy's, `WRONG <detail>` if one differs,
 `RAISED <message>` if a collective failed."""
@@ -67,7 +67,8 @@ def opposite_program():
         result = jax.ffi.ffi_call("jaccl_all_reduce", [order, jax.ShapeDtypeStruct(v.shape, v.dtype)],
                                   has_side_effect=True)
         return result(jnp.zeros((), jnp.int32), v, groups=groups, group_size=np.int64(n),
-                      site=np.int64(site | lane << 32), op=np.int64(0), algorithm=np.int64(0))
+                      site=np.int64(site), lane=np.int64(lane), op=np.int64(0),
+                      algorithm=np.int64(0))
 
     def body(v, w):
         if index == 0:
@@ -121,8 +122,8 @@ def chains_program():
     b = (np.arange(np.prod(shape), dtype=np.float32).reshape(shape) % 89) * -1.0
     twice = lambda x: np.tile(n * x.reshape(n, -1, 256).sum(0), (n, 1))  # noqa: E731
     operands = (put(a), put(b))
-    sites = re.findall(r"site = (-?\d+) : i64", step.lower(*operands).as_text())
-    print("LANES " + " ".join(str(int(s) >> 32) for s in sites), flush=True)
+    lanes = re.findall(r"\blane = (-?\d+) : i64", step.lower(*operands).as_text())
+    print("LANES " + " ".join(lanes), flush=True)
     return step, operands, [twice(a), twice(b)]
 
 

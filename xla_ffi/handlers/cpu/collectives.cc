@@ -28,20 +28,20 @@ namespace ffi = xla::ffi;
 namespace jaccl {
 namespace {
 
-// A request (collectives/request.h) for `device` over the communicator of `groups`, in the
-// lane and at the site the `site` attribute names (comm/lanes.h), of x's element type. It
-// points into XLA's attributes and buffers.
+// A request (collectives/request.h) for `device` over the communicator of `groups`, in
+// `lane` (comm/lanes.h) and at `site` (common/call_sites.h), of x's element type. It points
+// into XLA's attributes and buffers.
 struct Request : CollectiveRequest {
   Request(CollectiveKind kind, int64_t device, ffi::Span<const int64_t> groups,
-          int64_t group_size, int64_t site, const ffi::AnyBuffer& in,
+          int64_t group_size, int64_t site, int64_t lane, const ffi::AnyBuffer& in,
           ffi::Result<ffi::AnyBuffer>& result) {
     this->kind = kind;
     this->device = device;
     this->groups = groups.begin();
     groups_len = groups.size();
     this->group_size = group_size;
-    lane = lane_of_attribute(site);
-    this->site = site_of_attribute(site);
+    this->lane = lane_of_attribute(lane);
+    this->site = static_cast<uint32_t>(site);
     known_type = dtype_of_xla(in.element_type(), &dtype);
     element_type = in.element_type();
     this->in = in.untyped_data();
@@ -74,8 +74,8 @@ ffi::Future submit(const Request& r) {
 ffi::Future AllReduceImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                          ffi::Result<ffi::AnyBuffer> out,
                          ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
-                         int64_t op, int64_t algorithm) {
-  Request r(CollectiveKind::kAllReduce, device, groups, group_size, site, x, out);
+                         int64_t lane, int64_t op, int64_t algorithm) {
+  Request r(CollectiveKind::kAllReduce, device, groups, group_size, site, lane, x, out);
   r.op = static_cast<ReduceOp>(op);
   r.algorithm = static_cast<Algorithm>(algorithm);
   return submit(r);
@@ -84,8 +84,9 @@ ffi::Future AllReduceImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
 ffi::Future ReduceScatterImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                              ffi::Result<ffi::AnyBuffer> out,
                              ffi::Span<const int64_t> groups, int64_t group_size,
-                             int64_t site, int64_t op, int64_t algorithm, int64_t outer) {
-  Request r(CollectiveKind::kReduceScatter, device, groups, group_size, site, x, out);
+                             int64_t site, int64_t lane, int64_t op, int64_t algorithm,
+                             int64_t outer) {
+  Request r(CollectiveKind::kReduceScatter, device, groups, group_size, site, lane, x, out);
   r.op = static_cast<ReduceOp>(op);
   r.algorithm = static_cast<Algorithm>(algorithm);
   r.outer_in = static_cast<size_t>(outer);
@@ -95,8 +96,8 @@ ffi::Future ReduceScatterImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOu
 ffi::Future AllGatherImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                          ffi::Result<ffi::AnyBuffer> out,
                          ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
-                         int64_t algorithm, int64_t outer) {
-  Request r(CollectiveKind::kAllGather, device, groups, group_size, site, x, out);
+                         int64_t lane, int64_t algorithm, int64_t outer) {
+  Request r(CollectiveKind::kAllGather, device, groups, group_size, site, lane, x, out);
   r.algorithm = static_cast<Algorithm>(algorithm);
   r.outer_out = static_cast<size_t>(outer);
   return submit(r);
@@ -105,8 +106,8 @@ ffi::Future AllGatherImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
 ffi::Future AllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                         ffi::Result<ffi::AnyBuffer> out,
                         ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
-                        int64_t outer_in, int64_t outer_out) {
-  Request r(CollectiveKind::kAllToAll, device, groups, group_size, site, x, out);
+                        int64_t lane, int64_t outer_in, int64_t outer_out) {
+  Request r(CollectiveKind::kAllToAll, device, groups, group_size, site, lane, x, out);
   r.outer_in = static_cast<size_t>(outer_in);
   r.outer_out = static_cast<size_t>(outer_out);
   return submit(r);
@@ -114,8 +115,9 @@ ffi::Future AllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
 
 ffi::Future PermuteImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                        ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                       int64_t group_size, int64_t site, ffi::Span<const int64_t> perm) {
-  Request r(CollectiveKind::kPermute, device, groups, group_size, site, x, out);
+                       int64_t group_size, int64_t site, int64_t lane,
+                       ffi::Span<const int64_t> perm) {
+  Request r(CollectiveKind::kPermute, device, groups, group_size, site, lane, x, out);
   r.pairs = perm.begin();
   r.pairs_len = perm.size();
   return submit(r);
@@ -126,8 +128,9 @@ ffi::Future PermuteImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
 ffi::Future run_ragged(int32_t device, ffi::AnyBuffer operand, size_t out_rows,
                        const ffi::AnyBuffer* const indices[4], ffi::Result<ffi::AnyBuffer> out,
                        ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
-                       bool zero_unwritten) {
-  Request r(CollectiveKind::kRaggedAllToAll, device, groups, group_size, site, operand, out);
+                       int64_t lane, bool zero_unwritten) {
+  Request r(CollectiveKind::kRaggedAllToAll, device, groups, group_size, site, lane, operand,
+            out);
   if (out->element_type() != operand.element_type()) r.known_type = false;
   set_ragged(&r, operand, out_rows, indices);
   r.zero_unwritten = zero_unwritten;
@@ -138,14 +141,15 @@ ffi::Future RaggedAllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer operand,
                               ffi::AnyBuffer output, ffi::AnyBuffer input_offsets,
                               ffi::AnyBuffer send_sizes, ffi::AnyBuffer output_offsets,
                               ffi::AnyBuffer recv_sizes, OrderOut, ffi::Result<ffi::AnyBuffer> out,
-                              ffi::Span<const int64_t> groups, int64_t group_size, int64_t site) {
+                              ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
+                              int64_t lane) {
   if (ffi::Error e = output_error(output, *out); e.failure()) return completed(std::move(e));
   if (out->untyped_data() != output.untyped_data()) {  // XLA did not alias them: start from output
     std::memcpy(out->untyped_data(), output.untyped_data(), output.size_bytes());
   }
   const ffi::AnyBuffer* indices[4] = {&input_offsets, &send_sizes, &output_offsets, &recv_sizes};
   return run_ragged(device, operand, leading(output), indices, out, groups, group_size, site,
-                    false);
+                    lane, false);
 }
 
 // The same, when the output operand was zeros: the lowering leaves it out, so XLA neither
@@ -155,9 +159,10 @@ ffi::Future RaggedAllToAllIntoZerosImpl(int32_t device, OrderIn, ffi::AnyBuffer 
                                        ffi::AnyBuffer output_offsets, ffi::AnyBuffer recv_sizes,
                                        OrderOut, ffi::Result<ffi::AnyBuffer> out,
                                        ffi::Span<const int64_t> groups, int64_t group_size,
-                                       int64_t site) {
+                                       int64_t site, int64_t lane) {
   const ffi::AnyBuffer* indices[4] = {&input_offsets, &send_sizes, &output_offsets, &recv_sizes};
-  return run_ragged(device, operand, leading(*out), indices, out, groups, group_size, site, true);
+  return run_ragged(device, operand, leading(*out), indices, out, groups, group_size, site, lane,
+                    true);
 }
 
 }  // namespace
@@ -165,7 +170,7 @@ ffi::Future RaggedAllToAllIntoZerosImpl(int32_t device, OrderIn, ffi::AnyBuffer 
 
 // Every collective's binding starts the same: XLA's device id, the operand that orders the
 // collectives of a device (handlers/order_operand.h), x; its order result, the result; the
-// group table (device ids in rank order, group_size per row) and the call site with its lane.
+// group table (device ids in rank order, group_size per row), the call site and its lane.
 #define JACCL_CPU_BINDING                                      \
   ffi::Ffi::Bind()                                             \
       .Ctx<ffi::DeviceOrdinal>()                               \
@@ -175,7 +180,8 @@ ffi::Future RaggedAllToAllIntoZerosImpl(int32_t device, OrderIn, ffi::AnyBuffer 
       .Ret<ffi::AnyBuffer>()                                   \
       .Attr<ffi::Span<const int64_t>>("groups")                \
       .Attr<int64_t>("group_size")                             \
-      .Attr<int64_t>("site")
+      .Attr<int64_t>("site")                                   \
+      .Attr<int64_t>("lane")
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_reduce, jaccl::AllReduceImpl,
                               JACCL_CPU_BINDING.Attr<int64_t>("op")  // ReduceOp
@@ -208,7 +214,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_ragged_all_to_all, jaccl::RaggedAllToAllImpl
                                   .Ret<ffi::AnyBuffer>()  // output with the received rows
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
-                                  .Attr<int64_t>("site"));
+                                  .Attr<int64_t>("site")
+                                  .Attr<int64_t>("lane"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_ragged_all_to_all_into_zeros,
                               jaccl::RaggedAllToAllIntoZerosImpl,
@@ -224,4 +231,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_ragged_all_to_all_into_zeros,
                                   .Ret<ffi::AnyBuffer>()  // zeros with the received rows
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
-                                  .Attr<int64_t>("site"));
+                                  .Attr<int64_t>("site")
+                                  .Attr<int64_t>("lane"));

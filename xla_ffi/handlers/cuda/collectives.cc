@@ -11,7 +11,6 @@
 
 #include <cstdint>
 
-#include "comm/lanes.h"
 #include "cuda/collective_paths.h"
 #include "cuda/staging.h"
 #include "handlers/cuda/symbols.h"
@@ -34,7 +33,8 @@ int run_on_host(const CollectiveRequest& request, char* error, size_t error_len)
   return engine(&call, error, error_len);
 }
 
-// The request of a collective of `in` into `out` (GPU calls are stream-ordered: lane 0).
+// The request of a collective of `in` into `out`. GPU calls are stream-ordered: every handler
+// runs its call in lane 0, whatever its `lane` attribute.
 bool request(CollectiveKind kind, ffi::Span<const int64_t> groups, int64_t group_size,
              int64_t site, const ffi::AnyBuffer& in, ffi::Result<ffi::AnyBuffer>& out,
              CollectiveRequest* r) {
@@ -42,7 +42,7 @@ bool request(CollectiveKind kind, ffi::Span<const int64_t> groups, int64_t group
   r->groups = groups.begin();
   r->groups_len = groups.size();
   r->group_size = group_size;
-  r->site = site_of_attribute(site);
+  r->site = static_cast<uint32_t>(site);
   r->in = in.untyped_data();
   r->out = out->untyped_data();
   r->in_count = in.element_count();
@@ -57,7 +57,8 @@ ffi::Error run(const CollectiveRequest& r, bool known_type, cudaStream_t stream,
 
 ffi::Error AllReduce(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
                      ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                     int64_t group_size, int64_t site, int64_t op, int64_t algorithm) {
+                     int64_t group_size, int64_t site, int64_t /*lane*/, int64_t op,
+                     int64_t algorithm) {
   CollectiveRequest r;
   const bool ok = request(CollectiveKind::kAllReduce, groups, group_size, site, x, out, &r);
   r.op = static_cast<ReduceOp>(op);
@@ -68,7 +69,7 @@ ffi::Error AllReduce(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, Order
 ffi::Error ReduceScatter(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x,
                          OrderOut, ffi::Result<ffi::AnyBuffer> out,
                          ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
-                         int64_t op, int64_t algorithm, int64_t outer) {
+                         int64_t /*lane*/, int64_t op, int64_t algorithm, int64_t outer) {
   CollectiveRequest r;
   const bool ok = request(CollectiveKind::kReduceScatter, groups, group_size, site, x, out, &r);
   r.op = static_cast<ReduceOp>(op);
@@ -79,7 +80,8 @@ ffi::Error ReduceScatter(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x,
 
 ffi::Error AllGather(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
                      ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                     int64_t group_size, int64_t site, int64_t algorithm, int64_t outer) {
+                     int64_t group_size, int64_t site, int64_t /*lane*/, int64_t algorithm,
+                     int64_t outer) {
   CollectiveRequest r;
   const bool ok = request(CollectiveKind::kAllGather, groups, group_size, site, x, out, &r);
   r.algorithm = static_cast<Algorithm>(algorithm);
@@ -89,7 +91,8 @@ ffi::Error AllGather(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, Order
 
 ffi::Error AllToAll(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
                     ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                    int64_t group_size, int64_t site, int64_t outer_in, int64_t outer_out) {
+                    int64_t group_size, int64_t site, int64_t /*lane*/, int64_t outer_in,
+                    int64_t outer_out) {
   CollectiveRequest r;
   const bool ok = request(CollectiveKind::kAllToAll, groups, group_size, site, x, out, &r);
   r.outer_in = static_cast<size_t>(outer_in);
@@ -99,7 +102,8 @@ ffi::Error AllToAll(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderO
 
 ffi::Error Permute(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
                    ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                   int64_t group_size, int64_t site, ffi::Span<const int64_t> perm) {
+                   int64_t group_size, int64_t site, int64_t /*lane*/,
+                   ffi::Span<const int64_t> perm) {
   CollectiveRequest r;
   const bool ok = request(CollectiveKind::kPermute, groups, group_size, site, x, out, &r);
   r.pairs = perm.begin();
@@ -112,7 +116,8 @@ ffi::Error RaggedAllToAll(cudaStream_t stream, int32_t ordinal, OrderIn, ffi::An
                           ffi::AnyBuffer output, ffi::AnyBuffer input_offsets,
                           ffi::AnyBuffer send_sizes, ffi::AnyBuffer output_offsets,
                           ffi::AnyBuffer recv_sizes, OrderOut, ffi::Result<ffi::AnyBuffer> out,
-                          ffi::Span<const int64_t> groups, int64_t group_size, int64_t site) {
+                          ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
+                          int64_t /*lane*/) {
   if (ffi::Error e = output_error(output, *out); e.failure()) return e;
   CollectiveRequest r;
   const bool ok = request(CollectiveKind::kRaggedAllToAll, groups, group_size, site, operand,
@@ -143,7 +148,8 @@ void set_engine(JacclRunHostCall run) { engine = run; }
       .Ret<ffi::AnyBuffer>()                                   \
       .Attr<ffi::Span<const int64_t>>("groups")                \
       .Attr<int64_t>("group_size")                             \
-      .Attr<int64_t>("site")
+      .Attr<int64_t>("site")                                   \
+      .Attr<int64_t>("lane")
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_all_reduce, jaccl::cuda::AllReduce,
                               JACCL_CUDA_BINDING.Attr<int64_t>("op").Attr<int64_t>("algorithm"));
@@ -172,4 +178,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_ragged_all_to_all, jaccl::cuda::RaggedA
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
-                                  .Attr<int64_t>("site"));
+                                  .Attr<int64_t>("site")
+                                  .Attr<int64_t>("lane"));
