@@ -15,7 +15,7 @@ constexpr double kHealthCheckSeconds = 0.01;
 constexpr int kMaxSleepUs = 10000;
 
 // The ranks of the call's group on this host that have not entered it (their devices' call
-// boards, comm/host_segment.h), each with how far it came: who holds up the others, which
+// boards, transport/shm/host_memory.h), each with how far it came: who holds up the others, which
 // need not be whom this rank waits for (in a ring, a rank waits for its neighbour, which may
 // itself wait for the rank that never came). Ranks on other hosts are not known here.
 std::string never_reached(const Call& call) {

@@ -45,7 +45,7 @@ class Communicator {
     bool hierarchical = false;      // hosts x equal local ranks, more than one of each
     Doorbell* doorbell = nullptr;   // this device's
     uint32_t seq = 0;               // collectives run so far
-    // This device's entry of its call board (comm/host_segment.h), which run_call() sets to
+    // This device's entry of its call board (transport/shm/host_memory.h), which run_call() sets to
     // `seq` as each collective starts; null when the board had no room.
     std::atomic<uint32_t>* calls_entered = nullptr;
     std::vector<uint32_t> sent;     // point-to-point streams sent to each rank so far

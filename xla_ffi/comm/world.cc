@@ -140,36 +140,20 @@ World::World(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> netwo
     }
   }
   // Every process of the host lays out its segment from its own number of devices.
-  layouts_.resize(config_.processes.size());
+  std::vector<HostSegmentLayout> layouts(config_.processes.size());
   for (size_t p = 0; p < per_process.size(); ++p) {
-    layouts_[p] = HostSegmentLayout{per_process[p], host_devices_.size(), config_.num_slots,
-                                    config_.payload_bytes};
+    layouts[p] = HostSegmentLayout{per_process[p], host_devices_.size(), config_.num_slots,
+                                   config_.payload_bytes};
   }
-  const HostSegmentLayout& layout = layouts_[me];
   bool shares_host = false;
   for (const ProcessInfo& p : config_.processes) {
     if (p.index != me && same_host(p.index)) shares_host = true;
   }
-  const size_t bytes = layout.total_bytes();
-  if (shares_host) {
-    own_segment_ = Segment::create("/jaccl-" + config_.job_tag + "-" + std::to_string(me), bytes);
-  } else {
-    own_segment_ = Segment::anonymous(bytes);
-  }
-  auto* header = static_cast<SegmentHeader*>(own_segment_.data());
-  header->magic = kSegmentMagic;
-  header->version = kSegmentVersion;
-  header->process = static_cast<uint32_t>(me);
-  header->pid = static_cast<int32_t>(getpid());
-  header->num_local_devices = static_cast<uint32_t>(layout.num_local_devices);
-  header->num_host_devices = static_cast<uint32_t>(layout.num_host_devices);
-  header->num_slots = static_cast<uint32_t>(layout.num_slots);
-  header->payload_bytes = layout.payload_bytes;
-  header->total_bytes = bytes;
-  peer_segments_.resize(config_.processes.size());
+  host_memory_ = HostMemory(config_.job_tag, me, std::move(layouts), shares_host);
   log(LogLevel::kInfo, "process ", me, " of ", config_.processes.size(), ": ",
       per_process[me], " local devices, ", host_devices_.size(), " on this host, segment ",
-      shares_host ? own_segment_.name() : std::string("(private)"), " ", bytes >> 10, " KiB");
+      shares_host ? host_memory_.own_name() : std::string("(private)"), " ",
+      host_memory_.own_bytes() >> 10, " KiB");
   if (config_.transport == "ofi" && !network_pairs().empty()) open_ofi();
 }
 
@@ -280,39 +264,20 @@ std::string World::process_name(int process) const {
   return text("process ", p.jax_index >= 0 ? p.jax_index : process);
 }
 
-SegmentHeader* World::header_of(int process) const {
-  if (process == config_.my_process) return static_cast<SegmentHeader*>(own_segment_.data());
-  const Segment& segment = peer_segments_[process];
-  return segment.data() ? static_cast<SegmentHeader*>(segment.data()) : nullptr;
-}
-
 void World::attach_peers() {
   JACCL_CHECK(!attached_, "attach_peers called twice");
   for (const ProcessInfo& p : config_.processes) {
     if (p.index == config_.my_process || !same_host(p.index)) continue;
-    Segment segment = Segment::open("/jaccl-" + config_.job_tag + "-" + std::to_string(p.index),
-                                    layouts_[p.index].total_bytes());
-    auto* header = static_cast<SegmentHeader*>(segment.data());
-    if (header->magic != kSegmentMagic || header->version != kSegmentVersion ||
-        header->pid != p.pid || header->payload_bytes != config_.payload_bytes ||
-        header->num_slots != static_cast<uint32_t>(config_.num_slots)) {
-      throw_error(ErrorKind::kMismatch, "shared-memory segment of process ", p.index,
-                  " does not match this process's settings (pid ", header->pid, " vs ", p.pid,
-                  ", frame ", header->payload_bytes, " vs ", config_.payload_bytes,
-                  " bytes, ", header->num_slots, " vs ", config_.num_slots,
-                  " slots): set the same JACCL_* variables everywhere");
-    }
-    peer_segments_[p.index] = std::move(segment);
+    host_memory_.attach(p.index, p.pid);
   }
   // One ring per ordered pair of devices on this host with a local end.
   for (int64_t dst : host_devices_) {
     int dst_process = device(dst).process;
-    auto* base = reinterpret_cast<unsigned char*>(header_of(dst_process));
     for (int64_t src : host_devices_) {
       if (src == dst) continue;
       int src_process = device(src).process;
       if (src_process != config_.my_process && dst_process != config_.my_process) continue;
-      void* memory = base + layouts_[dst_process].ring_offset(local_index(dst), host_index(src));
+      void* memory = host_memory_.ring(dst_process, local_index(dst), host_index(src));
       const char* kind = src_process == dst_process ? "local" : "shm";
       owned_channels_.push_back(std::make_unique<RingChannel>(
           memory, config_.num_slots, config_.payload_bytes, doorbell(src), doorbell(dst), kind));
@@ -388,16 +353,14 @@ void World::connect_network() {
   }
 }
 
-void World::unlink_own_segment() { own_segment_.unlink(); }
+void World::unlink_own_segment() { host_memory_.unlink_own(); }
 
 Doorbell* World::doorbell(int64_t id) const {
-  const DeviceInfo& d = device(id);
-  auto* base = reinterpret_cast<unsigned char*>(header_of(d.process));
-  if (base == nullptr) {
+  Doorbell* bell = host_memory_.doorbell(device(id).process, local_index(id));
+  if (bell == nullptr) {
     throw_error(ErrorKind::kInvalidArgument, "no shared memory with ", describe_device(id));
   }
-  return reinterpret_cast<Doorbell*>(base + layouts_[d.process].doorbells_offset() +
-                                     local_index(id) * sizeof(Doorbell));
+  return bell;
 }
 
 Channel* World::channel(int64_t src, int64_t dst) const {
@@ -452,11 +415,7 @@ Communicator& World::communicator(const int64_t* table, size_t size, int group_s
 }
 
 CallBoard* World::board_of(int64_t id) const {
-  const DeviceInfo& d = device(id);
-  auto* base = reinterpret_cast<unsigned char*>(header_of(d.process));
-  if (base == nullptr) return nullptr;
-  return reinterpret_cast<CallBoard*>(base + layouts_[d.process].boards_offset() +
-                                      local_index(id) * sizeof(CallBoard));
+  return host_memory_.board(device(id).process, local_index(id));
 }
 
 std::atomic<uint32_t>* World::calls_entered_counter(int64_t device, uint64_t comm) {
@@ -484,7 +443,7 @@ std::optional<uint32_t> World::calls_entered(int64_t device, uint64_t comm) cons
 }
 
 void World::raise_abort(const std::string& reason) {
-  AbortBoard& board = header_of(config_.my_process)->abort;
+  AbortBoard& board = host_memory_.header(config_.my_process)->abort;
   uint32_t expected = 0;
   if (board.state.compare_exchange_strong(expected, 1)) {
     std::snprintf(board.reason, sizeof board.reason, "%s", reason.c_str());
@@ -505,7 +464,7 @@ void World::flush_aborts(double seconds) const {
 }
 
 bool World::aborted() const {
-  return header_of(config_.my_process)->abort.state.load(std::memory_order_acquire) != 0;
+  return host_memory_.header(config_.my_process)->abort.state.load(std::memory_order_acquire) != 0;
 }
 
 void World::check_health(const std::vector<int>& processes) const {
@@ -519,7 +478,7 @@ void World::check_health(const std::vector<int>& processes) const {
                ? std::string(header->abort.reason)
                : std::string("(reason being written)");
   };
-  const SegmentHeader* own = header_of(config_.my_process);
+  const SegmentHeader* own = host_memory_.header(config_.my_process);
   if (own->abort.state.load(std::memory_order_acquire) != 0) {
     throw_error(ErrorKind::kPeerFailure, "this process stopped communicating after an earlier "
                 "failure: ", reason_of(own));
@@ -528,7 +487,7 @@ void World::check_health(const std::vector<int>& processes) const {
     if (p == config_.my_process) continue;
     const ProcessInfo& info = config_.processes[p];
     if (!same_host(p)) continue;
-    const SegmentHeader* header = header_of(p);
+    const SegmentHeader* header = host_memory_.header(p);
     if (header != nullptr && header->abort.state.load(std::memory_order_acquire) != 0) {
       throw_error(ErrorKind::kPeerFailure, process_name(p), " (pid ", info.pid, ") failed: ",
                   reason_of(header));

@@ -33,10 +33,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "comm/host_segment.h"
 #include "comm/lanes.h"
 #include "comm/world_config.h"
-#include "transport/shm/segment.h"
+#include "transport/shm/host_memory.h"
 #include "transport/network.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/transport.h"
@@ -74,7 +73,7 @@ class World {
   std::string ofi_local_info() const;
   void ofi_add_peer(int process, const std::string& info);
   void unlink_own_segment();
-  const std::string& own_segment_name() const { return own_segment_.name(); }
+  const std::string& own_segment_name() const { return host_memory_.own_name(); }
 
   const WorldConfig& config() const { return config_; }
   int my_process() const { return config_.my_process; }
@@ -108,8 +107,9 @@ class World {
   Communicator& communicator(const int64_t* table, size_t size, int group_size, int32_t space = 0,
                              uint32_t lane = 0, uint64_t split_round = 0);
 
-  // The call board (comm/host_segment.h): the counter of calls that local `device` has entered
-  // in communicator `comm`, claimed on first use; null when the device's board is full.
+  // The call board (transport/shm/host_memory.h): the counter of calls that local `device`
+  // has entered in communicator `comm`, claimed on first use; null when the device's board is
+  // full.
   std::atomic<uint32_t>* calls_entered_counter(int64_t device, uint64_t comm);
   // How many calls of communicator `comm` a device of this host has entered (0: none);
   // nullopt for a device of another host, or one whose board had no room for `comm`.
@@ -126,19 +126,16 @@ class World {
   void connect_network();
   std::vector<std::pair<int64_t, int64_t>> network_pairs() const;  // (local, remote host's)
   void open_ofi();
-  SegmentHeader* header_of(int process) const;
   CallBoard* board_of(int64_t id) const;  // null for a device of another host
   size_t local_index(int64_t id) const;  // position among its process's devices
   size_t host_index(int64_t id) const;   // position among the devices of this host
 
   WorldConfig config_;
-  std::vector<HostSegmentLayout> layouts_;  // by process index, for the processes of this host
   std::unordered_map<int64_t, size_t> device_index_;
   std::vector<size_t> local_index_;      // by device index
   std::vector<int64_t> host_devices_;    // devices of this host, world order
   std::unordered_map<int64_t, size_t> host_index_;
-  Segment own_segment_;
-  std::vector<Segment> peer_segments_;   // by process index; empty when not on this host
+  HostMemory host_memory_;
   std::unique_ptr<tcp::TcpTransport> network_;
   std::unique_ptr<DataNetwork> data_network_;  // JACCL_TRANSPORT=ofi: frames between hosts
   std::vector<std::unique_ptr<Channel>> owned_channels_;
