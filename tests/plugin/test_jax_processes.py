@@ -19,235 +19,19 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
 from jax_jaccl._emulated_hosts import can_emulate, leftover_namespaces
 from jax_jaccl.testing.placement import reserve_port
 
-EXAMPLE = '''
-import os
-from pathlib import Path
-
-import jax
-import jax.numpy as jnp
-import numpy as np
-import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+PROJECTS = Path(__file__).parent / "projects"  # the throwaway projects' files
 
 
-@pytest.mark.jax_processes(4, devices_per_process=2, hosts=2, timeout=120)
-def test_my_sharded_step(jax_job):          # runs in each of the 4 processes
-    mesh = jax.make_mesh((8,), ("data",))   # 8 devices over 2 emulated hosts
-    x = jax.make_array_from_callback((8,), NamedSharding(mesh, P("data")),
-                                     lambda index: np.arange(8.0, dtype=np.float32)[index])
-    total = jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, P()))(x)
-    assert float(total) == 28.0
-    assert jax_job.process_count == 4
-    out = Path(os.environ["PLUGIN_TEST_OUT"])
-    (out / f"rank{jax_job.process_index}").write_text(
-        f"{jax_job.host_index} {jax.process_count()} {jax.local_device_count()} {jax.device_count()}")
-'''
-
-FAILURES = '''
-import os
-import signal
-import time
-
-import pytest
-
-
-@pytest.mark.jax_processes(2, timeout=60)
-def test_assertion_in_one_rank(jax_job):
-    print("hello from rank", jax_job.process_index)
-    assert jax_job.process_index == 0, "rank 1 disagrees"
-
-
-@pytest.mark.jax_processes(2, timeout=60)
-def test_killed_rank(jax_job):
-    if jax_job.process_index == 1:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-@pytest.mark.jax_processes(2, timeout=8)
-def test_hang(jax_job):
-    if jax_job.process_index == 1:
-        time.sleep(600)
-
-
-@pytest.mark.jax_processes(2, timeout=60)
-def test_skipped_in_every_rank(jax_job):
-    pytest.skip("nothing to check on this machine")
-'''
-
-IMPORT_ERROR = '''
-import os
-
-import pytest
-
-if os.environ.get("JACCL_PROCESS_ID") == "1":
-    raise RuntimeError("import failed in rank 1")
-
-
-@pytest.mark.jax_processes(2, timeout=60)
-def test_import_error_in_one_rank(jax_job):
-    pass
-'''
-
-MANY = '''
-import pytest
-
-
-@pytest.mark.parametrize("case", range(4))
-@pytest.mark.jax_processes(2, timeout=120)
-def test_job(jax_job, case):
-    import jax
-    import jax.numpy as jnp
-    assert jax_job.process_count == 2
-    assert jax.device_count() == 2
-    assert float(jax.jit(lambda x: x.sum())(jnp.ones(3))) == 3.0
-'''
-
-OPTIONS = '''
-import os
-
-import pytest
-
-
-@pytest.mark.jax_processes(2, hosts=2, network="loopback", env={"MY_SETTING": "on"}, timeout=60)
-def test_env_and_loopback_hosts(jax_job):
-    import jax_jaccl as jaccl
-    from jax_jaccl import _xla_collectives
-    assert os.environ["MY_SETTING"] == "on"
-    assert os.environ["JACCL_HOST_ID"].endswith(f"-emulated-{jax_job.process_index}")
-    assert jaccl.init().host_count == 2
-    assert _xla_collectives.active(), "XLA's collectives on jaccl, as under jaccl-run"
-
-
-@pytest.mark.jax_processes(2, hosts=2, network="namespaces", link_rate="1gbit", timeout=60)
-def test_namespaces_or_skip(jax_job):
-    import jax_jaccl as jaccl
-    assert os.environ["JACCL_IFNAME"] and jaccl.init().host_count == 2
-
-
-@pytest.mark.jax_processes(4, hosts=2, network="loopback", ranks="round-robin", xla_collectives="gloo",
-                           timeout=60)
-def test_round_robin_ranks(jax_job):
-    import jax_jaccl as jaccl
-    from jax_jaccl import _xla_collectives
-    assert not _xla_collectives.active()
-    assert jax_job.host_index == jax_job.process_index % 2
-    assert os.environ["JACCL_HOST_ID"].endswith(f"-emulated-{jax_job.process_index % 2}")
-    assert jaccl.init().host_count == 2
-'''
-
-XFAIL = '''
-import pytest
-
-
-class MyError(KeyError):
-    pass
-
-
-def fail_in_rank_1(jax_job, error):
-    if jax_job.process_index == 1:
-        raise error
-
-
-@pytest.mark.xfail(raises=ValueError, strict=True)
-@pytest.mark.jax_processes(2, timeout=60)
-def test_expected_error(jax_job):
-    fail_in_rank_1(jax_job, ValueError("as expected"))
-
-
-@pytest.mark.xfail(raises=(TypeError, LookupError))
-@pytest.mark.jax_processes(2, timeout=60)
-def test_expected_base_class(jax_job):
-    fail_in_rank_1(jax_job, MyError("a LookupError too"))
-
-
-@pytest.mark.xfail(raises=KeyError)
-@pytest.mark.jax_processes(2, timeout=60)
-def test_other_error(jax_job):
-    fail_in_rank_1(jax_job, ValueError("not a KeyError"))
-
-
-@pytest.mark.xfail(strict=True)
-@pytest.mark.jax_processes(2, timeout=60)
-def test_strict_xpass(jax_job):
-    pass
-'''
-
-CAPPED = '''
-import os
-import time
-from pathlib import Path
-
-import pytest
-
-
-def record_interval(name, jax_job):
-    start = time.time()
-    time.sleep(2)
-    out = Path(os.environ["PLUGIN_TEST_OUT"])
-    (out / f"interval-{name}-{jax_job.process_index}").write_text(f"{start} {time.time()}")
-
-
-@pytest.mark.parametrize("case", range(2))
-@pytest.mark.jax_processes(2, timeout=120)
-def test_pair(jax_job, case):
-    record_interval(f"pair{case}", jax_job)
-
-
-@pytest.mark.jax_processes(3, timeout=120)
-def test_bigger_than_the_cap(jax_job):
-    record_interval("big", jax_job)
-'''
-
-COVERED_MODULE = '''
-def only_in_the_job(x):
-    if x > 0:
-        return "positive"
-    return "not positive"
-'''
-
-COVERED_TEST = '''
-import pytest
-
-
-@pytest.mark.jax_processes(2, timeout=60)
-def test_job(jax_job):
-    import covered
-    assert covered.only_in_the_job(1) == "positive"
-'''
-
-# The same program over both processes' devices, compiled in two jobs; each rank writes how
-# many programs it loaded from JAX's persistent cache and which cache folder it was given.
-COMPILED = '''
-import os
-from pathlib import Path
-
-import jax
-import jax.numpy as jnp
-import numpy as np
-import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
-
-
-@pytest.mark.jax_processes(2, timeout=120)
-@pytest.mark.parametrize("job", [1, 2])
-def test_compile(jax_job, job):
-    hits = []
-    jax.monitoring.register_event_listener(
-        lambda name, **_: hits.append(name) if name == "/jax/compilation_cache/cache_hits" else None)
-    mesh = jax.make_mesh((2,), ("d",))
-    x = jax.make_array_from_callback((64,), NamedSharding(mesh, P("d")),
-                                     lambda index: np.arange(64.0, dtype=np.float32)[index])
-    step = jax.jit(lambda x: (jnp.sin(x) * 3 + 1).sum(), out_shardings=NamedSharding(mesh, P()))
-    assert abs(float(step(x)) - float((np.sin(np.arange(64.0)) * 3 + 1).sum())) < 1e-3
-    seen = f"{len(hits)} {os.environ.get('JAX_COMPILATION_CACHE_DIR', '-')}"
-    Path(os.environ["PLUGIN_TEST_OUT"], f"job{job}-rank{jax_job.process_index}").write_text(seen)
-'''
+def source(name: str) -> str:
+    """The text of tests/plugin/projects/<name>.py."""
+    return (PROJECTS / f"{name}.py").read_text()
 
 
 def project_env(project) -> dict:
@@ -281,7 +65,7 @@ def assert_nothing_left(project, output):
 
 
 def test_fresh_project_runs_the_readme_example(tmp_path):
-    rc, out, _ = run_pytest(tmp_path, {"test_example.py": EXAMPLE}, "-rP")
+    rc, out, _ = run_pytest(tmp_path, {"test_example.py": source("example")}, "-rP")
     assert rc == 0, out
     assert "1 passed" in out
     seen = {int(p.name[4:]): p.read_text().split() for p in tmp_path.glob("rank*")}
@@ -293,7 +77,8 @@ def test_fresh_project_runs_the_readme_example(tmp_path):
 
 
 def test_failures_name_the_rank_and_show_its_traceback(tmp_path):
-    rc, out, seconds = run_pytest(tmp_path, {"test_failures.py": FAILURES, "test_import.py": IMPORT_ERROR}, "-rA")
+    files = {"test_failures.py": source("failures"), "test_import.py": source("import_error")}
+    rc, out, seconds = run_pytest(tmp_path, files, "-rA")
     assert rc == 1, out
     assert "4 failed" in out and "1 skipped" in out, out
     assert re.search(r"SKIPPED \[1\] .*nothing to check on this machine", out), out
@@ -312,7 +97,7 @@ def test_failures_name_the_rank_and_show_its_traceback(tmp_path):
 
 
 def test_env_and_network_options(tmp_path):
-    rc, out, _ = run_pytest(tmp_path, {"test_options.py": OPTIONS}, "-rA")
+    rc, out, _ = run_pytest(tmp_path, {"test_options.py": source("options")}, "-rA")
     assert rc == 0, out
     assert "2 emulated hosts on this machine's loopback (JACCL_HOST_ID per host)" in out, out
     assert "(JACCL_HOST_ID per host; rank k on host k % 2)" in out, out
@@ -370,7 +155,7 @@ def test_ranks_fill_hosts_in_order_or_round_robin(monkeypatch):
 
 
 def test_xfail_matches_raises_against_each_rank_exception(tmp_path):
-    rc, out, _ = run_pytest(tmp_path, {"test_xfail.py": XFAIL}, "-rA")
+    rc, out, _ = run_pytest(tmp_path, {"test_xfail.py": source("xfail")}, "-rA")
     assert rc == 1, out
     assert re.search(r"XFAIL test_xfail.py::test_expected_error\b", out), out
     assert re.search(r"XFAIL test_xfail.py::test_expected_base_class\b", out), out
@@ -381,14 +166,14 @@ def test_xfail_matches_raises_against_each_rank_exception(tmp_path):
 
 
 def test_exitfirst_stops_after_the_first_failed_job(tmp_path):
-    rc, out, _ = run_pytest(tmp_path, {"test_failures.py": FAILURES}, "-x", "-q")
+    rc, out, _ = run_pytest(tmp_path, {"test_failures.py": source("failures")}, "-x", "-q")
     assert rc == 1 and re.match(r"1 failed(,| in)", out.strip().splitlines()[-1]), out
     assert_nothing_left(tmp_path, out)
 
 
 def test_jobs_under_xdist(tmp_path):
     pytest.importorskip("xdist", reason="pytest-xdist is in the test extras")
-    rc, out, _ = run_pytest(tmp_path, {"test_many.py": MANY}, "-n", "2", "-q")
+    rc, out, _ = run_pytest(tmp_path, {"test_many.py": source("many")}, "-n", "2", "-q")
     assert rc == 0 and "4 passed" in out, out
     assert_nothing_left(tmp_path, out)
 
@@ -398,7 +183,7 @@ def test_process_cap_holds_across_xdist_workers(tmp_path):
     job needs 2 slots, or all of them); a 3-process job still runs, alone."""
     pytest.importorskip("xdist", reason="pytest-xdist is in the test extras")
     (tmp_path / "pytest.ini").write_text("[pytest]\njax_processes_max = 2\n")
-    rc, out, _ = run_pytest(tmp_path, {"test_capped.py": CAPPED}, "-n", "2", "-rA")
+    rc, out, _ = run_pytest(tmp_path, {"test_capped.py": source("capped")}, "-n", "2", "-rA")
     assert rc == 0 and "3 passed" in out, out
     jobs = {}
     for path in tmp_path.glob("interval-*"):
@@ -418,7 +203,8 @@ def test_coverage_measures_the_ranks(tmp_path):
     subprocesses): the lines the job's processes ran count, the others are missing."""
     pytest.importorskip("pytest_cov", reason="pytest-cov is in the test extras")
     (tmp_path / ".coveragerc").write_text("[run]\npatch = subprocess\n")
-    rc, out, _ = run_pytest(tmp_path, {"covered.py": COVERED_MODULE, "test_cov.py": COVERED_TEST},
+    files = {"covered.py": source("covered"), "test_cov.py": source("covered_test")}
+    rc, out, _ = run_pytest(tmp_path, files,
                             "--cov=covered", "--cov-report=term-missing", "-q")
     assert rc == 0 and "1 passed" in out, out
     assert re.search(r"^covered\.py\s+4\s+1\s+75%\s+5$", out, re.M), out
@@ -444,7 +230,7 @@ def test_jobs_share_a_compilation_cache_when_asked(tmp_path):
     def seen():
         return {p.name: p.read_text().split() for p in tmp_path.glob("job*-rank*")}
 
-    rc, out, _ = run_pytest(tmp_path, {"test_compiled.py": COMPILED}, "-q")
+    rc, out, _ = run_pytest(tmp_path, {"test_compiled.py": source("compiled")}, "-q")
     assert rc == 0 and "2 passed" in out, out
     assert set(map(tuple, seen().values())) == {("0", "-")}, seen()
     (tmp_path / "pytest.ini").write_text("[pytest]\njax_processes_compilation_cache = session\n")
@@ -459,8 +245,8 @@ def test_jobs_share_a_compilation_cache_when_asked(tmp_path):
 
 
 def test_last_failed_reruns_only_the_failed_job(tmp_path):
-    two = MANY.replace("range(4)", "range(2)")
-    rc, out, _ = run_pytest(tmp_path, {"test_failures.py": FAILURES, "test_many.py": two},
+    two = source("many").replace("range(4)", "range(2)")
+    rc, out, _ = run_pytest(tmp_path, {"test_failures.py": source("failures"), "test_many.py": two},
                             "-q", "-k", "assertion or job", cache=True)
     assert rc == 1 and re.match(r"1 failed, 2 passed", out.strip().splitlines()[-1]), out
     rc, out, _ = run_pytest(tmp_path, {}, "-q", "--lf", cache=True)
@@ -470,7 +256,7 @@ def test_last_failed_reruns_only_the_failed_job(tmp_path):
 
 
 def test_ranks_die_with_pytest(tmp_path):
-    (tmp_path / "test_hang.py").write_text(textwrap.dedent(FAILURES))
+    (tmp_path / "test_hang.py").write_text(textwrap.dedent(source("failures")))
     pytest_proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-k", "hang"],
                                    cwd=tmp_path, env=project_env(tmp_path), stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL, start_new_session=True)
