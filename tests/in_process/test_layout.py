@@ -24,15 +24,14 @@ MAY_INCLUDE = {
     "collectives": {"common", "transport", "comm"},
     "moe": {"common", "transport", "comm", "collectives"},
     "cuda": {"common", "collectives", "moe"},
-    "handlers": {"common", "transport", "comm", "collectives", "moe", "cuda"},
-    "mpiabi": {"handlers"},  # the C interfaces below, nothing else (MPI_ABI_INTERFACES)
+    # the C interface between the engine and the process's other modules (_jaccl_cuda, the MPI
+    # shim)
+    "abi": {"common", "transport", "comm", "collectives", "moe"},
+    "handlers": {"common", "transport", "comm", "collectives", "moe", "cuda", "abi"},
+    "mpiabi": {"abi"},  # the C interfaces, nothing else (MPI_ABI_INTERFACES)
 }
-# handlers/ files that adapt no XLA or Python type: the C interface between the two modules.
-HANDLERS_WITHOUT_XLA = {"handlers/host_abi.h", "handlers/host_abi.cc", "handlers/host_call.h",
-                        "handlers/mpiabi_table.h", "handlers/mpiabi_attach.h",
-                        "handlers/mpiabi_attach.cc"}
 # What the MPI shim (plain C, a library of its own) may include of the engine: C headers only.
-MPI_ABI_INTERFACES = {"handlers/host_abi.h", "handlers/mpiabi_table.h"}
+MPI_ABI_INTERFACES = {"abi/host_abi.h", "abi/mpiabi_table.h"}
 XLA_OR_PYTHON = re.compile(r'#include [<"](xla/ffi/|nanobind/)')
 
 
@@ -53,7 +52,7 @@ def test_handlers_hold_adapters_only():
     FFI or nanobind, or uses their types); the engine logic they once held lives below
     (collectives/run.h, moe/run.h, cuda/)."""
     plain = [name for name, text in sources() if name.startswith("handlers/")
-             and name not in HANDLERS_WITHOUT_XLA and not XLA_OR_PYTHON.search(text)
+             and not XLA_OR_PYTHON.search(text)
              and not re.search(r"\b(ffi|nb)::", text)]
     assert plain == [], f"handlers/ files that adapt nothing of XLA or Python: {plain}"
 

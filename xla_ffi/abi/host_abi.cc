@@ -1,14 +1,14 @@
-// The C interface of handlers/host_abi.h: the CUDA module's staged host jobs run the CPU
+// The C interface of abi/host_abi.h: the CUDA module's staged host jobs run the CPU
 // engine that _jaccl owns through these functions (the MPI ABI shim too), each a conversion of the C structs
 // into the engine's calls (collectives/run.h, moe/run.h) and of a failure into a message.
-#include "handlers/host_abi.h"
+#include "abi/host_abi.h"
 
 #include <cstdio>
 #include <optional>
 #include <vector>
 
+#include "abi/host_call.h"
 #include "collectives/run.h"
-#include "handlers/host_call.h"
 #include "moe/run.h"
 
 namespace {

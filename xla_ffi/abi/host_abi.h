@@ -2,7 +2,7 @@
 // handlers (_jaccl_cuda) stage device buffers through pinned host memory and hand them to
 // the engine that _jaccl owns (one World per process, whichever module calls it).
 //
-// Also the MPI ABI shim's way into the engine (handlers/mpiabi_table.h): plain C, so the shim
+// Also the MPI ABI shim's way into the engine (abi/mpiabi_table.h): plain C, so the shim
 // (a C library) includes it too.
 //
 // Contract: jaccl_run_host_call runs one collective (ppermute and ragged_all_to_all too: a

@@ -1,6 +1,6 @@
 // A request as it crosses from one extension module to the other, field for field: a collective
 // (collectives/request.h) as the C struct JacclHostCall, an MoE op (moe/request.h) as
-// JacclHostMoeCall (handlers/host_abi.h).
+// JacclHostMoeCall (abi/host_abi.h).
 //
 // Contract: request_of(host_call_of(r)) describes the same call as r (the pointers are
 // shared, not copied); likewise moe_request_of(host_moe_call_of(r)), except the lane (the C
@@ -9,8 +9,8 @@
 
 #include <cstring>
 
+#include "abi/host_abi.h"
 #include "collectives/request.h"
-#include "handlers/host_abi.h"
 #include "moe/request.h"
 
 namespace jaccl {

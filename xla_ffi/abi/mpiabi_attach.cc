@@ -1,5 +1,5 @@
-// The engine table of handlers/mpiabi_table.h, filled from the world and the engine's codes.
-#include "handlers/mpiabi_attach.h"
+// The engine table of abi/mpiabi_table.h, filled from the world and the engine's codes.
+#include "abi/mpiabi_attach.h"
 
 #include <dlfcn.h>
 
@@ -7,12 +7,12 @@
 #include <cstring>
 #include <vector>
 
+#include "abi/mpiabi_table.h"
 #include "collectives/kinds.h"
 #include "comm/world.h"
 #include "common/dtype.h"
 #include "common/error.h"
 #include "common/reduce.h"
-#include "handlers/mpiabi_table.h"
 
 namespace jaccl {
 namespace {

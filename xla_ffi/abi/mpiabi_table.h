@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "handlers/host_abi.h"
+#include "abi/host_abi.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,7 +38,7 @@ typedef struct JacclMpiEngine {
   int32_t kind_all_reduce, kind_reduce_scatter, kind_all_gather;   /* CollectiveKind codes */
   int32_t (*dtype_code)(const char* name);   /* "float32" -> Dtype; -1 if unknown */
   int32_t (*reduce_code)(const char* name);  /* "sum" -> ReduceOp; -1 if unknown */
-  JacclRunHostCall run_call;   /* a collective over one group (handlers/host_abi.h) */
+  JacclRunHostCall run_call;   /* a collective over one group (abi/host_abi.h) */
   JacclRunHostP2p run_p2p;     /* sends and receives between ranks of one group */
   JacclRaiseAbort raise_abort;
   JacclWorldFailed world_failed; /* the world failed: a split first asks for the survivors' */

@@ -1,5 +1,5 @@
 // One collective call as every caller describes it: the CPU handlers from XLA's buffers and
-// attributes, the MPI shim and the CUDA module's staged host jobs (through handlers/host_abi.h),
+// attributes, the MPI shim and the CUDA module's staged host jobs (through abi/host_abi.h),
 // and the CUDA peer path before it enqueues anything.
 //
 // Contract: a CollectiveRequest names its communicator (the `groups` table, group_size devices
@@ -60,7 +60,7 @@ struct CollectiveRequest {
   size_t in_rows = 0, out_rows = 0;  // leading dimensions of the operand and the output
   size_t row_elems = 1;               // elements per row of both
   bool zero_unwritten = false;
-  int32_t space = 0;         // 0: jaccl's own ops; 1: XLA's collectives (handlers/host_abi.h)
+  int32_t space = 0;         // 0: jaccl's own ops; 1: XLA's collectives (abi/host_abi.h)
   uint32_t lane = 0;         // space 0: the lane of the call's chain (comm/lanes.h)
   uint64_t split_round = 0;  // space 1: the MPI shim's split round (0: none)
   uint32_t site = 0;  // where the call was written (common/call_sites.h; 0: none)

@@ -2,7 +2,7 @@
 // the CUDA module's staged host jobs through abi/host_abi.h) makes it.
 //
 // Contract: run_call(kind, device, groups, ...) finds the world, the communicator named by
-// the `groups` table (group_size per row) in sequence space `space` (handlers/host_abi.h:
+// the `groups` table (group_size per row) in sequence space `space` (abi/host_abi.h:
 // XLA's collectives through the MPI shim are numbered apart) with `lane` (jaccl's own calls,
 // space 0: comm/lanes.h) or `split_round` (the shim's) and this device's member of it,
 // numbers the call, and runs body(Call&) with call.world/comm/member/kind/dtype/op_count/

@@ -57,7 +57,7 @@ class Communicator {
   };
 
   // `space`: the sequence space its calls are numbered in (0: jaccl's own ops; 1: XLA's
-  // collectives through the MPI shim, kJacclXlaCollectives in handlers/host_abi.h).
+  // collectives through the MPI shim, kJacclXlaCollectives in abi/host_abi.h).
   // `lane`: the lane of jaccl's own calls it carries (space 0; comm/lanes.h).
   Communicator(World& world, uint64_t id, const int64_t* table, size_t size, int group_size,
                int32_t space = 0, uint32_t lane = 0);

@@ -100,10 +100,10 @@ class World {
   Doorbell* doorbell(int64_t device) const;
 
   // The communicator of a group table in sequence space `space` (0: jaccl's own ops; others
-  // number their calls apart on the same devices: handlers/host_abi.h), made on first use.
+  // number their calls apart on the same devices: abi/host_abi.h), made on first use.
   // Communicators of one table that must not share members differ in `lane` (jaccl's own
   // calls, space 0: comm/lanes.h) or in `split_round` (the MPI shim's with several devices per
-  // process: handlers/host_abi.h).
+  // process: abi/host_abi.h).
   Communicator& communicator(const int64_t* table, size_t size, int group_size, int32_t space = 0,
                              uint32_t lane = 0, uint64_t split_round = 0);
 

@@ -1,5 +1,5 @@
 // One MoE row exchange or combine as every caller describes it: the CPU handlers from XLA's
-// buffers, the CUDA module's staged host jobs (through handlers/host_abi.h), and the CUDA peer
+// buffers, the CUDA module's staged host jobs (through abi/host_abi.h), and the CUDA peer
 // path before it enqueues anything.
 //
 // Contract: a MoeRequest describes the rows, the four routing lists of moe/moe.h and the output

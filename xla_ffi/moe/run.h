@@ -1,5 +1,5 @@
 // One MoE row exchange or combine of this process's engine for one device, from the CPU
-// handlers and (through handlers/host_abi.h) the CUDA module's staged host jobs alike.
+// handlers and (through abi/host_abi.h) the CUDA module's staged host jobs alike.
 //
 // Contract: run_moe() takes a MoeRequest (moe/request.h) of host buffers, checks it
 // (check_moe_request), validates every list, offset and expert id against the buffers (a bad

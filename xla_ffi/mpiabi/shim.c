@@ -7,7 +7,7 @@
  * Init_thread, Finalize, Comm_rank/size, Is_thread_main, Comm_split/dup/free, Allreduce,
  * Allgather, Reduce_scatter(_block), Barrier, Sendrecv, Isend/Irecv/Wait(all), Error_string,
  * and the small helpers around them. It holds no engine: _jaccl attaches its own through
- * jaccl_mpiabi_attach() once the world is up (handlers/mpiabi_table.h), so a process has one
+ * jaccl_mpiabi_attach() once the world is up (abi/mpiabi_table.h), so a process has one
  * engine; in a program that never started jaccl, XLA's first collective starts it (attached()).
  *
  * Communicators are tables of global device ids, the same tables jaccl's own ops use, so the
@@ -33,7 +33,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "handlers/mpiabi_table.h"
+#include "abi/mpiabi_table.h"
 #include "mpiabi_values.h"
 #include "shim.h"
 #include "split_round.h"

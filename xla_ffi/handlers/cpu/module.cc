@@ -14,6 +14,8 @@
 #include <tuple>
 #include <vector>
 
+#include "abi/host_abi.h"
+#include "abi/mpiabi_attach.h"
 #include "collectives/collectives.h"
 #include "collectives/device_threads.h"
 #include "collectives/kinds.h"
@@ -23,11 +25,9 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/reduce.h"
-#include "moe/moe.h"
-#include "handlers/cpu/symbols.h"
-#include "handlers/host_abi.h"
-#include "handlers/mpiabi_attach.h"
 #include "handlers/cpu/ofi_module.h"
+#include "handlers/cpu/symbols.h"
+#include "moe/moe.h"
 #include "transport/tcp/socket.h"
 
 namespace nb = nanobind;
@@ -163,7 +163,7 @@ NB_MODULE(_jaccl, m) {
         nb::arg("ofi_why") = "", nb::arg("ofi_mode") = "auto", nb::arg("shared_channels") = false,
         nb::arg("xla_streams") = false);
   define_ofi_functions(m);
-  // XLA:CPU's own collectives on this engine (handlers/mpiabi_attach.h).
+  // XLA:CPU's own collectives on this engine (abi/mpiabi_attach.h).
   m.def("mpiabi_attach", [](const std::string& path) {
     try {
       jaccl::attach_mpiabi(path);

@@ -4,7 +4,7 @@
 // Contract: routing lists arrive as int32 buffers computed in the program; the handlers
 // describe their buffers as a MoeRequest, and moe/run.h validates every list and expert id (a
 // bad value is an error, never a stray access) as it does for the CUDA staged path's host
-// copies (handlers/host_abi.h). The request holds only pointers into XLA's buffers, which
+// copies (abi/host_abi.h). The request holds only pointers into XLA's buffers, which
 // XLA keeps alive until the call's future completes (async_call.h).
 #include <algorithm>
 #include <vector>

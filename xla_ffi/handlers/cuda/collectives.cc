@@ -6,16 +6,16 @@
 // handlers; never marked command-buffer compatible (barrier counts are taken at enqueue time
 // and the staged host function would not replay). A failure on the stream is returned by this
 // device's next jaccl call (cuda/collective_paths.h). The staged path runs the CPU engine that
-// _jaccl owns through handlers/host_abi.h (set_engine).
+// _jaccl owns through abi/host_abi.h (set_engine).
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "abi/host_call.h"
 #include "cuda/collective_paths.h"
 #include "cuda/staging.h"
 #include "handlers/cuda/symbols.h"
 #include "handlers/ffi_status.h"
-#include "handlers/host_call.h"
 #include "handlers/order_operand.h"
 #include "handlers/ragged_indices.h"
 #include "handlers/xla_dtype.h"

@@ -5,13 +5,13 @@
 // Contract: the same names, operands and attributes as the CPU MoE handlers, for platform
 // CUDA, plus XLA's stream; never command-buffer compatible. Failures behave as on the
 // collective paths (cuda/collective_paths.h). The staged path runs the CPU engine that _jaccl
-// owns through handlers/host_abi.h (set_moe_engine).
+// owns through abi/host_abi.h (set_moe_engine).
 #include <cuda_runtime.h>
 
+#include "abi/host_call.h"
 #include "cuda/moe_paths.h"
 #include "handlers/cuda/symbols.h"
 #include "handlers/ffi_status.h"
-#include "handlers/host_call.h"
 #include "handlers/moe_request.h"
 #include "handlers/order_operand.h"
 #include "handlers/xla_dtype.h"

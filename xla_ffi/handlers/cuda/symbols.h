@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "handlers/host_abi.h"
+#include "abi/host_abi.h"
 #include "xla/ffi/api/c_api.h"
 
 extern "C" {
