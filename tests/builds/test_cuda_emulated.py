@@ -9,7 +9,7 @@ stand-in CUDA runtime (each emulated GPU's stream a thread, each GPU thread a fi
   2 processes (workspaces shared through emulated CUDA IPC), on both paths, the MoE ops with
   their gradients, a bad expert id that must stop every device, the failures of tests/cuda
   (ranks that disagree, a killed peer, a stalled peer) and the multi-process layout battery
-  through tests/processes/workers, and jaccl-bench kernels' code path.
+  through tests/workers, and jaccl-bench kernels' code path.
 
 Everything here runs with JACCL_DEBUG=INFO, and the module is linked as the GPU machine links
 (build.py's GPU_MACHINE_LINK): the lines and errors must come out whole.
@@ -125,7 +125,7 @@ def test_gpu_batteries_in_two_processes(built, suite, path):
 
 @pytest.mark.parametrize("nprocs, devices, hosts", [(2, 2, 0), (4, 1, 2)], ids=["2x2", "4x1-2hosts"])
 def test_layouts_choose_each_group_its_path(built, nprocs, devices, hosts):
-    """tests/processes/workers' layout battery on emulated GPUs with JACCL_CUDA_PATH=auto: groups
+    """tests/workers' layout battery on emulated GPUs with JACCL_CUDA_PATH=auto: groups
     whose members all read each other take the peer path, the others (across hosts, or a
     process's second GPU with another process's) are staged; all against jax.lax. The battery's
     transport types: every dtype already ran both paths in the batteries above."""

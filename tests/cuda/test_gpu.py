@@ -21,7 +21,7 @@ from gpu_faults import (DISAGREE, FAULT_TIMEOUT, NAMES_THE_DEAD, TIMED_OUT,
 from gpu_moe import check_moe
 from harness import clean, run_job, worker_prefix
 
-SUPPORT = Path(__file__).parents[1] / "support"  # the batteries, also run as scripts
+GPU_WORKER = Path(__file__).parents[1] / "workers" / "gpu.py"  # the batteries in a process
 
 pytestmark = pytest.mark.skipif(gpu_reason() is not None, reason=str(gpu_reason()))
 
@@ -30,10 +30,10 @@ pytestmark = pytest.mark.skipif(gpu_reason() is not None, reason=str(gpu_reason(
 SHARED_GPU = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.25", "JACCL_TIMEOUT": "60", "JACCL_DEBUG": "INFO"}
 
 
-def two_processes(script, *args, env):
-    """jaccl-run -n 2 of a battery script of tests/support; its whole output."""
+def two_processes(check, *args, env):
+    """jaccl-run -n 2 of one check of tests/workers/gpu.py; its whole output."""
     done = subprocess.run([sys.executable, "-m", "jax_jaccl.launch", "-n", "2", "--", *worker_prefix(),
-                           sys.executable, str(SUPPORT / script), "--worker", *args],
+                           sys.executable, str(GPU_WORKER), check, "--worker", *args],
                           capture_output=True, text=True, timeout=900, env=dict(os.environ, **env))
     return done.returncode, done.stdout + done.stderr
 
@@ -45,7 +45,7 @@ def test_battery_in_this_process():
 @pytest.mark.parametrize("path, buffer_mb", [("peer", "1"), ("peer", "64"), ("staged", "64")])
 def test_battery_in_two_processes(path, buffer_mb):
     """JACCL_CUDA_BUFFER_MB=1 makes the larger messages go through the workspace in chunks."""
-    rc, output = two_processes("gpu_collectives.py", "--expect-path", path,
+    rc, output = two_processes("collectives", "--expect-path", path,
                                env=dict(SHARED_GPU, JACCL_CUDA_PATH=path, JACCL_CUDA_BUFFER_MB=buffer_mb))
     assert rc == 0, clean(output)[-6000:]
     assert output.count("OK ") == 2, clean(output)[-3000:]
@@ -59,7 +59,7 @@ def test_moe_in_this_process():
 @pytest.mark.parametrize("path", ["peer", "staged"])
 def test_moe_in_two_processes(path):
     """Rows GPU to GPU through the staging areas (peer), or through the CPU engine (staged)."""
-    rc, output = two_processes("gpu_moe.py", "--expect-path", path,
+    rc, output = two_processes("moe", "--expect-path", path,
                                env=dict(SHARED_GPU, JACCL_CUDA_PATH=path))
     assert rc == 0, clean(output)[-6000:]
     assert output.count("OK ") == 2, clean(output)[-3000:]
@@ -68,7 +68,7 @@ def test_moe_in_two_processes(path):
 @pytest.mark.parametrize("path", ["peer", "staged"])
 def test_bad_expert_id_is_an_error_on_the_gpu(path):
     env = dict(os.environ, **SHARED_GPU, JACCL_CUDA_PATH=path)
-    done = subprocess.run([sys.executable, str(SUPPORT / "gpu_moe.py"), "--bad-expert"],
+    done = subprocess.run([sys.executable, str(GPU_WORKER), "bad-expert"],
                           capture_output=True, text=True, timeout=300, env=env)
     output = done.stdout + done.stderr
     assert "RAISED" in output and "NO ERROR" not in output, output[-3000:]
@@ -105,7 +105,7 @@ def test_a_call_on_a_gpu_stream_of_its_own_gives_the_same_bits(path):
     """compute_on("gpu_stream:1") around a jaccl all_reduce beside a matmul chain: results
     bitwise those without it; the timings (alone, one stream, two streams) are printed for the
     run's summary, not asserted (gpu_streams.py)."""
-    rc, output = two_processes("gpu_streams.py", env=dict(SHARED_GPU, JACCL_CUDA_PATH=path))
+    rc, output = two_processes("streams", env=dict(SHARED_GPU, JACCL_CUDA_PATH=path))
     assert rc == 0, clean(output)[-6000:]
     assert output.count("OK streams") == 2, clean(output)[-3000:]
     print("\n".join(re.findall(r"STREAMS .*", clean(output))))

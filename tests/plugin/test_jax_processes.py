@@ -203,7 +203,7 @@ def test_coverage_measures_the_ranks(tmp_path):
     subprocesses): the lines the job's processes ran count, the others are missing."""
     pytest.importorskip("pytest_cov", reason="pytest-cov is in the test extras")
     (tmp_path / ".coveragerc").write_text("[run]\npatch = subprocess\n")
-    files = {"covered.py": source("covered"), "test_cov.py": source("covered_test")}
+    files = {"covered.py": source("covered"), "test_cov.py": source("uses_covered")}
     rc, out, _ = run_pytest(tmp_path, files,
                             "--cov=covered", "--cov-report=term-missing", "-q")
     assert rc == 0 and "1 passed" in out, out

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-WORKER = Path(__file__).parent / "workers" / "faults.py"
+WORKER = Path(__file__).parents[1] / "workers" / "faults.py"
 
 
 NEEDS_MPIRUN = pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI is not installed "
@@ -46,6 +46,6 @@ def test_job_started_by_mpirun():
 def test_xla_collectives_on_jaccl_under_mpirun():
     words = subprocess.run([sys.executable, "-m", "jax_jaccl.info", "--xla-collectives-env"],
                            capture_output=True, text=True, check=True).stdout.split()
-    out = mpirun(Path(__file__).parent / "workers" / "xla_collectives.py", "jaccl",
+    out = mpirun(Path(__file__).parents[1] / "workers" / "xla_collectives.py", "jaccl",
                  env=dict(word.split("=", 1) for word in words))
     assert out.count("XLA COLLECTIVES jaccl CHECKED 19 ON 2 x 1") == 2, out[-3000:]

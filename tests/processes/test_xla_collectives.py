@@ -25,7 +25,7 @@ import pytest
 import harness
 from transports import BOTH
 
-WORKER = Path(__file__).parent / "workers" / "xla_collectives.py"
+WORKER = Path(__file__).parents[1] / "workers" / "xla_collectives.py"
 
 
 def jaccl_run(*args, timeout=240, env=None):

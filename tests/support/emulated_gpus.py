@@ -6,7 +6,7 @@ jaccl's lowering is pointed at them.
 Contract: install(module_path, path, gpus_per_process) makes this process's first
 `gpus_per_process` CPU devices (default all) its GPUs on the "peer" or "staged" path; called by
 jax_on_emulated_gpus.py and, when JACCL_TEST_EMULATED_CUDA names a module, by the process
-workers (tests/processes/workers/common.py).
+workers (tests/workers/common.py).
 """
 
 from __future__ import annotations

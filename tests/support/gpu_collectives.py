@@ -1,16 +1,15 @@
-"""The collective battery on GPUs, runnable with pytest (test_gpu.py) or as a script:
-`python tests/support/gpu_collectives.py [--worker] [--expect-path peer|staged]`.
+"""The collective battery on GPUs, run by pytest (test_gpu.py) or in a job's processes
+(`tests/workers/gpu.py collectives`).
 
 Every collective of tests/support/suite.py (each op, tiled and untiled, split along the first
 and a later dimension) runs with jaccl on the GPUs of the job and, as the reference, with
 jax.lax on as many CPU devices of this process, on exact data: results must be equal, not
-close. In one process the battery also runs with jax.lax on the GPUs. With --worker (under
-jaccl-run) the processes share the machine's GPUs; --expect-path checks which path the
-handlers took (the counts come from _jaccl_cuda). Prints `OK <checks> ...` at the end."""
+close. In one process the battery also runs with jax.lax on the GPUs. expect_path() checks
+which path the handlers took (the counts come from _jaccl_cuda). Prints `OK <checks> ...` at
+the end."""
 
 from __future__ import annotations
 
-import argparse
 import os
 
 import numpy as np
@@ -34,8 +33,6 @@ def reference_devices(minimum: int) -> int:
     before JAX starts its backends."""
     return max(minimum, visible_gpus() * int(os.environ.get("JACCL_NUM_PROCESSES", "1")))
 
-
-CPU_DEVICES = reference_devices(8)
 
 # The last shape is large (4-byte types only): several JACCL_CUDA_BUFFER_MB chunks of a message.
 SHAPES = [(7,), (65_537,), (6, 40), (1024, 1024)]
@@ -233,31 +230,3 @@ def expect_path(path: str) -> None:
         assert peer > 0 and staged == 0, f"expected the peer path: peer={peer} staged={staged}"
     elif path == "staged":
         assert staged > 0 and peer == 0, f"expected the staged path: peer={peer} staged={staged}"
-
-
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--worker", action="store_true", help="one process of a jaccl-run job")
-    parser.add_argument("--expect-path", choices=["peer", "staged"])
-    args = parser.parse_args()
-    os.environ.setdefault("JACCL_TIMEOUT", "60")
-    if args.worker:
-        import jax_jaccl.distributed
-
-        _, count = jax_jaccl.distributed.initialize(local_devices=CPU_DEVICES)
-        assert count > 1, "worker started with a single process"
-    else:
-        import jax
-
-        jax.config.update("jax_num_cpu_devices", CPU_DEVICES)
-    reason = gpu_reason()
-    if reason:
-        print(f"SKIP: {reason}")
-        return
-    check_all()
-    if args.expect_path:
-        expect_path(args.expect_path)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,5 +1,5 @@
 """What a failing GPU job must show, shared by tests/cuda (a real GPU) and
-tests/builds/test_cuda_emulated.py (emulated GPUs): the fault workers (tests/processes/workers/
+tests/builds/test_cuda_emulated.py (emulated GPUs): the fault workers (tests/workers/
 faults.py) run with JACCL_TIMEOUT=FAULT_TIMEOUT, and every surviving rank must raise within
 DEADLINE and print a whole failure line (the reason, numbers and all)."""
 

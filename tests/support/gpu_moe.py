@@ -1,21 +1,16 @@
-"""MoE dispatch and combine on GPUs, runnable with pytest (test_gpu.py) or as a script:
-`python tests/support/gpu_moe.py [--worker] [--expect-path peer|staged] [--bad-expert]`.
+"""MoE dispatch and combine on GPUs, run by pytest (test_gpu.py) or in a job's processes
+(`tests/workers/gpu.py moe`).
 
 Every case of tests/support/moe_cases.py runs with jaccl on the GPUs of the job and, as the
 reference, with the jax.numpy reference implementation (tests/support/moe_reference.py) on as
 many CPU devices of this process: recv_x, recv_count and the combine must be bitwise equal,
-the gradients close. Prints `OK <checks> ...` at the end. --bad-expert instead routes a token
-to expert 99 and prints `RAISED <message>` (the GPU context is lost after it: run it alone)."""
+the gradients close. Prints `OK <checks> ...` at the end. provoke_bad_expert() instead routes a
+token to expert 99 and prints `RAISED <message>` (the GPU context is lost after it: run it in a
+process of its own, `tests/workers/gpu.py bad-expert`)."""
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
-
-from gpu_collectives import reference_devices
-
-CPU_DEVICES = reference_devices(8)
 
 
 def positions(a) -> dict:
@@ -221,38 +216,3 @@ def provoke_bad_expert(devices=None):
         print("NO ERROR", flush=True)
     except Exception as e:  # noqa: BLE001
         print("RAISED " + " ".join(str(e).split())[:300], flush=True)
-
-
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--worker", action="store_true", help="one process of a jaccl-run job")
-    parser.add_argument("--expect-path", choices=["peer", "staged"])
-    parser.add_argument("--bad-expert", action="store_true")
-    args = parser.parse_args()
-    if args.worker:
-        import jax_jaccl.distributed
-
-        _, count = jax_jaccl.distributed.initialize(local_devices=CPU_DEVICES)
-        assert count > 1, "worker started with a single process"
-    else:
-        import jax
-
-        jax.config.update("jax_num_cpu_devices", CPU_DEVICES)
-    from gpu_collectives import gpu_reason
-
-    reason = gpu_reason()
-    if reason:
-        print(f"SKIP: {reason}")
-        return
-    if args.bad_expert:
-        provoke_bad_expert()
-        return
-    check_moe()
-    if args.expect_path:
-        from gpu_collectives import expect_path
-
-        expect_path(args.expect_path)
-
-
-if __name__ == "__main__":
-    main()

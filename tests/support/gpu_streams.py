@@ -1,18 +1,16 @@
-"""A jaccl all_reduce on a GPU stream of its own beside a matmul chain, run with jaccl-run -n 2
-(test_gpu.py): `python tests/support/gpu_streams.py --worker`.
+"""A jaccl all_reduce on a GPU stream of its own beside a matmul chain, run in the processes of
+a jaccl-run -n 2 job (test_gpu.py: `tests/workers/gpu.py streams --worker`).
 
 compute_on("gpu_stream:1") around a jitted jaccl call makes XLA:GPU run it on another stream
 than the compute (XLA owns the start/done pair and the buffers' lifetimes). Checks that the
 results are bitwise those of the same program without the annotation, then times, medians of
 --iters rounds: the all_reduce alone, the chain alone, both in one program on one stream, and
 both with the all_reduce on stream 1. Prints `STREAMS ...` (times and hidden fractions, the
-bench's formula: (comm + compute - step) / min(comm, compute)) and `OK streams`. Speed is
-printed, not asserted (the GPU is shared by both processes and the machine is lent)."""
+bench's formula: (comm + compute - step) / min(comm, compute)) and `OK streams` (check_streams).
+Speed is printed, not asserted (the GPU is shared by both processes and the machine is lent)."""
 
 from __future__ import annotations
 
-import argparse
-import os
 
 import numpy as np
 
@@ -87,20 +85,3 @@ def check_streams(iters: int) -> None:
           f" hidden_plain={hidden['plain']:.2f} hidden_streamed={hidden['streamed']:.2f}",
           flush=True)
     print("OK streams", flush=True)
-
-
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--worker", action="store_true", help="one process of a jaccl-run job")
-    parser.add_argument("--iters", type=int, default=5)
-    args = parser.parse_args()
-    os.environ.setdefault("JACCL_TIMEOUT", "60")
-    import jax_jaccl.distributed
-
-    _, count = jax_jaccl.distributed.initialize()
-    assert count > 1, "worker started with a single process"
-    check_streams(args.iters)
-
-
-if __name__ == "__main__":
-    main()

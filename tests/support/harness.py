@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).parents[2]
-WORKERS = REPO / "tests" / "processes" / "workers"
+WORKERS = REPO / "tests" / "workers"
 SUPPORT = Path(__file__).parent
 
 

@@ -1,5 +1,5 @@
 """The collective battery of a multi-process job, shared by the worker script
-(tests/processes/workers/collectives.py, layouts on emulated hosts) and the pytest plugin's
+(tests/workers/collectives.py, layouts on emulated hosts) and the pytest plugin's
 jobs (tests/plugin/test_battery_as_jobs.py): every collective against jax.lax in the same job,
 several dtypes and shapes, each algorithm forced, a 2-D mesh. The reduce-scatter reference is
 suite.Lax.psum_scatter (psum, then the device's block, where XLA:CPU's own is unreliable).

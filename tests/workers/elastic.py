@@ -13,7 +13,7 @@ from pathlib import Path
 
 from common import place_on_emulated_host  # imports jax; jax.distributed starts in the example
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "elastic_data_parallel.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "elastic_data_parallel.py"
 
 place_on_emulated_host()
 delay = float(os.environ.get("JACCL_TEST_RESTART_DELAY_S", "0"))
