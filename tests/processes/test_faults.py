@@ -8,20 +8,19 @@ import re
 
 import pytest
 
-from harness import clean, run_job
+from harness import clean, job_env, run_job
 from transports import OFI, OFI_MESSAGES, TCP, needs_ofi
 
 TIMEOUT = 6  # JACCL_TIMEOUT for these jobs
 
 
 def env(hosts, nprocs=2):
-    """JACCL_TIMEOUT, and `hosts` (None: one host; "async": one host, every call on the
-    devices' own threads, handlers/cpu/async_call.h; else a transport) with every process on
-    an emulated host of its own."""
-    if hosts in (None, "async"):
-        every_call_async = {"JACCL_ASYNC_MIN_KB": "0"} if hosts == "async" else {}
-        return {"JACCL_TIMEOUT": str(TIMEOUT), "JACCL_TEST_FAKE_HOSTS": "0", **every_call_async}
-    return {"JACCL_TIMEOUT": str(TIMEOUT), "JACCL_TEST_FAKE_HOSTS": str(nprocs), **hosts}
+    """The job's settings for `hosts`: None, one host; "async", one host with every call on the
+    devices' own threads (handlers/cpu/async_call.h); else a transport between emulated hosts,
+    one per process."""
+    if hosts == "async":
+        return job_env(TIMEOUT, None, nprocs, JACCL_ASYNC_MIN_KB="0")
+    return job_env(TIMEOUT, hosts, nprocs)
 
 
 HOSTS = pytest.mark.parametrize("hosts", [

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from harness import clean, run_job
+from harness import clean, job_env, run_job
 from transports import TCP
 
 TIMEOUT = 20  # JACCL_TIMEOUT: a lost wake-up or a lane that waits on another fails well inside
@@ -22,11 +22,6 @@ LAYOUTS = pytest.mark.parametrize("nprocs, devices, hosts, elements", [
     pytest.param(2, 1, TCP, 262144, id="2x1-hosts-tcp"),
     pytest.param(2, 2, None, 262144, id="2x2"),
 ])
-
-
-def env(hosts, nprocs, **settings):
-    fake = {"JACCL_TEST_FAKE_HOSTS": str(nprocs), **hosts} if hosts else {}
-    return {"JACCL_TIMEOUT": str(TIMEOUT), **fake, **settings}
 
 
 def raised_on_every_rank(job, nprocs=2):
@@ -52,13 +47,13 @@ def assert_all_ok(job, nprocs):
 def test_collectives_that_ranks_take_in_opposite_orders_both_complete(nprocs, devices, hosts,
                                                                      elements):
     job = run_job("lanes.py", nprocs, devices, args=["opposite", "--elements", str(elements)],
-                  env=env(hosts, nprocs), timeout=180)
+                  env=job_env(TIMEOUT, hosts, nprocs), timeout=180)
     assert_all_ok(job, nprocs)
 
 
 def test_with_one_lane_the_same_program_stops_with_ranks_disagree_naming_both():
     job = run_job("lanes.py", 2, args=["opposite", "--repeats", "1"],
-                  env=env(None, 2, JACCL_LANES="1"), timeout=180)
+                  env=job_env(TIMEOUT, JACCL_LANES="1"), timeout=180)
     for message in raised_on_every_rank(job):
         assert "ranks disagree" in message, message
         assert "lanes.py call A" in message and "lanes.py call B" in message, message
@@ -72,7 +67,7 @@ def test_with_blocking_calls_opposite_orders_never_hang_nor_go_wrong():
     timing). Either way every rank ends alike, within the timeout, with numpy's results or
     that error."""
     job = run_job("lanes.py", 2, args=["opposite", "--repeats", "1"],
-                  env=env(None, 2, JACCL_ASYNC="0", JACCL_TIMEOUT="5"), timeout=180)
+                  env=job_env(5, JACCL_ASYNC="0"), timeout=180)
     assert job.seconds < 5 + 60, job.seconds  # the timeout, plus start-up and compiling
     if all(job.values(rank, "RESULT") == ["ok"] for rank in (0, 1)):
         assert_all_ok(job, 2)
@@ -82,7 +77,7 @@ def test_with_blocking_calls_opposite_orders_never_hang_nor_go_wrong():
 
 
 def test_a_program_of_two_chains_gets_two_lanes_and_numpy_results():
-    job = run_job("lanes.py", 2, args=["chains"], env=env(None, 2), timeout=180)
+    job = run_job("lanes.py", 2, args=["chains"], env=job_env(TIMEOUT), timeout=180)
     for rank in (0, 1):
         assert job.values(rank, "LANES") == ["0 0 1 1"], clean(job.output)[-4000:]
     assert_all_ok(job, 2)

@@ -120,6 +120,15 @@ def _read(proc, lines: list, nprocs: int, when: str | None, action) -> None:
                 action = None
 
 
+def job_env(timeout: float, hosts: dict | None = None, nprocs: int = 2, **settings) -> dict:
+    """JACCL_TIMEOUT=`timeout` and `settings` for a job of `nprocs` processes: with `hosts` (a
+    transport's settings, tests/support/transports.py) every process on an emulated host of its
+    own, without them all on this one."""
+    hosts_env = {"JACCL_TEST_FAKE_HOSTS": str(nprocs), **hosts} if hosts else {
+        "JACCL_TEST_FAKE_HOSTS": "0"}
+    return {"JACCL_TIMEOUT": str(timeout), **hosts_env, **settings}
+
+
 def clean(output: str) -> str:
     """Output without JAX's and gloo's chatter (and native stack frames), for assertion
     messages."""
