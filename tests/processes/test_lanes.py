@@ -26,11 +26,7 @@ LAYOUTS = pytest.mark.parametrize("nprocs, devices, hosts, elements", [
 
 def raised_on_every_rank(job, nprocs=2):
     """Each rank's RAISED message, after checking that every rank raised and nothing is left."""
-    messages = []
-    for rank in range(nprocs):  # lanes.py prints `RAISED <message>` (no seconds)
-        raised = job.values(rank, "RAISED")
-        assert raised, clean(job.output)[-4000:]
-        messages.append(raised[0])
+    messages = [job.raised(rank)[1] for rank in range(nprocs)]
     assert job.returncode != 0
     assert job.leftovers() == []
     return messages

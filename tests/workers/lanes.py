@@ -13,12 +13,13 @@ Modes:
   lane of each collective read from the lowered text (its `lane` attribute).
 
 Each rank prints `RESULT ok` if every result equals numpy's, `WRONG <detail>` if one differs,
-`RAISED <message>` if a collective failed."""
+`RAISED <seconds> <message>` if a collective failed (seconds since the calls began)."""
 
 from __future__ import annotations
 
 import re
 import sys
+import time
 
 from common import start
 
@@ -129,6 +130,7 @@ def chains_program():
 
 step, operands, wanted = opposite_program() if args.mode == "opposite" else chains_program()
 step.lower(*operands).compile()
+began = time.monotonic()
 try:
     for _ in range(args.repeats):
         results = step(*operands)
@@ -139,6 +141,6 @@ except AssertionError as e:
     print("WRONG " + " ".join(str(e).split())[:300], flush=True)
     sys.exit(4)
 except Exception as e:  # noqa: BLE001
-    print("RAISED " + " ".join(str(e).split()), flush=True)
+    print(f"RAISED {time.monotonic() - began:.2f} " + " ".join(str(e).split()), flush=True)
     sys.exit(3)
 print("RESULT ok", flush=True)
