@@ -27,9 +27,4 @@ namespace jaccl {
 
 constexpr int kMaxLanes = 8;
 
-// The lane of a handler's `lane` attribute (jax_jaccl/_ordering.py), below kMaxLanes.
-inline uint32_t lane_of_attribute(int64_t lane) {
-  return static_cast<uint32_t>(static_cast<uint64_t>(lane) % kMaxLanes);
-}
-
 }  // namespace jaccl

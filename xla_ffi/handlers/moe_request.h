@@ -1,14 +1,15 @@
 // The MoE request (moe/request.h) every MoE handler, CPU or CUDA, starts from XLA's buffers.
 //
 // Contract: moe_request() fills kind, group, site and lane (from the `lane` attribute:
-// comm/lanes.h), the rows (leading dimension rows, the rest per row), the four int32 routing
-// lists in moe/request.h's order, and the output; the caller sets the kind's own fields.
+// handlers/order_operand.h), the rows (leading dimension rows, the rest per row), the four
+// int32 routing lists in moe/request.h's order, and the output; the caller sets the kind's own
+// fields.
 #pragma once
 
 #include <cstdint>
 
-#include "comm/lanes.h"
 #include "handlers/buffer_shape.h"
+#include "handlers/order_operand.h"
 #include "moe/request.h"
 #include "xla/ffi/api/ffi.h"
 

@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "collectives/run.h"
-#include "comm/lanes.h"
 #include "handlers/call_setup.h"
 #include "handlers/cpu/async_call.h"
 #include "handlers/cpu/symbols.h"
