@@ -17,7 +17,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -46,7 +45,7 @@ def project_env(project) -> dict:
 
 def run_pytest(project, files: dict, *args, timeout=300, cache=False):
     for name, text in files.items():
-        (project / name).write_text(textwrap.dedent(text))
+        (project / name).write_text(text)
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "pytest", *([] if cache else ["-p", "no:cacheprovider"]), *args],
                           cwd=project, env=project_env(project), capture_output=True, text=True, timeout=timeout)
@@ -256,7 +255,7 @@ def test_last_failed_reruns_only_the_failed_job(tmp_path):
 
 
 def test_ranks_die_with_pytest(tmp_path):
-    (tmp_path / "test_hang.py").write_text(textwrap.dedent(source("failures")))
+    (tmp_path / "test_hang.py").write_text(source("failures"))
     pytest_proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-k", "hang"],
                                    cwd=tmp_path, env=project_env(tmp_path), stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL, start_new_session=True)

@@ -1,7 +1,6 @@
 #include "comm/world.h"
 
 #include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
