@@ -157,6 +157,11 @@ def _lowering_mesh(ctx):
     return mesh
 
 
+def one_device_program(ctx) -> bool:
+    """Whether the program being lowered runs on one device (its mesh has one)."""
+    return _lowering_mesh(ctx).size == 1
+
+
 def in_mesh_order(ctx, axes: tuple) -> tuple:
     """`axes` ordered as the mesh being lowered for orders them."""
     names = list(_lowering_mesh(ctx).axis_names)

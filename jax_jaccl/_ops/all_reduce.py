@@ -9,7 +9,7 @@ import jax
 import numpy as np
 from jax.interpreters import ad, batching, mlir
 
-from .. import _compat
+from .. import _compat, _ordering
 from .._compat import Primitive
 from .._ext import PLATFORMS
 from .._codes import ALGORITHMS, ALL_REDUCE_ALGORITHMS, REDUCE_OPS
@@ -102,6 +102,12 @@ def _abstract_eval(x, *, axes, op, algorithm, groups):
 
 
 def _lowering(ctx, x, *, axes, op, algorithm, groups):
+    if _common.one_device_program(ctx):
+        # XLA:CPU's all-reduce in a program of one device copies its operand; in a group of one
+        # among several devices it folds from the op's identity, as jaccl's engine does (a -0
+        # sum is +0 there, a max of NaN -inf: xla_ffi/common/reduce_apply.h).
+        _ordering.token_out(ctx, _ordering.token_in(ctx))
+        return [x]
     return _common.lower_collective(ctx, x, target="jaccl_all_reduce", axes=axes, groups=groups,
                                     aliases={0: 0}, op=REDUCE_OPS[op],
                                     algorithm=ALGORITHMS[algorithm])

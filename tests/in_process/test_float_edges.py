@@ -1,15 +1,11 @@
-"""The edges where jaccl's reductions could differ from jax.lax's, each decided on purpose and
-pinned here (one process x 4 devices; docs/semantics.md, "At the edges", says the same):
-
-- the same bits as jax.lax (XLA:CPU): a sum of -0s is +0; of equal values (-0 and +0) pmax and
-  pmin keep the lower rank's (the ring algorithms, asked for by name, their ring order's);
-  inf - inf, NaN in a sum, complex NaN, integer wrap-around (also
-  inside pmean), float overflow to inf, subnormals (XLA:CPU flushes them, and jaccl's
-  reductions run under the same flags);
-- jaccl's answer, where it is the better one: pmax/pmin propagate a NaN (IEEE 754's maximum,
-  numpy's np.max; XLA:CPU's collective returns the others' max), and float16 sums accumulate in
-  float32 and round once (XLA:CPU rounds after every addition: one ulp apart, and 60000 +
-  60000 - 60000 is inf there); bfloat16, which XLA:CPU accumulates in float32 too, agrees."""
+"""The edges where jaccl's reductions could differ from jax.lax's, each pinned here to jax.lax's
+bits on XLA:CPU (one process x 4 devices; docs/semantics.md, "At the edges", says the same):
+a sum of -0s is +0; of equal values (-0 and +0) pmax and pmin keep the lower rank's (the ring
+algorithms, asked for by name, their ring order's); inf - inf, NaN in a sum, complex NaN,
+integer wrap-around (also inside pmean), float overflow to inf, subnormals (XLA:CPU flushes
+them, and jaccl's reductions run under the same flags); pmax/pmin skip a NaN member (the
+others' max; -inf / +inf where every member has one, and in a group of one); float16 sums round to float16 after every
+addition in rank order, bfloat16 sums accumulate in float32 and round once."""
 
 from __future__ import annotations
 
@@ -59,6 +55,8 @@ SAME_AS_LAX = {
     "overflow to inf": ("psum", [np.full(3, 3e38, f32)] * N),
     "subnormals summed": ("psum", [np.full(3, 1e-45, f32)] * N),
     "subnormals compared": ("pmax", [np.full(3, k * 1e-45, f32) for k in range(N)]),
+    "all subnormal, max": ("pmax", [np.full(3, (k + 1) * 1e-45, f32) for k in range(N)]),
+    "all subnormal, min": ("pmin", [np.full(3, (-1) ** k * (k + 1) * 1e-45, f32) for k in range(N)]),
     "int32 wraps": ("psum", [np.full(3, 2**30, np.int32)] * N),
     "int8 wraps": ("psum", [np.full(3, 100, np.int8)] * N),
     "pmean of wrapped int32": ("pmean", [np.full(3, 2**30, np.int32)] * N),
@@ -80,14 +78,27 @@ def test_the_same_bits_as_jax_lax(case):
     np.testing.assert_array_equal(bits(run(jlax, program, rows)), bits(want), err_msg=case)
 
 
+def nan_rows(where, dtype=f32):
+    """Every device's row 0..3 plus its rank, with a NaN at position 1 on the devices `where`."""
+    rows = [(np.arange(4) + k).astype(dtype) for k in range(N)]
+    for k in where:
+        rows[k][1] = np.nan
+    return rows
+
+
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_every_algorithm_keeps_the_signs_of_zeros(algorithm):
+def test_every_algorithm_keeps_the_signs_of_zeros_and_skips_nans(algorithm):
     """The +0 sum of -0s whichever algorithm runs; the lower rank's zero in max and min where
     the algorithm combines in rank order (the rings combine each block in ring order, so their
     ties follow it)."""
     minus = np.full(5, -0.0, f32)
     plus = np.zeros(5, f32)
     assert not np.signbit(run(None, "sum", [minus] * N, algorithm)).any()
+    for op, skip_nan in (("max", np.nanmax), ("min", np.nanmin)):
+        rows = nan_rows((1, N - 1))
+        assert_equal(run(None, op, rows, algorithm), np.stack([skip_nan(rows, axis=0)] * N))
+        ends = -np.inf if op == "max" else np.inf
+        assert_equal(run(None, op, nan_rows(range(N)), algorithm)[:, 1], np.full(N, ends, f32))
     if algorithm.startswith("ring"):
         return
     assert np.signbit(run(None, "max", [minus, plus, plus, plus], algorithm)).all()
@@ -95,37 +106,65 @@ def test_every_algorithm_keeps_the_signs_of_zeros(algorithm):
     assert np.signbit(run(None, "min", [minus, plus, minus, plus], algorithm)).all()
 
 
+NAN_CASES = {f"NaN on {list(where)}": (where, f32) for where in
+             [(0,), (1,), (N - 1,), (0, N - 1), tuple(range(1, N)), tuple(range(N))]}
+NAN_CASES["float16 NaN on [2]"] = ((2,), np.float16)
+NAN_CASES["bfloat16 NaN on [0]"] = ((0,), jnp.bfloat16)
+
+
 @pytest.mark.parametrize("op", ["pmax", "pmin"])
-@pytest.mark.parametrize("where", range(N))
-def test_a_nan_wins_max_and_min(op, where):
-    """jaccl's answer, numpy's and IEEE 754's: NaN (jax.lax on XLA:CPU: the others' max)."""
-    rows = [np.arange(4, dtype=f32) + k for k in range(N)]
-    rows[where] = rows[where].copy()
-    rows[where][1] = np.nan
-    got = run(jlax, lambda L, v: getattr(L, op)(v, "x"), rows)
-    want = (np.max if op == "pmax" else np.min)(np.stack(rows), axis=0)
-    assert np.isnan(want[1])
-    for device in range(N):
-        assert_equal(got[device], want)
+@pytest.mark.parametrize("case", NAN_CASES)
+def test_max_and_min_skip_a_nan_as_jax_lax(op, case):
+    """XLA:CPU's: a NaN member is passed over (the others' max); where every member has a NaN,
+    the fold's start, -inf for max and +inf for min."""
+    where, dtype = NAN_CASES[case]
+    rows = nan_rows(where, dtype)
+    program = lambda L, v: getattr(L, op)(v, "x")  # noqa: E731
+    want = np.asarray(run(jax.lax, program, rows), f32)[:, 1]
+    assert not np.isnan(want).any(), case
+    assert np.isinf(want).all() == (len(where) == N), case
+    np.testing.assert_array_equal(bits(run(jlax, program, rows)), bits(run(jax.lax, program, rows)),
+                                  err_msg=case)
+
+
+@pytest.mark.parametrize("devices", [N, 1])
+@pytest.mark.parametrize("name", ["psum", "pmax", "pmin", "psum_scatter"])
+def test_a_group_of_one_as_jax_lax(name, devices):
+    """Over an axis of size 1 a reduction is a fold of one operand from the op's identity, as
+    jax.lax's: -0 becomes +0 and NaN stays NaN in a sum, NaN becomes -inf / +inf in max / min;
+    but in a program of one device XLA:CPU's all-reduce copies its operand, and so does jaccl."""
+    grid = Mesh(np.array(jax.devices()[:devices]).reshape(devices, 1), ("x", "y"))
+    x = np.stack(nan_rows((0, 2)))[:devices]
+    x[-1, 0] = -0.0
+
+    def program(L):
+        tiled = {"tiled": True} if name == "psum_scatter" else {}
+        body = lambda v: getattr(L, name)(v, "y", **tiled)  # noqa: E731
+        return np.asarray(jax.jit(jax.shard_map(body, mesh=grid, in_specs=P("x", "y"),
+                                                out_specs=P("x", "y")))(x))
+    np.testing.assert_array_equal(bits(program(jlax)), bits(program(jax.lax)))
 
 
 @pytest.mark.parametrize("algorithm", ["naive", "mesh"])
-def test_float16_sums_round_once(algorithm):
-    """float16 sums accumulate in float32 in rank order and round once (numpy's float32 sum
-    of the same rows, rounded), where XLA:CPU rounds after every addition."""
+def test_float16_sums_round_after_every_addition(algorithm):
+    """float16 sums add in rank order, each sum rounded to float16 (numpy's float16 adds): the
+    bits of jax.lax.psum, which a float32 accumulation rounded once would miss in some rows."""
     rows = [np.random.default_rng(k).normal(size=4096).astype(np.float16) for k in range(N)]
     got = run(None, "sum", rows, algorithm)
-    acc = np.zeros(4096, f32)
-    for row in rows:
-        acc = acc + row.astype(f32)
+    acc = rows[0]
+    for row in rows[1:]:
+        acc = acc + row
+    once = sum(row.astype(f32) for row in rows).astype(np.float16)
+    assert np.count_nonzero(bits(acc) != bits(once)), "no row of the sample tells them apart"
+    lax = run(jax.lax, lambda L, v: L.psum(v, "x"), rows)
     for device in range(N):
-        np.testing.assert_array_equal(bits(got[device]), bits(acc.astype(np.float16)))
-    lax = run(jax.lax, lambda L, v: L.psum(v, "x"), rows)[0]
-    assert 0 < np.count_nonzero(bits(lax) != bits(got[0])), "no row of the sample tells them apart"
+        np.testing.assert_array_equal(bits(got[device]), bits(acc))
+        np.testing.assert_array_equal(bits(lax[device]), bits(acc))
     big = [np.full(3, 60000, np.float16), np.full(3, 60000, np.float16),
            np.full(3, -60000, np.float16), np.full(3, 1, np.float16)]
-    np.testing.assert_array_equal(run(jlax, lambda L, v: L.psum(v, "x"), big)[0],
-                                  np.full(3, 60001, np.float16))
+    program = lambda L, v: L.psum(v, "x")  # noqa: E731
+    np.testing.assert_array_equal(run(jlax, program, big), run(jax.lax, program, big))
+    assert np.isinf(run(jlax, program, big)).all()
 
 
 def test_bfloat16_sums_agree_with_jax_lax():

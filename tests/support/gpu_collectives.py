@@ -106,6 +106,7 @@ def check_all(verbose=True, devices=None, reference=None, lax_on_devices=None, s
                         checked += 1
     checked += check_forced_algorithms(devices)
     checked += check_two_axes(devices, reference)
+    checked += check_float_edges(devices, reference)
     checked += check_ragged(devices)
     if verbose:
         print(f"OK {checked} checks on {n} {devices[0].platform} device(s), process "
@@ -218,6 +219,50 @@ def check_two_axes(devices, reference):
         for position, value in got.items():
             np.testing.assert_array_equal(value, want[position], err_msg=f"2-D mesh {name} @{position}")
             checked += 1
+    return checked
+
+
+def check_float_edges(devices, reference):
+    """jax.lax's bits at the edges of float reductions (docs/semantics.md, "At the edges"): max
+    and min pass over a NaN member (-inf / +inf where every member has one), -0s sum to +0,
+    float16 sums round after every addition in rank order; over the n devices and over a group
+    of one (an n x 1 mesh's second axis), float32 and float16, against jax.lax on `reference`.
+    In one process only: across processes jax.lax's reference runs on gloo, whose sums of -0s
+    are -0 and whose max keeps a NaN of some members (docs/semantics.md)."""
+    import jax
+
+    if jax.process_count() > 1:
+        return 0
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    from suite import Jaccl, Lax
+    from util import blocks
+
+    n = len(devices)
+    ops = [(op, axis) for op in ("sum", "max", "min") for axis in ("x", "y")]
+
+    def run(impl, devs, whole):
+        mesh = Mesh(np.array(devs).reshape(n, 1), ("x", "y"))
+        x = jax.make_array_from_callback(whole.shape, NamedSharding(mesh, P("x", "y")),
+                                         lambda i: whole[i])
+        fn = lambda v: tuple(impl.reduce(v, op, axis) for op, axis in ops)  # noqa: E731
+        out = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("x", "y"),
+                                    out_specs=P("x", "y")))(x)
+        return [blocks(o) for o in out]
+
+    checked = 0
+    for dtype in (np.float32, np.float16):
+        whole = np.random.default_rng(5).normal(size=(n, 4096)).astype(dtype)
+        whole[:, 0] = np.nan        # on every member
+        whole[0, 1] = np.nan        # on the first
+        whole[n - 1, 2] = np.nan    # on the last
+        whole[:, 3] = -0.0
+        for (op, axis), got, want in zip(ops, run(Jaccl, devices, whole), run(Lax, reference, whole)):
+            for position, value in got.items():
+                np.testing.assert_array_equal(
+                    value.view(np.uint8), want[position].view(np.uint8),
+                    err_msg=f"{op} over {axis} {np.dtype(dtype).name} @{position}")
+                checked += 1
     return checked
 
 

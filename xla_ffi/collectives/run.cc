@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/memory.h"
+#include "common/reduce.h"
 #include "common/text.h"
 
 namespace jaccl {
@@ -43,7 +44,14 @@ void run_host_collective(Call& call, CollectiveKind kind, const Buffers& buffers
   const bool moves_blocks = kind != CollectiveKind::kPermute &&
                             kind != CollectiveKind::kRaggedAllToAll;
   if (member.size == 1 && moves_blocks) {
-    if (buffers.out != buffers.in) std::memcpy(buffers.out, buffers.in, buffers.in_count * esize);
+    // A group of one: the input is the output, as a fold of one operand (a float sum of -0
+    // is +0, a max or min of NaN -inf or +inf: common/reduce_apply.h).
+    if (kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter) {
+      const Operand in{buffers.in, call.dtype};
+      combine(call.op, call.dtype, buffers.out, call.dtype, &in, 1, buffers.in_count);
+    } else if (buffers.out != buffers.in) {
+      std::memcpy(buffers.out, buffers.in, buffers.in_count * esize);
+    }
     return;
   }
   const size_t bytes = std::max(buffers.in_count, buffers.out_count) * esize;

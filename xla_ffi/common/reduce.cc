@@ -29,16 +29,25 @@ inline T narrow(A x) {
   else return static_cast<T>(x);
 }
 
+// One step of a fold over values stored as T: apply<kOp>, then float16's rounding after every
+// step (common/reduce_apply.h).
+template <ReduceOp kOp, typename T, typename A>
+inline A step(A acc, A x) {
+  if constexpr (std::is_same_v<T, f16_t>) return widen<A>(narrow<T>(apply<kOp>(acc, x)));
+  else return apply<kOp>(acc, x);
+}
+
 constexpr size_t kBlock = 512;
 
-// Loads n elements stored as T or as A into the accumulator block.
-template <typename T, typename A>
+// Loads n elements stored as T or as A into the accumulator block, seeded (reduce_apply.h).
+template <ReduceOp kOp, typename T, typename A>
 inline void load_block(A* acc, const Operand& src, Dtype acc_dtype, size_t offset, size_t n) {
   if (src.dtype == acc_dtype) {
     std::memcpy(acc, static_cast<const A*>(src.data) + offset, n * sizeof(A));
+    if constexpr (kSeeds<kOp, A>) for (size_t i = 0; i < n; ++i) acc[i] = seed<kOp>(acc[i]);
   } else {
     const T* s = static_cast<const T*>(src.data) + offset;
-    for (size_t i = 0; i < n; ++i) acc[i] = widen<A>(s[i]);
+    for (size_t i = 0; i < n; ++i) acc[i] = seed<kOp>(widen<A>(s[i]));
   }
 }
 
@@ -46,10 +55,10 @@ template <ReduceOp kOp, typename T, typename A>
 inline void fold_block(A* acc, const Operand& src, Dtype acc_dtype, size_t offset, size_t n) {
   if (src.dtype == acc_dtype) {
     const A* s = static_cast<const A*>(src.data) + offset;
-    for (size_t i = 0; i < n; ++i) acc[i] = apply<kOp>(acc[i], s[i]);
+    for (size_t i = 0; i < n; ++i) acc[i] = step<kOp, T>(acc[i], s[i]);
   } else {
     const T* s = static_cast<const T*>(src.data) + offset;
-    for (size_t i = 0; i < n; ++i) acc[i] = apply<kOp>(acc[i], widen<A>(s[i]));
+    for (size_t i = 0; i < n; ++i) acc[i] = step<kOp, T>(acc[i], widen<A>(s[i]));
   }
 }
 
@@ -75,14 +84,14 @@ void combine_typed(Dtype elem, void* dst, Dtype dst_dtype, const Operand* srcs, 
       const T* a = static_cast<const T*>(srcs[0].data);
       const T* b = static_cast<const T*>(srcs[1].data);
       T* d = static_cast<T*>(dst);
-      for (size_t i = 0; i < n; ++i) d[i] = apply<kOp>(a[i], b[i]);
+      for (size_t i = 0; i < n; ++i) d[i] = apply<kOp>(seed<kOp>(a[i]), b[i]);
       return;
     }
   }
   A acc[kBlock];
   for (size_t offset = 0; offset < n; offset += kBlock) {
     size_t m = n - offset < kBlock ? n - offset : kBlock;
-    load_block<T, A>(acc, srcs[0], acc_dtype, offset, m);
+    load_block<kOp, T, A>(acc, srcs[0], acc_dtype, offset, m);
     for (int k = 1; k < num_srcs; ++k) fold_block<kOp, T, A>(acc, srcs[k], acc_dtype, offset, m);
     store_block<T, A>(dst, dst_dtype, acc_dtype, acc, offset, m);
   }
@@ -166,12 +175,20 @@ JACCL_VECTOR_CLONES void convert_half(Dtype elem, void* dst, Dtype dst_dtype, co
 
 bool half(Dtype elem) { return elem == Dtype::kBF16 || elem == Dtype::kF16; }
 
+// Whether a fold of one operand is more than a conversion: seed() changes floats' (reduce_apply.h).
+bool seeds(ReduceOp op, Dtype elem) {
+  const bool floats = half(elem) || elem == Dtype::kF32 || elem == Dtype::kF64;
+  return floats && op != ReduceOp::kProd;
+}
+
 }  // namespace
 
 void combine(ReduceOp op, Dtype elem, void* dst, Dtype dst_dtype, const Operand* srcs,
              int num_srcs, size_t n) {
   if (n == 0) return;
-  if (num_srcs == 1) return convert(elem, dst, dst_dtype, srcs[0].data, srcs[0].dtype, n);
+  if (num_srcs == 1 && !seeds(op, elem)) {
+    return convert(elem, dst, dst_dtype, srcs[0].data, srcs[0].dtype, n);
+  }
   if (half(elem)) return combine_half(op, elem, dst, dst_dtype, srcs, num_srcs, n);
   dispatch(elem, [&](auto tag) {
     using T = decltype(tag);

@@ -2,11 +2,22 @@
 // (common/reduce.cc) and the CUDA kernels (cuda/kernels/reduce.cu) include this header, so the
 // GPU and the CPU combine elements by the same rule, bit for bit.
 //
-// Contract: apply<op>(a, b) is common/reduce.h's op on a (the earlier operand) and b in type A:
-// integer sums and products wrap around (no signed-overflow UB); a float sum of -0s is +0
-// (XLA's reductions start from +0); max/min propagate NaN and of equal values keep a.
+// Contract: seed<op>(x) is the first operand of a fold as it enters it, apply<op>(a, b) one step
+// of the fold with a the value so far and b the next operand, both in type A: the bits of
+// XLA:CPU's collectives, whose folds start from the op's identity (seed() is that first step).
+// Integer sums and products wrap around (no signed-overflow UB). A float sum starts from +0, so
+// a sum of -0s, one alone included, is +0. Max and min start from -inf / +inf and take an
+// operand only when it is greater / less: a NaN is never taken (NaNs alone give -inf / +inf),
+// and of equal values (-0, +0) the earlier stays.
+//
+// A fold over values stored as float16 rounds its float32 accumulator to float16 after every
+// step, as XLA:CPU adds float16 values one pair at a time (float32 holds each exact sum closely
+// enough that rounding it again gives float16's own sum: 24 >= 2 * 11 + 2 bits); bfloat16 keeps
+// float32 to the last step and rounds once, as XLA:CPU does. Each compiler's fold writes that
+// step next to its own conversions (step() in common/reduce.cc and cuda/kernels/reduce.cu).
 #pragma once
 
+#include <cmath>
 #include <type_traits>
 
 #include "common/reduce.h"
@@ -19,6 +30,20 @@
 
 namespace jaccl {
 
+// Whether seed<op> changes anything for A: sums, max and min of floating-point values.
+template <ReduceOp kOp, typename A>
+inline constexpr bool kSeeds = std::is_floating_point_v<A> && kOp != ReduceOp::kProd;
+
+template <ReduceOp kOp, typename A>
+JACCL_REDUCE_INLINE A seed(A x) {
+  if constexpr (kSeeds<kOp, A> && kOp == ReduceOp::kSum) {
+    return x + A(0);
+  } else if constexpr (kSeeds<kOp, A>) {
+    if (x != x) return static_cast<A>(kOp == ReduceOp::kMax ? -INFINITY : INFINITY);
+  }
+  return x;
+}
+
 template <ReduceOp kOp, typename A>
 JACCL_REDUCE_INLINE A apply(A a, A b) {
   if constexpr (kOp == ReduceOp::kSum || kOp == ReduceOp::kProd) {
@@ -28,14 +53,12 @@ JACCL_REDUCE_INLINE A apply(A a, A b) {
                                 ? static_cast<U>(static_cast<U>(a) + static_cast<U>(b))
                                 : static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
     } else {
-      return kOp == ReduceOp::kSum ? (a + b) + A(0) : a * b;
+      return kOp == ReduceOp::kSum ? a + b : a * b;  // a seeded: never -0
     }
   } else if constexpr (kOp == ReduceOp::kMax) {
-    if constexpr (std::is_floating_point_v<A>) return (a >= b || a != a) ? a : b;
-    else return a > b ? a : b;
+    return b > a ? b : a;
   } else {
-    if constexpr (std::is_floating_point_v<A>) return (a <= b || a != a) ? a : b;
-    else return a < b ? a : b;
+    return b < a ? b : a;
   }
 }
 

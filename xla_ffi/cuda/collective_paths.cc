@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/text.h"
+#include "cuda/kernels/kernels.h"
 #include "cuda/peer_collectives.h"
 #include "cuda/peer_group.h"
 #include "cuda/peers.h"
@@ -86,12 +87,18 @@ Status staged(const CollectiveRequest& r, int ordinal, cudaStream_t stream, Host
   return result;
 }
 
-// A group of one: the input is the output (ppermute: unless no pair sends to it, zeros).
+// A group of one: the input is the output (ppermute: unless no pair sends to it, zeros; a
+// reduction: a fold of one operand, whose float sum of -0 is +0, max or min of NaN ±inf).
 Status alone(const CollectiveRequest& r, bool receives, cudaStream_t stream) {
   const size_t bytes = r.out_count * dtype_size(r.dtype);
   if (!receives) {
     cudaError_t err = cudaMemsetAsync(r.out, 0, bytes, stream);
     return err == cudaSuccess ? Status::Ok() : cuda_error(err, "zeroing a ppermute result");
+  }
+  if (r.kind == CollectiveKind::kAllReduce || r.kind == CollectiveKind::kReduceScatter) {
+    const void* in = r.in;
+    cudaError_t err = launch_reduce(r.op, r.dtype, r.out, &in, 1, r.out_count, stream);
+    return err == cudaSuccess ? Status::Ok() : cuda_error(err, "reducing a group of one");
   }
   if (r.out == r.in || bytes == 0) return Status::Ok();
   cudaError_t err = cudaMemcpyAsync(r.out, r.in, bytes, cudaMemcpyDeviceToDevice, stream);

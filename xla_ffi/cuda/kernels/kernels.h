@@ -3,7 +3,8 @@
 // Contract: every launcher enqueues work on `stream` and returns the launch error, never
 // blocks the host. Pointers are device pointers (or peer pointers the device can read).
 // Reductions follow the CPU engine's rules exactly: operands combined in the order given,
-// float16/bfloat16 in float32, integer sums wrapping, max/min propagating NaN.
+// float16/bfloat16 in float32 (float16 rounded after every step), integer sums wrapping,
+// max/min skipping a NaN operand (common/reduce_apply.h).
 #pragma once
 
 #include <cuda_runtime.h>

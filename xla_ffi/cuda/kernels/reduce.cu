@@ -7,9 +7,9 @@
 // per vector, so that a small reduction still spreads over as many SMs as it can fill. A
 // thread issues all its loads of a step, kUnroll vectors of each of the n operands, before it
 // combines any (bytes in flight hide DRAM and NVLink latency), combines each vector's
-// operands in the order given in the accumulator type (float32 for float16/bfloat16, as the
-// CPU engine does), and stores. The last, partial step is the same with each vector's loads
-// and store guarded by its index. Loads and stores carry the streaming cache hint: every byte
+// operands in the order given in the accumulator type (float32 for float16/bfloat16, float16
+// rounded after every step, as the CPU engine does), and stores. The last, partial step is
+// the same with each vector's loads and store guarded by its index. Loads and stores carry the streaming cache hint: every byte
 // is touched once. The operand count is a template parameter from 1 to 8, so the loads unroll
 // fully and the registers fit the count (kUnroll = 8 / n: eight 16-byte loads in flight per
 // thread whatever n is); 9 to 16 operands take a runtime count, one vector per step. Steps
@@ -57,6 +57,14 @@ __device__ __forceinline__ T narrow(A v) {
   else return static_cast<T>(v);
 }
 
+// One step of a fold over values stored as T: apply<kOp>, then float16's rounding after every
+// step (common/reduce_apply.h).
+template <ReduceOp kOp, typename T, typename A>
+__device__ __forceinline__ A step(A acc, A x) {
+  if constexpr (std::is_same_v<T, __half>) return widen<A>(narrow<T>(apply<kOp>(acc, x)));
+  else return apply<kOp>(acc, x);
+}
+
 // Where the vectors are: elements [head, head + vectors * (16 / sizeof(T))) move as 16-byte
 // vectors; the head elements before them and the rest after them, one at a time.
 struct Split {
@@ -94,8 +102,8 @@ __device__ __forceinline__ void hold_until_loaded(uint4 (&in)[kSlots], int n, ui
 template <ReduceOp kOp, typename T>
 __device__ __forceinline__ T reduce_element(const Operands& ops, int n, size_t i) {
   using A = typename Acc<T>::type;
-  A acc = widen<A>(static_cast<const T*>(ops.p[0])[i]);
-  for (int k = 1; k < n; ++k) acc = apply<kOp>(acc, widen<A>(static_cast<const T*>(ops.p[k])[i]));
+  A acc = seed<kOp>(widen<A>(static_cast<const T*>(ops.p[0])[i]));
+  for (int k = 1; k < n; ++k) acc = step<kOp, T>(acc, widen<A>(static_cast<const T*>(ops.p[k])[i]));
   return narrow<T>(acc);
 }
 
@@ -107,13 +115,13 @@ __device__ __forceinline__ uint4 combine(const uint4 (&in)[kSlots], int n) {
   A acc[kVec];
   const T* first = reinterpret_cast<const T*>(&in[0]);
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) acc[i] = widen<A>(first[i]);
+  for (int i = 0; i < kVec; ++i) acc[i] = seed<kOp>(widen<A>(first[i]));
 #pragma unroll
   for (int k = 1; k < kSlots; ++k) {
     if (k < n) {
       const T* x = reinterpret_cast<const T*>(&in[k]);
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) acc[i] = apply<kOp>(acc[i], widen<A>(x[i]));
+      for (int i = 0; i < kVec; ++i) acc[i] = step<kOp, T>(acc[i], widen<A>(x[i]));
     }
   }
   uint4 out;
