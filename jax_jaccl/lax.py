@@ -153,7 +153,11 @@ def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None,
 
 def ppermute(x, axis_name, perm):
     """jax.lax.ppermute: (source, destination) index pairs; members that receive nothing get
-    zeros."""
+    zeros. Where the installed jax.lax.ppermute takes only a list or a tuple of pairs, so does
+    this."""
+    if not isinstance(perm, (list, tuple)) and _compat.ppermute_takes_only_sequences():
+        raise TypeError("`perm` passed to `jax_jaccl.lax.ppermute` must be a list or a tuple "
+                        f"(as jax.lax.ppermute's). Got perm of type {type(perm)}")
     return _ppermute(x, _axes(axis_name), perm)
 
 

@@ -10,6 +10,7 @@ jax._src.clusters by name at interpreter start-up, before jax can be imported.
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import jax
@@ -134,6 +135,20 @@ def ppermute_refuses_axes_out_of_mesh_order():
 
     flag = getattr(config, "raise_on_ppermute_sort_diff", None)
     return None if flag is None else bool(flag.value)
+
+
+@functools.cache
+def ppermute_takes_only_sequences() -> bool:
+    """Whether the installed jax.lax.ppermute refuses a perm that is not a list or a tuple
+    (jax 0.12 raises TypeError; jax 0.10 takes any iterable of pairs): asked of jax.lax itself,
+    whose check comes before it looks at the axis."""
+    try:
+        jax.lax.ppermute(0.0, "jaccl: no such axis", perm=iter(()))
+    except TypeError:
+        return True
+    except Exception:  # noqa: BLE001 (the unbound axis: no check of perm's type before it)
+        return False
+    return False
 
 
 def psum_invariant_primitive():

@@ -235,6 +235,25 @@ def test_ppermute_refuses_what_jax_lax_refuses():
             jax.jit(f).lower(put(np.zeros(N, np.float32), mesh1d()))
 
 
+@pytest.mark.parametrize("perm", [np.array([[0, 1], [1, 0]]), ((0, 1), (1, 0)), [(0, 1), (1, 0)]],
+                         ids=["numpy array", "tuple", "list"])
+def test_ppermute_takes_the_perms_jax_lax_takes(perm):
+    """jax 0.12's jax.lax.ppermute takes only a list or a tuple of pairs (TypeError otherwise);
+    jax 0.10's takes any iterable: jax_jaccl.lax does what the installed jax does."""
+    outcomes = []
+    for module in (jax.lax, jlax):
+        f = jax.shard_map(lambda v: module.ppermute(v, "x", perm), mesh=mesh1d(),
+                          in_specs=P("x"), out_specs=P("x"))
+        try:
+            outcomes.append(np.asarray(jax.jit(f)(put(np.arange(N, dtype=np.float32), mesh1d()))))
+        except TypeError as e:
+            outcomes.append(str(e)[str(e).index("Got perm of type"):])
+    if isinstance(outcomes[0], str):
+        assert outcomes[1] == outcomes[0]
+    else:
+        assert_equal(outcomes[1], outcomes[0])
+
+
 def test_the_gradient_of_a_jaccl_program_sums_on_jaccl():
     """Where an invariant value meets a varying one JAX inserts pvary, whose transpose is JAX's
     own psum; inside a shard_map that binds jaccl collectives that psum lowers to jaccl's
