@@ -66,7 +66,7 @@ def psum(x, axis_name, *, axis_index_groups=None):
 
     def one(leaf):
         if not isinstance(leaf, _compat.Tracer):  # a constant stays one: jax.lax's, no data moves
-            return _lax.psum(leaf, axes, axis_index_groups=axis_index_groups)
+            return _compat.lax_parallel.psum(leaf, axes, axis_index_groups=axis_index_groups)
         _refuse_groups_of_sums(axis_index_groups, "psum")
         if np.dtype(leaf.dtype) == np.bool_:
             leaf = _lax.convert_element_type(leaf, np.int32)
@@ -81,7 +81,7 @@ def pmean(x, axis_name, *, axis_index_groups=None):
     axes = _axes(axis_name)
     if not axes:
         return x
-    n = _lax.psum(1, axes, axis_index_groups=axis_index_groups)
+    n = _compat.lax_parallel.psum(1, axes, axis_index_groups=axis_index_groups)
     return jax.tree_util.tree_map(lambda v: v / n,
                                   psum(x, axes, axis_index_groups=axis_index_groups))
 
@@ -139,7 +139,7 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False, to=
     """jax.lax.all_gather; `to` other than 'varying' (an invariant or reduced result type) is
     jax.lax's own all_gather."""
     if to != "varying":
-        return _lax.all_gather(x, axis_name, axis_index_groups=axis_index_groups, axis=axis,
+        return _compat.lax_parallel.all_gather(x, axis_name, axis_index_groups=axis_index_groups, axis=axis,
                                tiled=tiled, to=to)
     return _all_gather(x, _axes(axis_name), axis=axis, tiled=tiled,
                        axis_index_groups=axis_index_groups)
@@ -156,8 +156,8 @@ def ppermute(x, axis_name, perm):
     zeros. Where the installed jax.lax.ppermute takes only a list or a tuple of pairs, so does
     this."""
     if not isinstance(perm, (list, tuple)) and _compat.ppermute_takes_only_sequences():
-        raise TypeError("`perm` passed to `jax_jaccl.lax.ppermute` must be a list or a tuple "
-                        f"(as jax.lax.ppermute's). Got perm of type {type(perm)}")
+        raise TypeError("`perm` passed to `jax.lax.ppermute` must be a list or a tuple. Got "
+                        f"perm of type {type(perm)}")  # jax.lax's own words
     return _ppermute(x, _axes(axis_name), perm)
 
 
@@ -176,7 +176,7 @@ def pswapaxes(x, axis_name, axis, *, axis_index_groups=None):
 def pbroadcast(x, axis_name, source):
     """jax.lax.pbroadcast: every member gets member `source`'s x."""
     axes = _axes(axis_name)
-    size = _lax.psum(1, axes)
+    size = _compat.lax_parallel.psum(1, axes)
     if not 0 <= int(source) < size:
         raise ValueError(f"pbroadcast source {source} is out of range for an axis of size {size}")
     return jax.tree_util.tree_map(

@@ -24,7 +24,11 @@ INTERNALS = (
     ("jax._src.core", "get_axis_env"), ("jax._src.core", "jaxprs_in_params"),
     ("jax._src.core", "abstract_token"), ("jax._src.effects", "Effect"),
     ("jax._src.effects", "ordered_effects"), ("jax._src.effects", "lowerable_effects"),
-    ("jax._src.lax.parallel", "pvary"), ("jax._src.interpreters.mlir", "custom_call"),
+    ("jax._src.lax.parallel", "pvary"), ("jax._src.lax.parallel", "psum"),
+    ("jax._src.lax.parallel", "pmax"), ("jax._src.lax.parallel", "pmin"),
+    ("jax._src.lax.parallel", "all_gather"), ("jax._src.lax.parallel", "all_to_all"),
+    ("jax._src.lax.parallel", "ppermute"), ("jax._src.lax.parallel", "psum_scatter"),
+    ("jax._src.interpreters.mlir", "custom_call"),
     ("jax._src.interpreters.mlir", "create_token"), ("jax._src.interpreters.mlir", "TokenSet"),
     ("jax._src.interpreters.mlir", "_lowerings"),
     ("jax._src.interpreters.mlir", "get_sharding_attr"),
@@ -44,6 +48,12 @@ try:  # jax >= 0.10
     from jax._src.lax import parallel as _parallel
 except ImportError:  # pragma: no cover
     _parallel = None
+
+# jax.lax's collectives from the module that defines them (jax.lax re-exports them): jaccl's
+# fallbacks to jax.lax's own op (constants, jax.vmap axes, reduced and unreduced values) call
+# these, so that a program which puts jax_jaccl.lax's functions in jax.lax's place (as other
+# projects' test suites are run on jaccl) does not send those calls back to jaccl.
+lax_parallel = _parallel
 
 NamedAxisEffect = _core.NamedAxisEffect
 Tracer = _core.Tracer
@@ -143,7 +153,7 @@ def ppermute_takes_only_sequences() -> bool:
     (jax 0.12 raises TypeError; jax 0.10 takes any iterable of pairs): asked of jax.lax itself,
     whose check comes before it looks at the axis."""
     try:
-        jax.lax.ppermute(0.0, "jaccl: no such axis", perm=iter(()))
+        lax_parallel.ppermute(0.0, "jaccl: no such axis", perm=iter(()))
     except TypeError:
         return True
     except Exception:  # noqa: BLE001 (the unbound axis: no check of perm's type before it)

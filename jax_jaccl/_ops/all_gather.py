@@ -32,11 +32,11 @@ def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, algorithm: s
         leaf = leaf if isinstance(leaf, _compat.Tracer) else jax.numpy.asarray(leaf)
         _common.check_dtype(leaf.dtype, "all_gather")
         if _compat.reduced_or_unreduced(leaf, axes):  # jax.lax's own op there
-            return jax.lax.all_gather(leaf, axes, axis=axis, tiled=tiled,
+            return _compat.lax_parallel.all_gather(leaf, axes, axis=axis, tiled=tiled,
                                       axis_index_groups=axis_index_groups)
         if _common.vmap_axes(axes):
             return _common.over_vmap_axes(axes, axis_index_groups, "all_gather", lambda a: (
-                jax.lax.all_gather(leaf, a, axis=axis, tiled=tiled)))
+                _compat.lax_parallel.all_gather(leaf, a, axis=axis, tiled=tiled)))
         size = _common.check_axes(axes, "all_gather")
         groups = _common.index_groups(axis_index_groups, size, "all_gather")
         size = len(groups[0]) if groups else size

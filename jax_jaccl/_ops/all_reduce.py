@@ -66,23 +66,23 @@ def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto", axis_i
 def _lax_product(x, axes, axis_index_groups=None):
     if axis_index_groups is not None:
         raise NotImplementedError("jaccl.all_reduce: op='prod' of an unreduced value")
-    return jax.numpy.prod(jax.lax.all_gather(x, axes), axis=0).astype(x.dtype)
+    return jax.numpy.prod(_compat.lax_parallel.all_gather(x, axes), axis=0).astype(x.dtype)
 
 
-_LAX_REDUCTIONS = {"sum": jax.lax.psum, "max": jax.lax.pmax, "min": jax.lax.pmin,
-                   "prod": _lax_product}
+_LAX_REDUCTIONS = {"sum": _compat.lax_parallel.psum, "max": _compat.lax_parallel.pmax,
+                   "min": _compat.lax_parallel.pmin, "prod": _lax_product}
 
 
 def _reduce_batch(x, batch: tuple, op: str):
     """The reduction over jax.vmap axes: a computation on the batch, as jax.lax does it."""
     if op == "sum":
-        return jax.lax.psum(x, batch)
+        return _compat.lax_parallel.psum(x, batch)
     if op == "max":
-        return jax.lax.pmax(x, batch)
+        return _compat.lax_parallel.pmax(x, batch)
     if op == "min":
-        return jax.lax.pmin(x, batch)
+        return _compat.lax_parallel.pmin(x, batch)
     for axis in batch:  # jax.lax has no product: gather the batch and multiply
-        x = jax.numpy.prod(jax.lax.all_gather(x, axis), axis=0).astype(x.dtype)
+        x = jax.numpy.prod(_compat.lax_parallel.all_gather(x, axis), axis=0).astype(x.dtype)
     return x
 
 

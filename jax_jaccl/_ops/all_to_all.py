@@ -32,7 +32,7 @@ def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool =
         _common.check_dtype(leaf.dtype, "all_to_all")
         if _common.vmap_axes(axes):
             return _common.over_vmap_axes(axes, axis_index_groups, "all_to_all", lambda a: (
-                jax.lax.all_to_all(leaf, a, split_axis, concat_axis, tiled=tiled)))
+                _compat.lax_parallel.all_to_all(leaf, a, split_axis, concat_axis, tiled=tiled)))
         size = _common.check_axes(axes, "all_to_all")
         groups = _common.index_groups(axis_index_groups, size, "all_to_all")
         size = len(groups[0]) if groups else size

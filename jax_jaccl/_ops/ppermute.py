@@ -65,12 +65,12 @@ def _permute_batch(x, axis, perm):
     size = jax.lax.axis_size(axis)
     pairs = _member_pairs(perm, size, axis)
     if len(pairs) == size:
-        return jax.lax.ppermute(x, axis, pairs)
+        return _compat.lax_parallel.ppermute(x, axis, pairs)
     source = np.full((size,), -1, np.int32)
     for s, d in pairs:
         source[d] = s
     mine = jax.numpy.asarray(source)[jax.lax.axis_index(axis)]
-    everyone = jax.lax.all_gather(x, axis)
+    everyone = _compat.lax_parallel.all_gather(x, axis)
     return jax.numpy.where(mine >= 0, everyone[jax.numpy.maximum(mine, 0)],
                            jax.numpy.zeros_like(x))
 

@@ -6,6 +6,8 @@ over jax.vmap axes, constants, autodiff and vmap of ppermute."""
 
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -208,6 +210,29 @@ def test_constants_are_reduced_as_jax_lax_reduces_them():
         return v * n + L.pmean(2.0, "x") + L.psum(jnp.float32(1.5), "x")
     want, got = run(program, data(np.float32, (N,)))
     assert_equal(got, want)
+
+
+def test_jaccl_in_jax_laxs_place(monkeypatch):
+    """A program (or another project's test suite) run with jax_jaccl.lax's functions put in
+    jax.lax's place: jaccl's fallbacks to jax.lax's own op (constants, jax.vmap axes, the
+    ppermute perm check) call jax's, not themselves again, and give jax.lax's results."""
+    x = data(np.float32, (N * 4, 6), seed=8)
+    programs = {
+        "constants": lambda L, v: v * L.psum(1, "x") + L.pmean(2.0, "x"),
+        "vmap axis": lambda L, v: jax.vmap(lambda r: L.psum(r, "i") + L.pmax(r, "i")
+                                           + L.all_gather(r, "i")[1], axis_name="i")(v),
+        "mesh axis": lambda L, v: L.psum(v, "x") + L.ppermute(v, "x", [(0, 1), (1, 0)]),
+    }
+    want = {name: run(program, x, check_vma=False)[0] for name, program in programs.items()}
+    for name in jlax.__all__:
+        monkeypatch.setattr(jax.lax, name, getattr(jlax, name))
+    for name, program in programs.items():
+        got = run(program, x, check_vma=False)
+        assert_equal(got[0], want[name], err_msg=name)
+        assert_equal(got[1], want[name], err_msg=name)
+    with pytest.raises(TypeError, match="must be a list or a tuple") if \
+            jaccl._compat.ppermute_takes_only_sequences() else contextlib.nullcontext():
+        run(lambda L, v: L.ppermute(v, "x", iter([(0, 1)])), x)
 
 
 def test_bool_and_integer_types_follow_jax_lax():
