@@ -6,7 +6,8 @@
 // of the fold with a the value so far and b the next operand, both in type A: the bits of
 // XLA:CPU's collectives, whose folds start from the op's identity (seed() is that first step).
 // Integer sums and products wrap around (no signed-overflow UB). A float sum starts from +0, so
-// a sum of -0s, one alone included, is +0. Max and min start from -inf / +inf and take an
+// a sum of -0s, one alone included, is +0 (the CUDA kernels, which keep subnormals, add that
+// +0 last instead: the same bits there; cuda/kernels/reduce.cu). Max and min start from -inf / +inf and take an
 // operand only when it is greater / less: a NaN is never taken (NaNs alone give -inf / +inf),
 // and of equal values (-0, +0) the earlier stays.
 //

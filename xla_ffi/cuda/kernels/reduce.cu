@@ -65,6 +65,23 @@ __device__ __forceinline__ A step(A acc, A x) {
   else return apply<kOp>(acc, x);
 }
 
+// The first operand as this fold takes it, and the fold's last step. A sum's seed (+0 first)
+// moves to the end here: the kernels keep subnormals (no flush to zero), so a sum is -0 only
+// when every operand is, and adding +0 last gives seed()'s bits while a step's first
+// instruction that reads a load still needs two of them (ptxas then issues every load of the
+// step first: tests/builds/test_kernel_machine_code.py).
+template <ReduceOp kOp, typename A>
+__device__ __forceinline__ A first(A x) {
+  if constexpr (kOp == ReduceOp::kSum) return x;
+  else return seed<kOp>(x);
+}
+
+template <ReduceOp kOp, typename A>
+__device__ __forceinline__ A finish(A acc) {
+  if constexpr (kOp == ReduceOp::kSum) return seed<kOp>(acc);
+  else return acc;
+}
+
 // Where the vectors are: elements [head, head + vectors * (16 / sizeof(T))) move as 16-byte
 // vectors; the head elements before them and the rest after them, one at a time.
 struct Split {
@@ -102,9 +119,9 @@ __device__ __forceinline__ void hold_until_loaded(uint4 (&in)[kSlots], int n, ui
 template <ReduceOp kOp, typename T>
 __device__ __forceinline__ T reduce_element(const Operands& ops, int n, size_t i) {
   using A = typename Acc<T>::type;
-  A acc = seed<kOp>(widen<A>(static_cast<const T*>(ops.p[0])[i]));
+  A acc = first<kOp>(widen<A>(static_cast<const T*>(ops.p[0])[i]));
   for (int k = 1; k < n; ++k) acc = step<kOp, T>(acc, widen<A>(static_cast<const T*>(ops.p[k])[i]));
-  return narrow<T>(acc);
+  return narrow<T>(finish<kOp>(acc));
 }
 
 // in[k] holds operand k's copy of one vector; combined in operand order.
@@ -113,9 +130,9 @@ __device__ __forceinline__ uint4 combine(const uint4 (&in)[kSlots], int n) {
   using A = typename Acc<T>::type;
   constexpr int kVec = 16 / sizeof(T);
   A acc[kVec];
-  const T* first = reinterpret_cast<const T*>(&in[0]);
+  const T* in0 = reinterpret_cast<const T*>(&in[0]);
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) acc[i] = seed<kOp>(widen<A>(first[i]));
+  for (int i = 0; i < kVec; ++i) acc[i] = first<kOp>(widen<A>(in0[i]));
 #pragma unroll
   for (int k = 1; k < kSlots; ++k) {
     if (k < n) {
@@ -127,7 +144,7 @@ __device__ __forceinline__ uint4 combine(const uint4 (&in)[kSlots], int n) {
   uint4 out;
   T* o = reinterpret_cast<T*>(&out);
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) o[i] = narrow<T>(acc[i]);
+  for (int i = 0; i < kVec; ++i) o[i] = narrow<T>(finish<kOp>(acc[i]));
   return out;
 }
 
