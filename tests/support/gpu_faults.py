@@ -17,7 +17,7 @@ GPU_FAILURE = r"jaccl: (?:GPU|staged) collective on (?:GPU )?device \d+ failed: 
 # The mismatch in full: the peer path's call descriptors (with the line that wrote each call)
 # or the CPU engine's frame headers.
 DISAGREE = (r"ranks disagree: device \d+ runs all_(reduce|gather) of float32\[[12]000\] -> \[\d+\] "
-            r"\(sum, .*\)( at \S+:\d+ in \S+)? but device \d+ \(group rank [01]\) runs all_(reduce|gather) of float32|"
+            r"\((sum, )?.*\)( at \S+:\d+ in \S+)? but device \d+ \(group rank [01]\) runs all_(reduce|gather) of float32|"
             r"ranks disagree: rank \d \(device \d+, process \d, pid \d+\) is in all_(reduce|gather) #0 "
             r"of float32\[\d+\]")
 # A survivor of a killed process 2 names it, also one that another survivor told to stop.

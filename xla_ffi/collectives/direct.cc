@@ -165,10 +165,11 @@ class DirectCall {
         continue;
       }
       auto show = [](const DirectGroup::Entry& x) {
-        return std::string(kind_name(static_cast<CollectiveKind>(x.kind))) + " #" +
-               std::to_string(x.calls.load() - 1) + " of " +
-               dtype_name(static_cast<Dtype>(x.dtype)) + "[" + std::to_string(x.in_count) + "] (" +
-               reduce_op_name(static_cast<ReduceOp>(x.redop)) + ")" + at_site(x.site);
+        const auto kind = static_cast<CollectiveKind>(x.kind);
+        return std::string(kind_name(kind)) + " #" + std::to_string(x.calls.load() - 1) +
+               " of " + dtype_name(static_cast<Dtype>(x.dtype)) + "[" +
+               std::to_string(x.in_count) + "] (" + op_shown(kind, x.redop) + "direct)" +
+               at_site(x.site);
       };
       throw_error(ErrorKind::kMismatch, "ranks disagree: ", describe_rank(call_, me_), " is in ",
                   show(mine), " but ", describe_rank(call_, q), " is in ", show(e),

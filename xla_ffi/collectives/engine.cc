@@ -16,7 +16,7 @@ namespace {
 std::string describe_frame(const FrameHeader& h) {
   return text(kind_name(static_cast<CollectiveKind>(h.kind)), " #", h.seq, " of ",
               dtype_name(static_cast<Dtype>(h.dtype)), "[", h.op_count, "] (",
-              reduce_op_name(static_cast<ReduceOp>(h.redop)), ", ",
+              op_shown(static_cast<CollectiveKind>(h.kind), h.redop),
               algorithm_name(static_cast<Algorithm>(h.algorithm)), ", communicator ", hex(h.comm),
               ")", at_site(h.site), ", stream ", h.tag, " of ", h.stream_count, " elements at ",
               h.offset);

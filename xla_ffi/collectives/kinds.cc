@@ -1,6 +1,13 @@
 #include "collectives/kinds.h"
 
+#include "common/reduce.h"
+
 namespace jaccl {
+
+std::string op_shown(CollectiveKind kind, uint8_t op) {
+  const bool reduces = kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter;
+  return reduces ? std::string(reduce_op_name(static_cast<ReduceOp>(op))) + ", " : "";
+}
 
 const char* kind_name(CollectiveKind kind) {
   switch (kind) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace jaccl {
@@ -33,6 +34,9 @@ enum class Algorithm : uint8_t {
 };
 
 const char* kind_name(CollectiveKind kind);
+// How a call's description shows its reduce op: "sum, " for the kinds that reduce (all-reduce,
+// reduce-scatter), "" for the others, whose op field is unused.
+std::string op_shown(CollectiveKind kind, uint8_t op);
 const char* algorithm_name(Algorithm algorithm);
 bool supports(CollectiveKind kind, Algorithm algorithm);  // kAuto: never
 std::vector<CollectiveKind> all_kinds();

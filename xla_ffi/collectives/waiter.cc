@@ -39,8 +39,8 @@ std::string never_reached(const Call& call) {
 
 std::string describe_call(const Call& call) {
   return text(kind_name(call.kind), " #", call.seq, " of ", dtype_name(call.dtype), "[",
-              call.op_count, "] (", reduce_op_name(call.op), ", ", algorithm_name(call.algorithm),
-              ")", at_site(call.site));
+              call.op_count, "] (", op_shown(call.kind, static_cast<uint8_t>(call.op)),
+              algorithm_name(call.algorithm), ")", at_site(call.site));
 }
 
 std::string disagreement_advice(uint32_t mine, uint32_t theirs) {

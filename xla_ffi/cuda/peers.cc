@@ -79,8 +79,7 @@ std::string describe_call(const volatile uint64_t* d) {
     append(s, " rows [", w[1], " x ", w[2], " B] (", ((w0 >> 24) & 1) ? "pair dot, " : "",
            "lists ", w[3], "/", w[4], ", ", w[5], " output rows, k ", w[7]);
   } else {
-    append(s, "[", w[1], "] -> [", w[2], "] (",
-           reduce_op_name(static_cast<ReduceOp>((w0 >> 16) & 0xff)), ", ",
+    append(s, "[", w[1], "] -> [", w[2], "] (", op_shown(kind, (w0 >> 16) & 0xff),
            ((w0 >> 24) & 1) ? "one-shot, " : "", "chunk of ", w[7], " at ", w[5]);
   }
   append(s, ", group ", hex(w[6]), ")");
