@@ -44,6 +44,8 @@ class MoeHandle(NamedTuple):
     send_offsets: jax.Array
     recv_rows: jax.Array
     recv_offsets: jax.Array
+    lost: jax.Array          # [E] int32: this rank's pairs routed to each expert of a lost rank
+    #                          (moe_dispatch's lost_ranks; zero for every other expert)
 
 
 # ----------------------------------------------------------------------- primitives
@@ -106,7 +108,8 @@ def _return(y_flat, h: MoeHandle, weights_or_dout, axes, pair_dot):
 # ----------------------------------------------------------------------- dispatch
 
 def moe_dispatch(x, topk_idx, topk_weights, *, num_experts: int, capacity=None, axis_name,
-                 dropless: bool = False, fp8: bool = False, scale_format: str = "float32"):
+                 dropless: bool = False, fp8: bool = False, scale_format: str = "float32",
+                 lost_ranks=()):
     """Sends every (token, expert) row of `x` [T, H] to the rank that owns the expert.
 
     topk_idx [T, K] int32 names each token's experts (-1: not routed); topk_weights [T, K]
@@ -133,9 +136,17 @@ def moe_dispatch(x, topk_idx, topk_weights, *, num_experts: int, capacity=None, 
     cotangent is dispatch's transpose of d_values / scale; scales carry none), where JAX gives
     d_values in float8_e4m3fn, unscaled (a dequantising consumer's cotangent times the scale,
     so what falls below 2^-9 is lost); a caller's own FP8 pair has no gradient.
+
+    lost_ranks (serving that goes on without a lost process, and cannot move its experts):
+    ranks of the expert layout whose experts are gone. The experts stay split over the
+    group's size + len(lost_ranks) ranks of the layout; the group (a mesh of the live
+    devices, in the layout's order) holds the others, member i the i-th rank not lost. Pairs
+    routed to a lost rank's experts are dropped before anything moves, as if their topk_idx
+    were -1 (combine skips them), and counted per expert in handle.lost [num_experts].
     """
     axes = _common.normalize_axes(axis_name)
     ranks = _common.check_axes(axes, "moe_dispatch")
+    lost = _check_lost(lost_ranks, ranks)
     pre_quantised = isinstance(x, tuple)
     if pre_quantised:
         fp8_mod.check_fp8_rows(x, "jaccl.moe_dispatch")
@@ -143,16 +154,17 @@ def moe_dispatch(x, topk_idx, topk_weights, *, num_experts: int, capacity=None, 
     else:
         _check_rows(x)
         tokens = x.shape[0]
-    _check_routing(tokens, topk_idx, topk_weights, num_experts, capacity, ranks, dropless)
+    _check_routing(tokens, topk_idx, topk_weights, num_experts, capacity, ranks + len(lost),
+                   dropless)
+    layout = _Layout(num_experts, ranks, lost)
     if pre_quantised:
-        return _dispatch_fp8_pair(fp8_mod.Fp8Rows(*x), topk_idx, topk_weights, num_experts,
-                                  capacity, axes, ranks)
+        return _dispatch_fp8_pair(fp8_mod.Fp8Rows(*x), topk_idx, topk_weights, layout,
+                                  capacity, axes)
     if fp8:
         fp8_mod.check_scale_format(scale_format, "jaccl.moe_dispatch")
         fp8_mod.check_hidden(x.shape[1], "jaccl.moe_dispatch")
-        return _dispatch_fp8(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks,
-                             scale_format)
-    return _dispatch(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks)
+        return _dispatch_fp8(x, topk_idx, topk_weights, layout, capacity, axes, scale_format)
+    return _dispatch(x, topk_idx, topk_weights, layout, capacity, axes)
 
 
 def _check_rows(x):
@@ -182,25 +194,75 @@ def _check_routing(tokens, topk_idx, topk_weights, num_experts, capacity, ranks,
                          f"dropless=True), got {capacity!r}")
     if not isinstance(num_experts, (int, np.integer)) or num_experts < 1 or num_experts % ranks:
         raise ValueError(f"jaccl.moe_dispatch: num_experts={num_experts} must be a positive "
-                         f"multiple of the group size {ranks}")
+                         f"multiple of the layout's ranks {ranks} (the group size, plus "
+                         "lost_ranks)")
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
-def _dispatch(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks):
-    return _dispatch_fwd(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks)[0]
+def _check_lost(lost_ranks, ranks) -> tuple:
+    """lost_ranks as a sorted tuple of ints, each a rank of the layout of ranks + len(lost)."""
+    given = list(lost_ranks) if isinstance(lost_ranks, (tuple, list, np.ndarray)) else None
+    if given is None or not all(isinstance(r, (int, np.integer)) and not isinstance(r, bool)
+                                for r in given):
+        raise TypeError(f"jaccl.moe_dispatch: lost_ranks must be a tuple of ints (ranks of the "
+                        f"expert layout), got {lost_ranks!r}")
+    lost = tuple(sorted(int(r) for r in given))
+    layout = ranks + len(lost)
+    if len(set(lost)) != len(lost) or any(not 0 <= r < layout for r in lost):
+        raise ValueError(f"jaccl.moe_dispatch: lost_ranks={lost_ranks!r} must be distinct ranks "
+                         f"of the layout of {layout} (the group's {ranks} and the lost ones)")
+    return lost
 
 
-def _routed(topk_idx, topk_weights, num_experts, capacity, axes, ranks):
-    """The routing of every pair and the handle, router weights delivered."""
+class _Layout(NamedTuple):
+    """Where experts live: num_experts split contiguously over ranks + len(lost) ranks, of which
+    the group holds those not in `lost` (member i: the i-th of them). Hashable: a static
+    argument of the custom_vjp functions."""
+    num_experts: int
+    ranks: int          # the group's size
+    lost: tuple = ()
+
+    @property
+    def live_experts(self) -> int:
+        return self.num_experts // (self.ranks + len(self.lost)) * self.ranks
+
+    def routed(self, topk_idx):
+        """(topk_idx in the group's numbering of the live experts, [E] pairs sent to lost
+        experts). An expert of a lost rank becomes -1; ids outside [-1, num_experts) stay
+        outside the live range (the exchange raises on the caller's ids)."""
+        E = self.num_experts
+        if not self.lost:
+            return topk_idx, jnp.zeros((E,), jnp.int32)
+        per_rank = E // (self.ranks + len(self.lost))
+        live = [r for r in range(self.ranks + len(self.lost)) if r not in self.lost]
+        table = np.full(E, -1, np.int32)
+        for member, r in enumerate(live):
+            table[r * per_rank:(r + 1) * per_rank] = np.arange(per_rank) + member * per_rank
+        known = (topk_idx >= 0) & (topk_idx < E)
+        mapped = jnp.asarray(table)[jnp.clip(topk_idx, 0, E - 1)]
+        idx = jnp.where(known, mapped, jnp.where(topk_idx < 0, topk_idx, self.live_experts))
+        gone = jnp.where(known & (mapped < 0), topk_idx, E).reshape(-1)
+        return idx, jnp.zeros((E + 1,), jnp.int32).at[gone].add(1)[:E]
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _dispatch(x, topk_idx, topk_weights, layout, capacity, axes):
+    return _dispatch_fwd(x, topk_idx, topk_weights, layout, capacity, axes)[0]
+
+
+def _routed(topk_idx, topk_weights, layout, capacity, axes):
+    """The routing of every pair and the handle, router weights delivered. The handle keeps
+    the caller's topk_idx (the exchange checks its ids against num_experts)."""
     T, K = topk_idx.shape
-    E_loc = num_experts // ranks
+    ranks, num_experts = layout.ranks, layout.num_experts
+    E_loc = layout.live_experts // ranks
     # where rows land: [E_loc, capacity], or dropless [M] (capacity None)
     slots = (T * K * ranks,) if capacity is None else (E_loc, capacity)
-    r = route(topk_idx, num_experts=num_experts, capacity=capacity, ranks=ranks,
+    live_idx, lost = layout.routed(topk_idx)
+    r = route(live_idx, num_experts=layout.live_experts, capacity=capacity, ranks=ranks,
               axis_name=axes, all_gather=all_gather)
     handle = MoeHandle(topk_idx, r.send_slot, r.counts, r.dropped,
                        jnp.zeros(slots, jnp.float32), r.send_pairs, r.send_tokens,
-                       r.send_offsets, r.recv_rows, r.recv_offsets)
+                       r.send_offsets, r.recv_rows, r.recv_offsets, lost)
     weights = _exchange(topk_weights.reshape(T * K, 1), handle, r.send_pairs,
                         int(np.prod(slots)), axes, num_experts)
     return r, handle._replace(recv_weights=weights.reshape(slots))
@@ -214,13 +276,13 @@ def _send_rows(rows, handle, axes, num_experts):
     return recv.reshape(slots + (rows.shape[1],))
 
 
-def _dispatch_fwd(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks):
-    r, handle = _routed(topk_idx, topk_weights, num_experts, capacity, axes, ranks)
-    out = (_send_rows(x, handle, axes, num_experts), r.recv_count, handle)
+def _dispatch_fwd(x, topk_idx, topk_weights, layout, capacity, axes):
+    r, handle = _routed(topk_idx, topk_weights, layout, capacity, axes)
+    out = (_send_rows(x, handle, axes, layout.num_experts), r.recv_count, handle)
     return out, handle
 
 
-def _dispatch_bwd(num_experts, capacity, axes, ranks, handle, cotangents):
+def _dispatch_bwd(layout, capacity, axes, handle, cotangents):
     d_recv = cotangents[0]
     T, K = handle.topk_idx.shape
     ones = jnp.ones((T, K), jnp.float32)
@@ -238,43 +300,40 @@ def _send_fp8(rows: fp8_mod.Fp8Rows, handle, axes, num_experts):
                            _send_rows(rows.scales, handle, axes, num_experts))
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
-def _dispatch_fp8(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks, scale_format):
-    return _dispatch_fp8_fwd(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks,
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
+def _dispatch_fp8(x, topk_idx, topk_weights, layout, capacity, axes, scale_format):
+    return _dispatch_fp8_fwd(x, topk_idx, topk_weights, layout, capacity, axes,
                              scale_format)[0]
 
 
-def _dispatch_fp8_fwd(x, topk_idx, topk_weights, num_experts, capacity, axes, ranks,
-                      scale_format):
-    r, handle = _routed(topk_idx, topk_weights, num_experts, capacity, axes, ranks)
-    recv = _send_fp8(fp8_mod.quantize_fp8(x, scale_format), handle, axes, num_experts)
+def _dispatch_fp8_fwd(x, topk_idx, topk_weights, layout, capacity, axes, scale_format):
+    r, handle = _routed(topk_idx, topk_weights, layout, capacity, axes)
+    recv = _send_fp8(fp8_mod.quantize_fp8(x, scale_format), handle, axes, layout.num_experts)
     like_x = jnp.zeros((0,), x.dtype)  # x's dtype, the cotangent's, as a residual
     return (recv, r.recv_count, handle), (handle, recv.scales, like_x)
 
 
-def _dispatch_fp8_bwd(num_experts, capacity, axes, ranks, scale_format, residual, cotangents):
+def _dispatch_fp8_bwd(layout, capacity, axes, scale_format, residual, cotangents):
     """Straight-through: values = x / scale as if the cast were the identity, so a row's
     cotangent is d_values / scale (padding rows, scale 0, give 0), returned like _dispatch's."""
     handle, scales, like_x = residual
     d_values = cotangents[0].values.astype(jnp.float32)
     scale = jnp.repeat(fp8_mod.scales_as_float(scales), fp8_mod.BLOCK, axis=-1)
     rows = jnp.where(scale > 0, d_values / jnp.where(scale > 0, scale, 1.0), 0.0)
-    return _dispatch_bwd(num_experts, capacity, axes, ranks, handle,
-                         (rows.astype(like_x.dtype),))
+    return _dispatch_bwd(layout, capacity, axes, handle, (rows.astype(like_x.dtype),))
 
 
 _dispatch_fp8.defvjp(_dispatch_fp8_fwd, _dispatch_fp8_bwd)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
-def _dispatch_fp8_pair(rows, topk_idx, topk_weights, num_experts, capacity, axes, ranks):
-    r, handle = _routed(topk_idx, topk_weights, num_experts, capacity, axes, ranks)
-    return _send_fp8(rows, handle, axes, num_experts), r.recv_count, handle
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _dispatch_fp8_pair(rows, topk_idx, topk_weights, layout, capacity, axes):
+    r, handle = _routed(topk_idx, topk_weights, layout, capacity, axes)
+    return _send_fp8(rows, handle, axes, layout.num_experts), r.recv_count, handle
 
 
-def _dispatch_fp8_pair_fwd(rows, topk_idx, topk_weights, num_experts, capacity, axes, ranks):
-    return _dispatch_fp8_pair(rows, topk_idx, topk_weights, num_experts, capacity, axes,
-                              ranks), None
+def _dispatch_fp8_pair_fwd(rows, topk_idx, topk_weights, layout, capacity, axes):
+    return _dispatch_fp8_pair(rows, topk_idx, topk_weights, layout, capacity, axes), None
 
 
 def _dispatch_fp8_pair_bwd(*_):
@@ -321,7 +380,7 @@ def _combine_fwd(y, handle, topk_weights, axes):
 def _combine_bwd(axes, residual, d_out):
     y, handle, topk_weights = residual
     H = y.shape[-1]
-    num_experts = handle.counts.shape[1]
+    num_experts = handle.lost.shape[0]
     rows = _exchange(d_out, handle, handle.send_tokens, int(np.prod(y.shape[:-1])), axes,
                      num_experts)
     dy = (rows.reshape(y.shape).astype(jnp.float32) * handle.recv_weights[..., None]).astype(y.dtype)

@@ -88,7 +88,7 @@ def test_gradients_match_reference(case):
     (lambda x, i, w: jaccl.moe_dispatch(x, i[:, :1], w, num_experts=8, capacity=4, axis_name="x"),
      ValueError, "topk_weights .* must have topk_idx's shape"),
     (lambda x, i, w: jaccl.moe_dispatch(x, i, w, num_experts=6, capacity=4, axis_name="x"),
-     ValueError, "num_experts=6 must be a positive multiple of the group size 4"),
+     ValueError, "num_experts=6 must be a positive multiple of the layout.s ranks 4"),
     (lambda x, i, w: jaccl.moe_dispatch(x, i, w, num_experts=8, capacity=0, axis_name="x"),
      ValueError, "capacity must be a positive int"),
     (lambda x, i, w: jaccl.moe_dispatch(x.astype(jnp.int32), i, w, num_experts=8, capacity=4,

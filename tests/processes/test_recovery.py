@@ -8,7 +8,9 @@ on from, bit for bit; two losses one after the other (the second named by its
 jax.process_index() though the second world renumbered the survivors) on one host and between
 emulated hosts over jaccl's TCP and the OFI transport (the loss seen as a closed link, every
 world of survivors linked anew); a process started again (jaccl-run --restarts) rejoining with
-the survivors' state, on one host and between emulated hosts over TCP; nothing left behind. What is not supported yet (XLA's collectives on
+the survivors' state, on one host and between emulated hosts over TCP; MoE serving that cannot
+shrink going on with moe_dispatch's lost_ranks (examples/elastic_moe_serving.py); nothing left
+behind. What is not supported yet (XLA's collectives on
 jaccl with several devices per process) fails with an error that says so."""
 
 from __future__ import annotations
@@ -160,4 +162,26 @@ def test_with_xla_collectives_on_jaccl_and_two_devices_a_process_the_survivors_a
     assert job.returncode != 0
     assert "going on without a lost process with XLA's collectives on jaccl needs one CPU " \
         "device per process" in job.output, clean(job.output)[-4000:]
+    assert job.leftovers() == []
+
+
+def test_moe_serving_goes_on_without_a_lost_expert_rank():
+    """examples/elastic_moe_serving.py: process 2 killed at step 2; the survivors serve that
+    step again and the next ones over their two devices with lost_ranks=(2,), the pairs routed
+    to its experts dropped and counted, every output checked against numpy on the host."""
+    job = run_job("elastic.py", 3, args=["--example", "elastic_moe_serving.py", "--steps", "4",
+                                         "--kill-at", "2"],
+                  env=HEARTBEAT, timeout=180, keep_going=True)
+    out = clean(job.output)
+    assert job.returncode == 0, out[-4000:]
+    for rank in (0, 1):
+        lines = job.lines(rank)
+        assert any(l.startswith("step 2 failed") for l in lines), out[-3000:]
+        served = [l for l in lines if re.match(r"step \d: served 16 tokens", l)]
+        assert [l.split(":")[0] for l in served] == ["step 0", "step 1", "step 2", "step 3"], out[-3000:]
+        assert all("on 3 devices, lost experts of ranks [], 0 of" in l for l in served[:2])
+        for l in served[2:]:
+            dropped = re.search(r"on 2 devices, lost experts of ranks \[2\], (\d+) of", l)
+            assert dropped and int(dropped.group(1)) > 0, l
+        assert "FINAL served" in lines
     assert job.leftovers() == []

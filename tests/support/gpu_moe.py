@@ -85,6 +85,7 @@ def check_moe(devices=None, reference=None, verbose=True, dtypes=None, slim=Fals
     checked += check_dropless(devices, reference,
                               cases=("random",) if slim else ("random", "all-to-one-expert"))
     checked += check_gradients(devices, reference)
+    checked += check_lost_rank(devices, reference)
     if verbose:
         print(f"OK {checked} MoE checks on {n} {devices[0].platform} device(s), process "
               f"{jax.process_index()} of {jax.process_count()}", flush=True)
@@ -188,6 +189,54 @@ def check_gradients(devices, reference):
     for name, got, want in zip(("dx", "dw"), grads(ours, devices), grads(theirs, reference)):
         for start, value in got.items():
             np.testing.assert_allclose(value, want[start], rtol=1e-5, atol=1e-6, err_msg=name)
+            checked += 1
+    return checked
+
+
+def check_lost_rank(devices, reference):
+    """moe_dispatch(..., lost_ranks=(last,)) on all the devices but the last: recv_x,
+    recv_count and the combine bitwise against the reference on every device, the pairs to the
+    last one's experts marked -1 and the last routing nothing. In one process (across processes
+    the last device's process would hold no device of the mesh)."""
+    import jax
+
+    import jax_jaccl as jaccl
+    import moe_reference as ref
+    from moe_cases import CASES, expert, routing
+
+    n = len(devices)
+    T, H, K, E, C, _ = CASES["random"]
+    if n < 2 or E % n or jax.process_count() > 1:
+        return 0
+    rng = np.random.default_rng(11)
+    x = (rng.integers(-64, 64, size=(n * T, H)) / 16).astype(np.float32)
+    idx = np.concatenate([routing("random", T, K, E, 20 + r) for r in range(n)])
+    w = rng.random(size=(n * T, K)).astype(np.float32)
+    gone = np.where((idx // (E // n) == n - 1) & (idx >= 0), -1, idx)
+    gone[(n - 1) * T:] = -1
+
+    def ours(x, i, w):
+        recv, cnt, h = jaccl.moe_dispatch(x, i, w, num_experts=E, capacity=C, axis_name="x",
+                                          lost_ranks=(n - 1,))
+        return recv, cnt, jaccl.moe_combine(expert(recv), h, w, axis_name="x")
+
+    def theirs(x, i, w):
+        recv, cnt, _ = ref.dispatch(x, i, num_experts=E, capacity=C, axis="x")
+        products, ok = ref.pair_products(expert(recv), i, w, num_experts=E, capacity=C, axis="x")
+        return recv, cnt, products, ok
+
+    live = (x[:(n - 1) * T], idx[:(n - 1) * T], w[:(n - 1) * T])
+    (recv, cnt, out), _ = on(devices[:-1], ours, live, 3)
+    (f_recv, f_cnt, products, ok), _ = on(reference, theirs, (x, gone, w), 4)
+    merge = lambda p, o: ref.accumulate(p.reshape((-1,) + p.shape[2:]),  # noqa: E731
+                                        o.reshape((-1,) + o.shape[2:]), x.dtype)
+    want = np.asarray(jax.jit(merge)(products, ok), np.float32).reshape(n, T, H)
+    checked = 0
+    for label, got, expected in (("recv_x", positions(recv), positions(f_recv)),
+                                 ("recv_count", positions(cnt), positions(f_cnt)),
+                                 ("combine", positions(out), dict(enumerate(want)))):
+        for p, value in got.items():
+            np.testing.assert_array_equal(value, expected[p], err_msg=f"lost rank/{label} @{p}")
             checked += 1
     return checked
 
