@@ -139,8 +139,8 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False, to=
     """jax.lax.all_gather; `to` other than 'varying' (an invariant or reduced result type) is
     jax.lax's own all_gather."""
     if to != "varying":
-        return _compat.lax_parallel.all_gather(x, axis_name, axis_index_groups=axis_index_groups, axis=axis,
-                               tiled=tiled, to=to)
+        return _compat.lax_parallel.all_gather(x, axis_name, axis_index_groups=axis_index_groups,
+                                               axis=axis, tiled=tiled, to=to)
     return _all_gather(x, _axes(axis_name), axis=axis, tiled=tiled,
                        axis_index_groups=axis_index_groups)
 

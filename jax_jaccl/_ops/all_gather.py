@@ -33,7 +33,7 @@ def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, algorithm: s
         _common.check_dtype(leaf.dtype, "all_gather")
         if _compat.reduced_or_unreduced(leaf, axes):  # jax.lax's own op there
             return _compat.lax_parallel.all_gather(leaf, axes, axis=axis, tiled=tiled,
-                                      axis_index_groups=axis_index_groups)
+                                                   axis_index_groups=axis_index_groups)
         if _common.vmap_axes(axes):
             return _common.over_vmap_axes(axes, axis_index_groups, "all_gather", lambda a: (
                 _compat.lax_parallel.all_gather(leaf, a, axis=axis, tiled=tiled)))

@@ -35,14 +35,16 @@ def reduce_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fa
         leaf = leaf if isinstance(leaf, _compat.Tracer) else jax.numpy.asarray(leaf)
         _common.check_dtype(leaf.dtype, "reduce_scatter", op)
         if _compat.reduced_or_unreduced(leaf, axes) and op == "sum":  # jax.lax's own op there
-            return _compat.lax_parallel.psum_scatter(leaf, axes, scatter_dimension=scatter_dimension,
-                                        tiled=tiled, axis_index_groups=axis_index_groups)
+            return _compat.lax_parallel.psum_scatter(
+                leaf, axes, scatter_dimension=scatter_dimension, tiled=tiled,
+                axis_index_groups=axis_index_groups)
         if _common.vmap_axes(axes):
             if op != "sum":
                 raise NotImplementedError(f"jaccl.reduce_scatter: op={op!r} over a jax.vmap axis "
                                           "(jax.lax.psum_scatter sums only)")
             return _common.over_vmap_axes(axes, axis_index_groups, "reduce_scatter", lambda a: (
-                _compat.lax_parallel.psum_scatter(leaf, a, scatter_dimension=scatter_dimension, tiled=tiled)))
+                _compat.lax_parallel.psum_scatter(leaf, a, scatter_dimension=scatter_dimension,
+                                                  tiled=tiled)))
         size = _common.check_axes(axes, "reduce_scatter")
         groups = _common.index_groups(axis_index_groups, size, "reduce_scatter")
         size = len(groups[0]) if groups else size
