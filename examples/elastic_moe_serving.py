@@ -113,10 +113,11 @@ def main():
                 mesh = Mesh(np.array([layout[r] for r in ranks]), (AXIS,))
                 if lost not in compiled:
                     compiled[lost] = serve(mesh, num_experts, lost)
-                pick = lambda i: (lambda r: requests(step, r, num_experts)[i])  # noqa: E731
-                mine = lambda r: all_weights[r * EXPERTS_PER_RANK:(r + 1) * EXPERTS_PER_RANK][None]  # noqa: E731
-                out, gone = compiled[lost](on_mesh(mesh, pick(0), ranks), on_mesh(mesh, pick(1), ranks),
-                                           on_mesh(mesh, pick(2), ranks), on_mesh(mesh, mine, ranks))
+                x, idx, w = (on_mesh(mesh, lambda r, i=i: requests(step, r, num_experts)[i], ranks)
+                             for i in range(3))
+                weights = on_mesh(mesh, lambda r: all_weights[r * EXPERTS_PER_RANK:
+                                                              (r + 1) * EXPERTS_PER_RANK][None], ranks)
+                out, gone = compiled[lost](x, idx, w, weights)
                 results = [(ranks[(s.index[0].start or 0) // TOKENS], np.asarray(s.data))
                            for s in out.addressable_shards]
                 lost_pairs = int(sum(np.asarray(s.data).sum() for s in gone.addressable_shards))
