@@ -33,6 +33,39 @@ def on(devices, fn, arrays, n_out):
                                  out_specs=(P("x"),) * n_out))(*put), mesh
 
 
+def reference_layer(E, C):
+    """The reference's dispatch, expert and per-pair products (the sums come after, apart)."""
+    import moe_reference as ref
+    from moe_cases import expert
+
+    def theirs(x, i, w):
+        recv, cnt, _ = ref.dispatch(x, i, num_experts=E, capacity=C, axis="x")
+        products, ok = ref.pair_products(expert(recv), i, w, num_experts=E, capacity=C, axis="x")
+        return recv, cnt, products, ok
+    return theirs
+
+
+def compare(ours, theirs, dtype, shape, name) -> int:
+    """recv_x, recv_count and combine of `ours` (on the devices) bitwise against `theirs`
+    (reference_layer's outputs, on every rank of the layout); returns the checks made."""
+    import jax
+    import moe_reference as ref
+
+    (recv, cnt, out), (f_recv, f_cnt, products, ok) = ours, theirs
+    # Products and sums in separate programs: XLA would fuse a*b+c into an FMA.
+    merge = lambda p, o: ref.accumulate(p.reshape((-1,) + p.shape[2:]),  # noqa: E731
+                                        o.reshape((-1,) + o.shape[2:]), dtype)
+    want = np.asarray(jax.jit(merge)(products, ok), np.float32).reshape(shape)
+    checked = 0
+    for label, got, expected in (("recv_x", positions(recv), positions(f_recv)),
+                                 ("recv_count", positions(cnt), positions(f_cnt)),
+                                 ("combine", positions(out), dict(enumerate(want)))):
+        for p, value in got.items():
+            np.testing.assert_array_equal(value, expected[p], err_msg=f"{name}/{label} @{p}")
+            checked += 1
+    return checked
+
+
 def check_moe(devices=None, reference=None, verbose=True, dtypes=None, slim=False):
     """Every MoE case on `devices` against the reference; `dtypes` (default float32, bfloat16,
     float16) the row types. `slim`: FP8 in one scale format and dropless in one case (a run
@@ -41,7 +74,6 @@ def check_moe(devices=None, reference=None, verbose=True, dtypes=None, slim=Fals
     import jax.numpy as jnp
 
     import jax_jaccl as jaccl
-    import moe_reference as ref
     from moe_cases import CASES, FP8_FORMATS, expert, routing
 
     devices = devices or jax.devices("gpu")
@@ -62,25 +94,10 @@ def check_moe(devices=None, reference=None, verbose=True, dtypes=None, slim=Fals
                 recv, cnt, h = jaccl.moe_dispatch(x, i, w, num_experts=E, capacity=C, axis_name="x")
                 return recv, cnt, jaccl.moe_combine(expert(recv), h, w, axis_name="x")
 
-            def theirs(x, i, w):
-                recv, cnt, _ = ref.dispatch(x, i, num_experts=E, capacity=C, axis="x")
-                products, ok = ref.pair_products(expert(recv), i, w, num_experts=E, capacity=C,
-                                                 axis="x")
-                return recv, cnt, products, ok
-
-            (recv, cnt, out), _ = on(devices, ours, (x, idx, w), 3)
-            (f_recv, f_cnt, products, ok), _ = on(reference, theirs, (x, idx, w), 4)
-            # Products and sums in separate programs: XLA would fuse a*b+c into an FMA.
-            merge = lambda p, o: ref.accumulate(p.reshape((-1,) + p.shape[2:]),  # noqa: E731
-                                                o.reshape((-1,) + o.shape[2:]), x.dtype)
-            want = np.asarray(jax.jit(merge)(products, ok), np.float32).reshape(n, T, H)
-            name = f"{case}/{np.dtype(dtype).name}"
-            for label, got, expected in (("recv_x", positions(recv), positions(f_recv)),
-                                         ("recv_count", positions(cnt), positions(f_cnt)),
-                                         ("combine", positions(out), dict(enumerate(want)))):
-                for p, value in got.items():
-                    np.testing.assert_array_equal(value, expected[p], err_msg=f"{name}/{label} @{p}")
-                    checked += 1
+            got, _ = on(devices, ours, (x, idx, w), 3)
+            theirs, _ = on(reference, reference_layer(E, C), (x, idx, w), 4)
+            checked += compare(got, theirs, x.dtype, (n, T, H),
+                               f"{case}/{np.dtype(dtype).name}")
     checked += check_fp8(devices, reference, formats=FP8_FORMATS[:1] if slim else FP8_FORMATS)
     checked += check_dropless(devices, reference,
                               cases=("random",) if slim else ("random", "all-to-one-expert"))
@@ -201,7 +218,6 @@ def check_lost_rank(devices, reference):
     import jax
 
     import jax_jaccl as jaccl
-    import moe_reference as ref
     from moe_cases import CASES, expert, routing
 
     n = len(devices)
@@ -220,25 +236,10 @@ def check_lost_rank(devices, reference):
                                           lost_ranks=(n - 1,))
         return recv, cnt, jaccl.moe_combine(expert(recv), h, w, axis_name="x")
 
-    def theirs(x, i, w):
-        recv, cnt, _ = ref.dispatch(x, i, num_experts=E, capacity=C, axis="x")
-        products, ok = ref.pair_products(expert(recv), i, w, num_experts=E, capacity=C, axis="x")
-        return recv, cnt, products, ok
-
     live = (x[:(n - 1) * T], idx[:(n - 1) * T], w[:(n - 1) * T])
-    (recv, cnt, out), _ = on(devices[:-1], ours, live, 3)
-    (f_recv, f_cnt, products, ok), _ = on(reference, theirs, (x, gone, w), 4)
-    merge = lambda p, o: ref.accumulate(p.reshape((-1,) + p.shape[2:]),  # noqa: E731
-                                        o.reshape((-1,) + o.shape[2:]), x.dtype)
-    want = np.asarray(jax.jit(merge)(products, ok), np.float32).reshape(n, T, H)
-    checked = 0
-    for label, got, expected in (("recv_x", positions(recv), positions(f_recv)),
-                                 ("recv_count", positions(cnt), positions(f_cnt)),
-                                 ("combine", positions(out), dict(enumerate(want)))):
-        for p, value in got.items():
-            np.testing.assert_array_equal(value, expected[p], err_msg=f"lost rank/{label} @{p}")
-            checked += 1
-    return checked
+    got, _ = on(devices[:-1], ours, live, 3)
+    theirs, _ = on(reference, reference_layer(E, C), (x, gone, w), 4)
+    return compare(got, theirs, x.dtype, (n, T, H), "lost rank")
 
 
 def provoke_bad_expert(devices=None):
