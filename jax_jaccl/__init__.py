@@ -10,6 +10,14 @@ or, with jax.lax's names and semantics: `from jax_jaccl import lax`.
 """
 
 import importlib
+import pkgutil
+
+# An editable install (`make setup`) keeps the compiled modules in site-packages and finds them
+# through an import hook that a .pth file installs. A process started with site-packages already
+# on its PYTHONPATH (jax's multi-process test harness passes its sys.path that way) skips .pth
+# files and loads this package from the checkout alone; the package then looks for its other
+# half on sys.path itself. A plain install has one folder, and this adds nothing.
+__path__ = pkgutil.extend_path(__path__, __name__)
 
 # Public name -> the module that defines it. Imported on first use (PEP 562), so that importing
 # the package, or its pytest plugin (jax_jaccl.testing, loaded by every pytest session where
