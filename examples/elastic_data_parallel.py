@@ -15,6 +15,11 @@ them: jaccl builds a new world over the survivors as the retried step is traced.
 survivor prints how long after the last step that completed the retried one ran, and at the
 end a digest of the parameters.
 
+With `--stall`, the processes of `--kill-at` stall instead (sleep for good, alive to JAX's
+heartbeat): the others' collective times out after JACCL_TIMEOUT seconds naming the process
+that never reached it, and kills it (JACCL_EVICT_STALLED=1, which jaccl-run --keep-going
+sets), so the job goes on as after a loss.
+
 `--jax-lax` sums the gradients with jax.lax.psum instead, XLA's own collective, which jaccl-run
 carries on jaccl's engine by default (one CPU device per process): the survivors go on the
 same way, jaccl building their world when XLA makes its communicator for their devices.
@@ -108,6 +113,8 @@ def main():
     parser.add_argument("--who", default="",
                         help="which processes die at those steps (jax.process_index(), comma-"
                              "separated; default: the last, then the one before it...)")
+    parser.add_argument("--stall", action="store_true",
+                        help="the processes of --kill-at stall (sleep) there instead of dying")
     parser.add_argument("--state-out", default=None,
                         help="where to write the state the survivors go on from (.npz)")
     parser.add_argument("--resume", default=None, help="start from a state --state-out wrote")
@@ -142,6 +149,9 @@ def main():
         try:
             with multihost_utils.live_devices(jax.devices()) as devices:
                 if kills.get(step) == process_index and not restarted:
+                    if args.stall:
+                        print(f"stalling at step {step}", flush=True)
+                        time.sleep(24 * 3600)
                     os.kill(os.getpid(), signal.SIGKILL)
                 mesh = Mesh(np.array(devices), (AXIS,))
                 processes = sorted({d.process_index for d in devices})

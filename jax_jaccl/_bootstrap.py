@@ -361,6 +361,7 @@ def _start(members: tuple | None = None, generation: int = 0, first_tag: str = "
         # both need several streams per channel; only the latter streams of XLA's own.
         shared_channels=settings.lanes > 1 or xla_streams,
         xla_streams=xla_streams,
+        evict_stalled=settings.evict_stalled,
     )
     if transport.transport != "none":
         engine.log_info(f"between hosts: {transport.label} ({transport.why})")

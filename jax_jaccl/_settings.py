@@ -117,6 +117,10 @@ VARIABLES = (
              "CPU: lanes per device: calls of different chains (blocks) of a program run at "
              "once, each lane with its own threads and streams; 1: one call of a device at a "
              "time, over unshared channels"),
+    Variable("evict_stalled", "JACCL_EVICT_STALLED", "0", _flag, False,
+             "1: a call that times out kills (SIGKILL) the processes of its host that never "
+             "reached it, so that a stalled process is lost like a dead one (jaccl-run "
+             "--keep-going sets it)"),
     Variable("host_id", "JACCL_HOST_ID", "", _text, False,
              "processes with the same id share memory (default: machine + network namespace)"),
     Variable("job_id", "JACCL_JOB_ID", "", _text, False,
@@ -201,6 +205,7 @@ class Settings:
     strict_order: bool
     call_sites: bool
     lanes: int
+    evict_stalled: bool
     host_id: str
     job_id: str
     ifname: str

@@ -12,7 +12,9 @@ output is prefixed with "[rank] ". When a process fails, jaccl-run names it, its
 when; the others get `--grace` seconds to report their own errors and are then killed, and
 jaccl-run exits with the first failure's code (0 if all succeed). With `--keep-going` the
 others run on (a job that goes on without a lost process): jaccl-run exits 0 when at least one
-process finished with 0, and ends with a line naming every process lost, how and when.
+process finished with 0, and ends with a line naming every process lost, how and when; a
+process that stalls (one that never reaches a collective the others wait in, JACCL_TIMEOUT) is
+killed by them and lost the same way (JACCL_EVICT_STALLED=1, which --keep-going sets).
 `--restarts R` (with `--keep-going`) starts a lost process again, R times in all over the job,
 while process 0 runs (JAX's coordinator lives there; its loss ends a JAX job), with its rank
 and environment and JACCL_RESTART=<how many times it was started before>: under
@@ -73,7 +75,8 @@ def parse(argv):
                         help="seconds the others may run after one fails (default: JACCL_TIMEOUT + 5)")
     parser.add_argument("--keep-going", action="store_true",
                         help="when a process fails, let the others run on; exit 0 when at least "
-                             "one finished with 0")
+                             "one finished with 0 (also sets JACCL_EVICT_STALLED=1: a process "
+                             "that stalls is killed and lost the same way)")
     parser.add_argument("--restarts", type=int, default=0,
                         help="with --keep-going: start a lost process again, this many times in "
                              "all over the job (default 0)")
@@ -208,6 +211,8 @@ def run(args) -> int:
                    JACCL_RESTART=str(restart),
                    PYTHONUNBUFFERED="1")
         _xla_collectives.choose(env, args.xla_collectives)
+        if args.keep_going:  # a stalled process becomes a lost one the others go on without
+            env.setdefault("JACCL_EVICT_STALLED", "1")
         if "ifname" in host:
             env["JACCL_IFNAME"] = host["ifname"]
         env.update({k: str(v) for k, v in host.get("env", {}).items()})

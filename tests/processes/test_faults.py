@@ -114,6 +114,7 @@ def test_stalled_peer_times_out_naming_it(hosts):
     assert "timed out after 6 s" in message and "waiting for rank 1" in message, message
     # On one host the survivor reads the stalled process's call board; across hosts it cannot.
     assert bool(re.search(NEVER_REACHED.format(1), message)) == (hosts in (None, "async")), message
+    assert "evicted" not in message, message  # only with JACCL_EVICT_STALLED (--keep-going)
     assert job.returncode != 0
     assert job.leftovers() == []
 

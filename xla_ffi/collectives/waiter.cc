@@ -18,21 +18,44 @@ constexpr int kMaxSleepUs = 10000;
 // boards, transport/shm/host_memory.h), each with how far it came: who holds up the others, which
 // need not be whom this rank waits for (in a ring, a rank waits for its neighbour, which may
 // itself wait for the rank that never came). Ranks on other hosts are not known here.
-std::string never_reached(const Call& call) {
-  if (call.kind == CollectiveKind::kPointToPoint) return "";  // numbered per pair, not per call
-  const Communicator::Member& me = *call.member;
+struct Laggards {
   std::string named;
+  std::vector<int> processes;  // theirs, other than this one, each once
+};
+
+Laggards never_reached(const Call& call) {
+  Laggards laggards;
+  if (call.kind == CollectiveKind::kPointToPoint) return laggards;  // numbered per pair
+  const Communicator::Member& me = *call.member;
   for (int rank = 0; rank < me.size; ++rank) {
     if (rank == me.rank) continue;
     std::optional<uint32_t> entered = call.world->calls_entered(me.devices[rank], call.comm->id());
     if (!entered.has_value() || *entered > call.seq) continue;
-    named += text(named.empty() ? "" : "; ", call.comm->describe_rank(me, rank),
-                  " never reached this call (it entered ",
-                  *entered == 0 ? std::string("none of this group's collectives")
-                                : text("this group's collectives up to #", *entered - 1, " only"),
-                  ")");
+    laggards.named += text(laggards.named.empty() ? "" : "; ", call.comm->describe_rank(me, rank),
+                           " never reached this call (it entered ",
+                           *entered == 0 ? std::string("none of this group's collectives")
+                                         : text("this group's collectives up to #",
+                                                *entered - 1, " only"),
+                           ")");
+    const int process = call.world->device(me.devices[rank]).process;
+    if (process != call.world->my_process() &&
+        std::find(laggards.processes.begin(), laggards.processes.end(), process) ==
+            laggards.processes.end()) {
+      laggards.processes.push_back(process);
+    }
   }
-  return named;
+  return laggards;
+}
+
+// With JACCL_EVICT_STALLED, the laggards' processes killed: what the error then says of them.
+std::string evicted(const Call& call, const Laggards& laggards) {
+  if (!call.world->config().evict_stalled) return "";
+  std::string done;
+  for (int process : laggards.processes) {
+    const std::string one = call.world->evict(process);
+    if (!one.empty()) done += text(done.empty() ? "" : ", ", one);
+  }
+  return done.empty() ? "" : text("; ", done, " (JACCL_EVICT_STALLED)");
 }
 
 }  // namespace
@@ -109,11 +132,12 @@ void Waiter::check(std::vector<int>& waiting_for) {
                                              describe_rank(call_, me.rank) + ")");
   }
   if (deadline_.expired()) {
-    const std::string laggards = never_reached(call_);
+    const Laggards laggards = never_reached(call_);
     throw_error(ErrorKind::kTimeout, "timed out after ", deadline_.seconds(),
                 " s (JACCL_TIMEOUT) in ", describe_call(call_), " on ",
-                describe_rank(call_, me.rank), ": ", laggards.empty() ? "" : laggards + "; ",
-                "waiting for ", waiting.empty() ? std::string("local work") : waiting);
+                describe_rank(call_, me.rank), ": ",
+                laggards.named.empty() ? "" : laggards.named + "; ", "waiting for ",
+                waiting.empty() ? std::string("local work") : waiting, evicted(call_, laggards));
   }
 }
 

@@ -496,4 +496,17 @@ void World::check_health(const std::vector<int>& processes) const {
   }
 }
 
+// The process was alive a moment ago (check_health() ran first at the deadline), so its pid
+// is still its own. Every survivor that times out may kill it: a second kill finds it gone.
+std::string World::evict(int process) const {
+  const ProcessInfo& info = config_.processes[process];
+  if (process == config_.my_process || !same_host(process)) return "";
+  const bool killed = ::kill(info.pid, SIGKILL) == 0 || errno == ESRCH;
+  log(LogLevel::kWarn, killed ? "evicted " : "could not evict ", process_name(process), " (pid ",
+      info.pid, "), stalled past the deadline (JACCL_EVICT_STALLED)",
+      killed ? "" : text(": ", std::strerror(errno)));
+  return killed ? text(process_name(process), " (pid ", info.pid, ") evicted with SIGKILL")
+                : "";
+}
+
 }  // namespace jaccl

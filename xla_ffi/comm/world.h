@@ -120,6 +120,9 @@ class World {
   void flush_aborts(double seconds) const;
   bool aborted() const;
   void check_health(const std::vector<int>& processes) const;
+  // Kills (SIGKILL) `process`, one of this host, that a call's deadline found had never
+  // reached the call (config.evict_stalled); returns what it did, for the call's error.
+  std::string evict(int process) const;
 
  private:
   World(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> network);

@@ -49,6 +49,11 @@ struct WorldConfig {
   // lock with jaccl's calls, which they then meet in one order (a rank that takes them in
   // another gets "ranks disagree").
   bool xla_streams = false;
+  // JACCL_EVICT_STALLED: at a call's deadline, kill (SIGKILL) the processes of this host that
+  // never reached the call (collectives/waiter.cc): a stalled process becomes a lost one, which
+  // JAX's heartbeat then declares dead and the survivors can go on without (jaccl-run
+  // --keep-going sets it).
+  bool evict_stalled = false;
 };
 
 }  // namespace jaccl

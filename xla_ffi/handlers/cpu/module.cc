@@ -71,7 +71,7 @@ void init_world(int my_process,
                 const std::vector<std::string>& endpoints, const std::string& secret,
                 int tcp_stripes, const std::string& transport, const std::string& ofi_provider,
                 const std::string& ofi_why, const std::string& ofi_mode, bool shared_channels,
-                bool xla_streams) {
+                bool xla_streams, bool evict_stalled) {
   jaccl::WorldConfig config;
   config.my_process = my_process;
   for (const auto& [index, pid, host, jax_index] : processes) {
@@ -92,6 +92,7 @@ void init_world(int my_process,
   config.ofi_mode = ofi_mode;
   config.shared_channels = shared_channels;
   config.xla_streams = xla_streams;
+  config.evict_stalled = evict_stalled;
   if (pending_network()) config.ip = pending_network()->endpoint().host;
   jaccl::World::create(config, std::move(pending_network()));
 }
@@ -161,7 +162,7 @@ NB_MODULE(_jaccl, m) {
         nb::arg("timeout_s"), nb::arg("spin_us"), nb::arg("endpoints"), nb::arg("secret"),
         nb::arg("tcp_stripes"), nb::arg("transport") = "tcp", nb::arg("ofi_provider") = "",
         nb::arg("ofi_why") = "", nb::arg("ofi_mode") = "auto", nb::arg("shared_channels") = false,
-        nb::arg("xla_streams") = false);
+        nb::arg("xla_streams") = false, nb::arg("evict_stalled") = false);
   define_ofi_functions(m);
   // XLA:CPU's own collectives on this engine (abi/mpiabi_attach.h).
   m.def("mpiabi_attach", [](const std::string& path) {
