@@ -119,8 +119,9 @@ VARIABLES = (
              "time, over unshared channels"),
     Variable("evict_stalled", "JACCL_EVICT_STALLED", "0", _flag, False,
              "1: a call that times out kills (SIGKILL) the processes of its host that never "
-             "reached it, so that a stalled process is lost like a dead one (jaccl-run "
-             "--keep-going sets it)"),
+             "reached it, and those on other hosts it waits for kill themselves if they never "
+             "reached it: a stalled process is lost like a dead one (jaccl-run --keep-going "
+             "sets it)"),
     Variable("host_id", "JACCL_HOST_ID", "", _text, False,
              "processes with the same id share memory (default: machine + network namespace)"),
     Variable("job_id", "JACCL_JOB_ID", "", _text, False,

@@ -10,7 +10,8 @@ emulated hosts over jaccl's TCP and the OFI transport (the loss seen as a closed
 world of survivors linked anew); a process started again (jaccl-run --restarts) rejoining with
 the survivors' state, on one host and between emulated hosts over TCP; MoE serving that cannot
 shrink going on with moe_dispatch's lost_ranks (examples/elastic_moe_serving.py); a process that
-stalls killed by the others at their deadline (JACCL_EVICT_STALLED) and lost the same way;
+stalls evicted at the others' deadline (JACCL_EVICT_STALLED: killed by them on one host, by
+itself at their request between emulated hosts over TCP and OFI) and lost the same way;
 nothing left behind. What is not supported yet (XLA's collectives on
 jaccl with several devices per process) fails with an error that says so."""
 
@@ -157,27 +158,39 @@ def test_a_process_started_again_rejoins_with_the_survivors_state(back, hosts):
         assert finals(whole, (0, 1, 2)) == ended
 
 
-def test_a_stalled_process_is_evicted_and_the_others_go_on_as_after_a_loss():
+# On one host the survivor that times out reads the stalled process's call board and kills
+# it. Between emulated hosts (a process on each, over jaccl's TCP and the OFI transport) it
+# cannot: it asks the process it waits for, over their link, to leave if it never reached the
+# call, and that process's I/O thread reads its own call board and kills it.
+@pytest.mark.parametrize("hosts", [pytest.param({}, id="1host"), pytest.param(TCP, id="hosts-tcp"),
+                                   pytest.param(OFI, id="hosts-ofi", marks=needs_ofi)])
+def test_a_stalled_process_is_evicted_and_the_others_go_on_as_after_a_loss(hosts):
     """Process 2 stalls at step 3 (asleep, alive to JAX's heartbeat): without eviction the
     others would wait in live_devices for good. Under --keep-going (JACCL_EVICT_STALLED=1) a
-    survivor's all_reduce times out naming it as the rank that never reached the call and kills
-    it (the other survivor times out too, or first learns of that failure from the abort board),
-    and the step goes on over the two survivors."""
-    job = run_job("elastic.py", 3, args=["--steps", "6", "--kill-at", "3", "--stall"],
-                  env={**HEARTBEAT, "JACCL_TIMEOUT": "4"}, timeout=120, keep_going=True)
+    survivor's all_reduce times out and evicts it (the other survivor times out too, or first
+    learns of that failure from the abort board or its link, or sees the process gone), and the
+    step goes on over the two survivors."""
+    env = {**HEARTBEAT, **hosts, "JACCL_TIMEOUT": "4", "JACCL_TEST_FAKE_HOSTS": "3" if hosts else "0"}
+    job = run_job("elastic.py", 3, args=["--steps", "6", "--kill-at", "3", "--stall"], env=env,
+                  timeout=120, keep_going=True)
     out = clean(job.output)
     assert job.returncode == 0, out[-4000:]
     assert "stalling at step 3" in job.lines(2), out[-3000:]
     assert re.search(r"lost: process 2 was killed by SIGKILL at [\d.]+ s\n", job.output), out[-3000:]
-    # The first survivor to time out names process 2 and kills it; the other times out too, or
-    # first sees that failure on the abort board, or process 2 dead.
-    assert re.search(r"\[[01]\] jaccl \d+ WARN aborting: .*timed out after 4 s \(JACCL_TIMEOUT\) in "
-                     r"all_reduce .* rank 2 \(device \d+, process 2, pid (\d+)\) never reached this "
-                     r"call .*; process 2 \(pid \1\) evicted with SIGKILL \(JACCL_EVICT_STALLED\)",
-                     job.output), out[-3000:]
+    timed_out = r"\[[01]\] jaccl \d+ WARN aborting: .*timed out after 4 s \(JACCL_TIMEOUT\) in all_reduce .*"
+    if hosts:
+        assert re.search(timed_out + r"; process 2 \(on another host\) asked to leave if it never "
+                         r"reached this call \(JACCL_EVICT_STALLED\)", job.output), out[-3000:]
+        assert re.search(r"\[2\] jaccl \d+ WARN evicted: process [01] timed out in call #\d+ "
+                         r"waiting for device \d+, process 2, .*which never reached it; this "
+                         r"process leaves with SIGKILL", job.output), out[-3000:]
+    else:
+        assert re.search(timed_out + r"rank 2 \(device \d+, process 2, pid (\d+)\) never reached "
+                         r"this call .*; process 2 \(pid \1\) evicted with SIGKILL "
+                         r"\(JACCL_EVICT_STALLED\)", job.output), out[-3000:]
     for rank in (0, 1):
         text = "\n".join(job.lines(rank))
-        assert re.search(r"WARN aborting: .*process 2 \(pid \d+\) (evicted|died)", text), out[-3000:]
+        assert "WARN aborting: " in text and "process 2" in text, out[-3000:]
         assert "step 3 ran on 2 devices" in text and "step 5: loss" in text, out[-3000:]
     assert len(finals(job, (0, 1))) == 1
     assert job.leftovers() == []

@@ -47,13 +47,28 @@ Laggards never_reached(const Call& call) {
   return laggards;
 }
 
-// With JACCL_EVICT_STALLED, the laggards' processes killed: what the error then says of them.
-std::string evicted(const Call& call, const Laggards& laggards) {
+// With JACCL_EVICT_STALLED, the laggards' processes killed, and each process on another host
+// that this rank waits for asked to leave if it never reached the call (its own call board
+// decides: World::evict_if_absent()): what the error then says of them.
+std::string evicted(const Call& call, const Laggards& laggards,
+                    const std::vector<int>& waiting_for) {
   if (!call.world->config().evict_stalled) return "";
+  const Communicator::Member& me = *call.member;
   std::string done;
-  for (int process : laggards.processes) {
-    const std::string one = call.world->evict(process);
+  auto add = [&done](const std::string& one) {
     if (!one.empty()) done += text(done.empty() ? "" : ", ", one);
+  };
+  for (int process : laggards.processes) add(call.world->evict(process));
+  std::vector<int> asked;
+  for (int peer : waiting_for) {
+    const int process = call.world->device(me.devices[peer]).process;
+    if (call.world->same_host(process) ||
+        std::find(asked.begin(), asked.end(), process) != asked.end()) {
+      continue;
+    }
+    asked.push_back(process);
+    add(call.world->request_eviction(me.devices[me.rank], me.devices[peer], call.comm->id(),
+                                     call.seq));
   }
   return done.empty() ? "" : text("; ", done, " (JACCL_EVICT_STALLED)");
 }
@@ -137,7 +152,8 @@ void Waiter::check(std::vector<int>& waiting_for) {
                 " s (JACCL_TIMEOUT) in ", describe_call(call_), " on ",
                 describe_rank(call_, me.rank), ": ",
                 laggards.named.empty() ? "" : laggards.named + "; ", "waiting for ",
-                waiting.empty() ? std::string("local work") : waiting, evicted(call_, laggards));
+                waiting.empty() ? std::string("local work") : waiting,
+                evicted(call_, laggards, waiting_for));
   }
 }
 

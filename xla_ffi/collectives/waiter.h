@@ -2,7 +2,8 @@
 // every ~10 ms without progress check the peers (channel failures, dead or aborted processes)
 // and the deadline, and throw an Error that names the call, this rank and whom it waits for
 // (at the deadline also the ranks of this host that never reached the call: comm/world.h's
-// call boards; with JACCL_EVICT_STALLED their processes are then killed: World::evict()).
+// call boards; with JACCL_EVICT_STALLED their processes are then killed: World::evict(), and
+// the processes on other hosts it waits for asked to leave if they never reached it).
 //
 // Contract: read doorbell_seq() before looking for work; if nothing moved, call
 // idle(seen, waiting_for) with the ranks the thread waits on; call progressed() after work.

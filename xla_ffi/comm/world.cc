@@ -329,6 +329,10 @@ void World::connect_network() {
     settings.payload_bytes = 4096;
   }
   network_->configure(settings);
+  network_->on_eviction_request(
+      [this](int64_t device, uint32_t comm, uint32_t seq, const std::string& from) {
+        evict_if_absent(device, comm, seq, from);
+      });
   for (const tcp::LinkSpec& link : links) network_->add_link(link);
   network_->connect_all(Deadline(config_.timeout_s));
   if (data_network_) {
@@ -507,6 +511,33 @@ std::string World::evict(int process) const {
       killed ? "" : text(": ", std::strerror(errno)));
   return killed ? text(process_name(process), " (pid ", info.pid, ") evicted with SIGKILL")
                 : "";
+}
+
+std::string World::request_eviction(int64_t local_device, int64_t remote_device, uint64_t comm,
+                                    uint32_t seq) const {
+  if (network_ == nullptr || same_host(device(remote_device).process)) return "";
+  network_->request_eviction(local_device, remote_device, static_cast<uint32_t>(comm), seq);
+  return text(process_name(device(remote_device).process),
+              " (on another host) asked to leave if it never reached this call");
+}
+
+void World::evict_if_absent(int64_t device, uint32_t comm, uint32_t seq,
+                            const std::string& from) const {
+  if (!config_.evict_stalled) return;
+  const CallBoard* board = board_of(device);
+  if (board == nullptr) return;
+  uint32_t entered = 0;
+  for (const CallBoardEntry& entry : board->entries) {
+    if (static_cast<uint32_t>(entry.comm.load(std::memory_order_acquire)) == comm) {
+      entered = entry.entered.load(std::memory_order_acquire);
+    }
+  }
+  if (entered == 0 && board->overflowed.load(std::memory_order_acquire) != 0) return;  // unknown
+  if (entered > seq) return;  // it is in that call (or past it), waiting like the asker
+  log(LogLevel::kWarn, "evicted: ", from, " timed out in call #", seq, " waiting for ",
+      describe_device(device), ", which never reached it; this process leaves with SIGKILL ",
+      "(JACCL_EVICT_STALLED)");
+  ::kill(::getpid(), SIGKILL);
 }
 
 }  // namespace jaccl

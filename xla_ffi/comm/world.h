@@ -123,6 +123,11 @@ class World {
   // Kills (SIGKILL) `process`, one of this host, that a call's deadline found had never
   // reached the call (config.evict_stalled); returns what it did, for the call's error.
   std::string evict(int process) const;
+  // The same for the process of `remote_device`, on another host, whose call board this one
+  // cannot read: asks it over the TCP link from `local_device` to leave if its device never
+  // reached call `seq` of `comm` (it decides, evict_if_absent()); returns what it did.
+  std::string request_eviction(int64_t local_device, int64_t remote_device, uint64_t comm,
+                               uint32_t seq) const;
 
  private:
   World(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> network);
@@ -130,6 +135,10 @@ class World {
   std::vector<std::pair<int64_t, int64_t>> network_pairs() const;  // (local, remote host's)
   void open_ofi();
   CallBoard* board_of(int64_t id) const;  // null for a device of another host
+  // A peer's request_eviction() for local `device`: with config.evict_stalled, this process
+  // kills itself (SIGKILL) if the device has not entered call `seq` of the communicator whose
+  // id's low 32 bits are `comm`. Runs on the TCP transport's I/O thread.
+  void evict_if_absent(int64_t device, uint32_t comm, uint32_t seq, const std::string& from) const;
   size_t local_index(int64_t id) const;  // position among its process's devices
   size_t host_index(int64_t id) const;   // position among the devices of this host
 

@@ -50,9 +50,10 @@ struct WorldConfig {
   // another gets "ranks disagree").
   bool xla_streams = false;
   // JACCL_EVICT_STALLED: at a call's deadline, kill (SIGKILL) the processes of this host that
-  // never reached the call (collectives/waiter.cc): a stalled process becomes a lost one, which
-  // JAX's heartbeat then declares dead and the survivors can go on without (jaccl-run
-  // --keep-going sets it).
+  // never reached the call, and ask those of other hosts it waits for to leave if they never
+  // reached it (collectives/waiter.cc; this process honours such a request only when set): a
+  // stalled process becomes a lost one, which JAX's heartbeat then declares dead and the
+  // survivors can go on without (jaccl-run --keep-going sets it).
   bool evict_stalled = false;
 };
 

@@ -21,6 +21,8 @@ namespace {
 
 constexpr uint32_t kAbortMagic = 0x4a434142u;  // "JCAB": the sender aborted, payload = reason
 constexpr uint32_t kByeMagic = 0x4a434259u;    // "JCBY": the sender's last frame on this socket
+// "JCEV": the sender's call (header.comm, header.seq) timed out waiting for this link's device
+constexpr uint32_t kEvictMagic = 0x4a434556u;
 constexpr size_t kMaxReason = 4096;
 constexpr double kHandshakeSeconds = 10;
 
@@ -83,9 +85,10 @@ struct TcpTransport::Link {
   std::vector<Stripe> stripes;
   std::vector<uint8_t> sent, received;  // per slot: frame done on the wire
   uint32_t send_tail = 0, recv_head = 0;
-  std::mutex mutex;  // guards failure and abort_reason
+  std::mutex mutex;  // guards failure, abort_reason and the eviction request
   std::string failure, abort_reason;
-  std::atomic<bool> failed{false}, abort_pending{false};
+  uint32_t evict_comm = 0, evict_seq = 0;
+  std::atomic<bool> failed{false}, abort_pending{false}, evict_pending{false};
   std::atomic<bool> abort_unsent{false};  // an abort notice not yet fully written to the socket
 
   std::string failure_text() {
@@ -282,6 +285,19 @@ void TcpTransport::broadcast_abort(const std::string& reason) {
   ring(&io_bell_);
 }
 
+void TcpTransport::request_eviction(int64_t local_device, int64_t remote_device, uint32_t comm,
+                                    uint32_t seq) {
+  Link* link = find_link(local_device, remote_device);
+  if (link == nullptr || link->failed.load()) return;
+  {
+    std::lock_guard<std::mutex> lock(link->mutex);
+    link->evict_comm = comm;
+    link->evict_seq = seq;
+  }
+  link->evict_pending.store(true, std::memory_order_release);
+  ring(&io_bell_);
+}
+
 bool TcpTransport::aborts_sent() const {
   for (const auto& link : links_) {
     if (link->abort_unsent.load(std::memory_order_acquire) && !link->failed.load()) return false;
@@ -436,7 +452,19 @@ bool TcpTransport::pump_send(Stripe& s) {
   Link& link = *s.link;
   RingChannel& ring = *link.send_ring;
   if (!s.sending) {
-    if (s.index == 0 && link.abort_pending.exchange(false)) {
+    if (s.index == 0 && link.evict_pending.exchange(false)) {
+      FrameHeader h{};
+      h.magic = kEvictMagic;
+      {
+        std::lock_guard<std::mutex> lock(link.mutex);
+        h.comm = link.evict_comm;
+        h.seq = link.evict_seq;
+      }
+      s.control_out.assign(reinterpret_cast<const char*>(&h), sizeof h);
+      s.send_ptr = s.control_out.data();
+      s.send_left = s.control_out.size();
+      s.sending = s.sending_control = true;
+    } else if (s.index == 0 && link.abort_pending.exchange(false)) {
       std::string reason;
       {
         std::lock_guard<std::mutex> lock(link.mutex);
@@ -531,6 +559,10 @@ bool TcpTransport::pump_receive(Stripe& s) {
       s.receiving = false;
       finish(s);
       return false;
+    } else if (h.magic == kEvictMagic && h.nbytes == 0) {
+      s.receiving = false;  // the slot's header is read again for the next frame
+      if (on_eviction_) on_eviction_(link.spec.local_device, h.comm, h.seq, link.spec.remote_name);
+      return true;
     } else if (h.magic == kAbortMagic && h.nbytes <= kMaxReason) {
       s.receiving_control = true;
       s.control_in.assign(h.nbytes, '\0');

@@ -12,7 +12,9 @@
 // Connections are opened by the link end with the smaller device id and authenticated
 // with the job secret (handshake.h); anything else that connects is dropped and logged.
 // A closed or broken socket fails its link: the channels report it through failure(), and
-// a process that aborts sends an abort frame with its reason on every link first. A process
+// a process that aborts sends an abort frame with its reason on every link first (after an
+// eviction request, when its deadline found the link's remote device missing from a call: the
+// remote process's handler, on the I/O thread, decides). A process
 // that shuts down puts its last frames on the wire and then a goodbye frame on every socket,
 // so its peers read everything it sent before they see the link end.
 //
@@ -23,6 +25,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -74,6 +77,16 @@ class TcpTransport {
   // every link to be up, or throws at the deadline naming what is missing.
   void connect_all(const Deadline& deadline);
   void broadcast_abort(const std::string& reason);
+  // A peer's call `seq` of the communicator whose id's low 32 bits are `comm` timed out
+  // waiting for `local_device` and asks this process to leave if that device never reached
+  // it (JACCL_EVICT_STALLED; World::evict_if_absent()). Set before connect_all(); runs on the
+  // I/O thread; `from` names the asking process.
+  using EvictionHandler = std::function<void(int64_t local_device, uint32_t comm, uint32_t seq,
+                                             const std::string& from)>;
+  void on_eviction_request(EvictionHandler handler) { on_eviction_ = std::move(handler); }
+  // Sends that request to the process of `remote_device`, on the link from `local_device`,
+  // ahead of any later abort notice. No-op without such a link.
+  void request_eviction(int64_t local_device, int64_t remote_device, uint32_t comm, uint32_t seq);
   // True once every live link has written the last abort notice to its socket (so a process
   // that exits right after still tells its peers why).
   bool aborts_sent() const;
@@ -114,6 +127,7 @@ class TcpTransport {
   std::atomic<int> connected_{0};
   int expected_ = 0;
   std::atomic<bool> stop_{false}, closing_{false};
+  EvictionHandler on_eviction_;
   std::thread io_thread_;
 };
 
