@@ -62,7 +62,8 @@ std::string evicted(const Call& call, const Laggards& laggards,
   std::vector<int> asked;
   for (int peer : waiting_for) {
     const int process = call.world->device(me.devices[peer]).process;
-    if (call.world->same_host(process) ||
+    // Point-to-point calls are numbered per pair, not per call: no call board to ask about.
+    if (call.kind == CollectiveKind::kPointToPoint || call.world->same_host(process) ||
         std::find(asked.begin(), asked.end(), process) != asked.end()) {
       continue;
     }

@@ -515,8 +515,10 @@ std::string World::evict(int process) const {
 
 std::string World::request_eviction(int64_t local_device, int64_t remote_device, uint64_t comm,
                                     uint32_t seq) const {
-  if (network_ == nullptr || same_host(device(remote_device).process)) return "";
-  network_->request_eviction(local_device, remote_device, static_cast<uint32_t>(comm), seq);
+  if (network_ == nullptr || same_host(device(remote_device).process) ||
+      !network_->request_eviction(local_device, remote_device, static_cast<uint32_t>(comm), seq)) {
+    return "";
+  }
   return text(process_name(device(remote_device).process),
               " (on another host) asked to leave if it never reached this call");
 }

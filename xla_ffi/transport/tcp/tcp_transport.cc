@@ -285,10 +285,10 @@ void TcpTransport::broadcast_abort(const std::string& reason) {
   ring(&io_bell_);
 }
 
-void TcpTransport::request_eviction(int64_t local_device, int64_t remote_device, uint32_t comm,
+bool TcpTransport::request_eviction(int64_t local_device, int64_t remote_device, uint32_t comm,
                                     uint32_t seq) {
   Link* link = find_link(local_device, remote_device);
-  if (link == nullptr || link->failed.load()) return;
+  if (link == nullptr || link->failed.load()) return false;
   {
     std::lock_guard<std::mutex> lock(link->mutex);
     link->evict_comm = comm;
@@ -296,6 +296,7 @@ void TcpTransport::request_eviction(int64_t local_device, int64_t remote_device,
   }
   link->evict_pending.store(true, std::memory_order_release);
   ring(&io_bell_);
+  return true;
 }
 
 bool TcpTransport::aborts_sent() const {

@@ -85,8 +85,8 @@ class TcpTransport {
                                              const std::string& from)>;
   void on_eviction_request(EvictionHandler handler) { on_eviction_ = std::move(handler); }
   // Sends that request to the process of `remote_device`, on the link from `local_device`,
-  // ahead of any later abort notice. No-op without such a link.
-  void request_eviction(int64_t local_device, int64_t remote_device, uint32_t comm, uint32_t seq);
+  // ahead of any later abort notice; false (nothing sent) without such a link, or a failed one.
+  bool request_eviction(int64_t local_device, int64_t remote_device, uint32_t comm, uint32_t seq);
   // True once every live link has written the last abort notice to its socket (so a process
   // that exits right after still tells its peers why).
   bool aborts_sent() const;
