@@ -17,8 +17,9 @@ end a digest of the parameters.
 
 With `--stall`, the processes of `--kill-at` stall instead (sleep for good, alive to JAX's
 heartbeat): the others' collective times out after JACCL_TIMEOUT seconds naming the process
-that never reached it, and kills it (JACCL_EVICT_STALLED=1, which jaccl-run --keep-going
-sets), so the job goes on as after a loss.
+that never reached it, which is then killed (by them on its host, by itself at their request
+from another: JACCL_EVICT_STALLED=1, which jaccl-run --keep-going sets), so the job goes on as
+after a loss.
 
 `--jax-lax` sums the gradients with jax.lax.psum instead, XLA's own collective, which jaccl-run
 carries on jaccl's engine by default (one CPU device per process): the survivors go on the

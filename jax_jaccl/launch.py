@@ -14,7 +14,7 @@ jaccl-run exits with the first failure's code (0 if all succeed). With `--keep-g
 others run on (a job that goes on without a lost process): jaccl-run exits 0 when at least one
 process finished with 0, and ends with a line naming every process lost, how and when; a
 process that stalls (one that never reaches a collective the others wait in, JACCL_TIMEOUT) is
-killed by them and lost the same way (JACCL_EVICT_STALLED=1, which --keep-going sets).
+evicted (killed) and lost the same way (JACCL_EVICT_STALLED=1, which --keep-going sets).
 `--restarts R` (with `--keep-going`) starts a lost process again, R times in all over the job,
 while process 0 runs (JAX's coordinator lives there; its loss ends a JAX job), with its rank
 and environment and JACCL_RESTART=<how many times it was started before>: under
