@@ -1,4 +1,4 @@
-"""Unchanged JAX programs on jaccl (jaccl-run's default with one CPU device per process): the
+"""XLA's collectives on jaccl (jaccl-run's default with one CPU device per process): the
 collectives XLA:CPU emits itself, from the partitioner (jit with shardings) and from jax.lax in
 shard_map, run on jaccl's engine through its MPI shim. The worker (workers/xla_collectives.py)
 uses jax alone, checks every result against numpy on every process, and asserts the shim

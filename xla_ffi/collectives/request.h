@@ -4,11 +4,13 @@
 //
 // Contract: a CollectiveRequest names its communicator (the `groups` table, group_size devices
 // per row, in sequence space `space`), the calling device, its buffers (elements of `dtype`)
-// and the arguments of its kind. check_request() is the one validation of a request against a
-// group of n ranks: element counts that split over the group as the kind needs, ppermute pairs
-// inside the group, ragged_all_to_all's four index arrays (int32 or int64, as many entries
-// each, a multiple of n) and rows of one length in the operand and the output. It throws
-// Error(kInvalidArgument) naming what is wrong and returns ppermute's partners of `rank`.
+// and the arguments of its kind. check_request() is the one check of a request's form against
+// a group of n ranks: element counts that split over the group as the kind needs, ppermute
+// pairs inside the group, ragged_all_to_all's four index arrays (int32 or int64, as many
+// entries each, a multiple of n) and rows of one length in the operand and the output. It
+// throws Error(kInvalidArgument) naming what is wrong and returns ppermute's partners of
+// `rank`. The index arrays' values are data (on a GPU they live on the device): the ragged
+// engine checks them as it reads them (ragged_all_to_all.cc, check_ragged_rows).
 // collectives/run.h runs a request (run_collective).
 #pragma once
 
