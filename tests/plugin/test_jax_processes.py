@@ -214,9 +214,7 @@ def test_the_job_timeout_rules_over_pytest_timeout(tmp_path):
     """pytest-timeout's ini limit (2 s) does not cut a job short: its own timeout rules."""
     pytest.importorskip("pytest_timeout", reason="pytest-timeout is in the test extras")
     (tmp_path / "pytest.ini").write_text("[pytest]\ntimeout = 2\n")
-    slow = "import time\n\nimport pytest\n\n\n@pytest.mark.jax_processes(2, timeout=60)\n" \
-           "def test_slow(jax_job):\n    time.sleep(4)\n"
-    rc, out, _ = run_pytest(tmp_path, {"test_slow.py": slow}, "-q")
+    rc, out, _ = run_pytest(tmp_path, {"test_slow.py": source("slow")}, "-q")
     assert rc == 0 and "1 passed" in out, out
     assert_nothing_left(tmp_path, out)
 

@@ -12,15 +12,14 @@ import signal
 import subprocess
 import sys
 
-from harness import SUPPORT, WORKERS
+from harness import WORKERS
 
 TESTS = 8  # the worker's test methods, parameters counted
 
 
 def test_jaxs_multiprocess_harness_runs_with_jaccl_in_jax_laxs_place(tmp_path):
     env = dict(os.environ, TEST_UNDECLARED_OUTPUTS_DIR=str(tmp_path), JAX_NUM_CPU_DEVICES="2",
-               JACCL_TIMEOUT="60", PYTHONPATH=os.pathsep.join(
-                   [str(SUPPORT), os.environ.get("PYTHONPATH", "")]))
+               JACCL_TIMEOUT="60")  # PYTHONPATH has tests/support (tests/conftest.py)
     proc = subprocess.Popen([sys.executable, str(WORKERS / "jax_harness.py"),
                              "--num_processes=2"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)

@@ -25,7 +25,7 @@ def mpirun(*command, env=None):
     cmd = ["mpirun", "-n", "2", "--oversubscribe"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
-    full_env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1] / "support"))
+    full_env = dict(os.environ)  # PYTHONPATH has tests/support (tests/conftest.py)
     for key in [k for k in full_env if k.startswith("JACCL_") and k != "JACCL_TIMEOUT"]:
         del full_env[key]  # nothing from jaccl-run: Open MPI's variables only
     full_env.update(env or {})

@@ -23,7 +23,6 @@ from pathlib import Path
 
 REPO = Path(__file__).parents[2]
 WORKERS = REPO / "tests" / "workers"
-SUPPORT = Path(__file__).parent
 
 
 @dataclasses.dataclass
@@ -81,8 +80,7 @@ def run_job(worker: str, nprocs: int, devices: int = 1, args=(), env=None, timeo
         cmd += ["--xla-collectives", xla_collectives]
     cmd += ["--", *worker_prefix(), sys.executable, str(WORKERS / worker), "--marker", marker,
             *map(str, args)]
-    full_env = dict(os.environ, JACCL_JOB_ID=job_id, PYTHONPATH=os.pathsep.join(
-        [str(SUPPORT), os.environ.get("PYTHONPATH", "")]))
+    full_env = dict(os.environ, JACCL_JOB_ID=job_id)  # PYTHONPATH has tests/support: conftest.py
     full_env.update(env or {})
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full_env,
