@@ -13,7 +13,6 @@
 #include <thread>
 
 #include "comm/communicator.h"
-#include "comm/network_channels.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -21,8 +20,6 @@
 #include "common/text.h"
 #include "transport/ring_channel.h"
 #include "transport/shared_channel.h"
-#include "transport/ofi/ofi.h"
-#include "transport/ofi/wire.h"
 
 namespace jaccl {
 namespace {
@@ -117,7 +114,7 @@ void World::destroy() {
 }
 
 World::World(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> network)
-    : config_(config), network_(std::move(network)) {
+    : config_(config) {
   const int me = config_.my_process;
   if (me < 0 || me >= static_cast<int>(config_.processes.size())) {
     throw_error(ErrorKind::kInvalidArgument, "process index ", me, " out of range");
@@ -152,19 +149,19 @@ World::World(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> netwo
       per_process[me], " local devices, ", host_devices_.size(), " on this host, segment ",
       shares_host ? host_memory_.own_name() : std::string("(private)"), " ",
       host_memory_.own_bytes() >> 10, " KiB");
-  if (config_.transport == "ofi" && !network_pairs().empty()) open_ofi();
+  links_ = std::make_unique<HostLinks>(
+      config_, std::move(network),
+      HostLinks::Topology{network_pairs(), [this](int64_t id) { return device(id).process; },
+                          [this](int process) { return process_name(process); },
+                          [this](int64_t id) { return doorbell(id); }});
 }
 
 World::~World() {
   // Communicators hold channel pointers; drop them before the channels and transports.
   communicators_.clear();
-  // Frames in flight over libfabric land before the control links say goodbye; the OFI
-  // transport goes first, since its I/O thread reads the control links' state.
-  if (data_network_) data_network_->drain(Deadline(std::min(config_.timeout_s, 30.0)));
+  links_.reset();  // frames in flight to other hosts land first (HostLinks' destructor)
   channels_.clear();
   owned_channels_.clear();
-  data_network_.reset();
-  network_.reset();
 }
 
 // Pairs (local device, device of another host) that a network link joins.
@@ -179,42 +176,9 @@ std::vector<std::pair<int64_t, int64_t>> World::network_pairs() const {
   return pairs;
 }
 
-void World::open_ofi() {
-  std::string why;
-  std::optional<ofi::Choice> choice = ofi::choose(config_.ofi_provider, &why);
-  if (!choice) throw_error(ErrorKind::kInvalidArgument, "JACCL_TRANSPORT=ofi: ", why);
-  const NetworkChannels numbers(config_);
-  const int me = config_.my_process;
-  std::vector<ofi::LinkSpec> links;
-  for (const auto& [local, remote] : network_pairs()) {
-    const int peer = device(remote).process;
-    links.push_back(ofi::LinkSpec{local, remote, peer, doorbell(local),
-                                  numbers.out_index(me, local, remote), numbers.in_index(me, remote, local),
-                                  numbers.in_index(peer, local, remote), numbers.out_index(peer, remote, local),
-                                  process_name(peer)});
-  }
-  ofi::Settings settings;
-  settings.my_name = process_name(me);
-  // At least as deep as TCP's rings (connect_network), and at least 4 MiB in flight per
-  // channel: TCP's socket buffers hold that much, libfabric's window is the ring (measured on
-  // unlimited emulated links: 64 KiB frames reached 0.46 GB/s each way with 8 slots).
-  settings.num_slots = static_cast<int>(std::min<size_t>(
-      ofi::kMaxSlots, std::max<size_t>(2 * config_.num_slots, (size_t{4} << 20) / config_.payload_bytes)));
-  settings.payload_bytes = config_.payload_bytes;
-  settings.timeout_s = config_.timeout_s;
-  settings.key_seed = std::hash<std::string>()(config_.secret) & ~uint64_t{0xff};
-  settings.why = config_.ofi_why;
-  settings.mode = config_.ofi_mode;
-  data_network_ = ofi::open(*choice, config_.ip, settings, links);
-}
+std::string World::ofi_local_info() const { return links_->local_info(); }
 
-std::string World::ofi_local_info() const {
-  return data_network_ ? data_network_->local_info() : std::string();
-}
-
-void World::ofi_add_peer(int process, const std::string& info) {
-  if (data_network_) data_network_->add_peer(process, info);
-}
+void World::ofi_add_peer(int process, const std::string& info) { links_->add_peer(process, info); }
 
 bool World::same_host(int process) const {
   return config_.processes[process].host == config_.processes[config_.my_process].host;
@@ -282,7 +246,12 @@ void World::attach_peers() {
       channels_[src][dst] = owned_channels_.back().get();
     }
   }
-  connect_network();
+  for (const HostLinks::Link& link : links_->connect(
+           [this](int64_t device, uint32_t comm, uint32_t seq, const std::string& from) {
+             evict_if_absent(device, comm, seq, from);
+           })) {
+    channels_[link.src][link.dst] = link.channel;
+  }
   if (config_.shared_channels) {
     for (const auto& [src, row] : channels_) {
       for (const auto& [dst, channel] : row) {
@@ -292,67 +261,6 @@ void World::attach_peers() {
     }
   }
   attached_ = true;
-}
-
-// One TCP link per (local device, device on another host): the data channels, or with
-// libfabric only their control (aborts, goodbyes, liveness), with small rings.
-void World::connect_network() {
-  std::vector<tcp::LinkSpec> links;
-  for (const auto& [local, remote_id] : network_pairs()) {
-    const DeviceInfo& remote = device(remote_id);
-    const std::string& endpoint = config_.endpoints.size() > static_cast<size_t>(remote.process)
-                                      ? config_.endpoints[remote.process]
-                                      : std::string();
-    if (endpoint.empty() || network_ == nullptr) {
-      throw_error(ErrorKind::kInvalidArgument, process_name(remote.process),
-                  " is on another host but ", network_ ? "announced no TCP endpoint" :
-                  "this process has no TCP transport");
-    }
-    links.push_back(tcp::LinkSpec{local, remote.id, remote.process,
-                                  tcp::Endpoint::parse(endpoint), doorbell(local),
-                                  process_name(remote.process)});
-  }
-  if (links.empty()) return;
-  tcp::Settings settings;
-  settings.my_process = config_.my_process;
-  settings.secret = config_.secret;
-  settings.stripes = config_.tcp_stripes;
-  // Deeper rings than shared memory: a network link with loss recovery needs more bytes in
-  // flight to stay busy (measured on rate-limited emulated links: 8 frames kept the mesh
-  // all_reduce at ~92% of the link-rate bound at 16 MiB where 4 gave ~80%).
-  settings.num_slots = 2 * config_.num_slots;
-  settings.payload_bytes = config_.payload_bytes;
-  settings.timeout_s = config_.timeout_s;
-  if (data_network_) {  // control only
-    settings.stripes = 1;
-    settings.num_slots = 2;
-    settings.payload_bytes = 4096;
-  }
-  network_->configure(settings);
-  network_->on_eviction_request(
-      [this](int64_t device, uint32_t comm, uint32_t seq, const std::string& from) {
-        evict_if_absent(device, comm, seq, from);
-      });
-  for (const tcp::LinkSpec& link : links) network_->add_link(link);
-  network_->connect_all(Deadline(config_.timeout_s));
-  if (data_network_) {
-    data_network_->start([this](int64_t local, int64_t remote) -> const Channel* {
-      return network_->sender(local, remote);
-    });
-    for (const tcp::LinkSpec& link : links) {
-      channels_[link.local_device][link.remote_device] =
-          data_network_->sender(link.local_device, link.remote_device);
-      channels_[link.remote_device][link.local_device] =
-          data_network_->receiver(link.remote_device, link.local_device);
-    }
-    return;
-  }
-  for (const tcp::LinkSpec& link : links) {
-    channels_[link.local_device][link.remote_device] =
-        network_->sender(link.local_device, link.remote_device);
-    channels_[link.remote_device][link.local_device] =
-        network_->receiver(link.remote_device, link.local_device);
-  }
 }
 
 void World::unlink_own_segment() { host_memory_.unlink_own(); }
@@ -453,14 +361,15 @@ void World::raise_abort(const std::string& reason) {
     log(LogLevel::kWarn, "aborting: ", reason);
   }
   // Tell the other hosts, and wake every device of this host so waiting threads see it now.
-  if (network_) network_->broadcast_abort(reason);
+  if (links_->tcp()) links_->tcp()->broadcast_abort(reason);
   for (int64_t id : host_devices_) ring(doorbell(id));
 }
 
 void World::flush_aborts(double seconds) const {
-  if (network_ == nullptr) return;
+  const tcp::TcpTransport* network = links_->tcp();
+  if (network == nullptr) return;
   const Deadline deadline(seconds);
-  while (!network_->aborts_sent() && !deadline.expired()) {
+  while (!network->aborts_sent() && !deadline.expired()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
@@ -515,8 +424,9 @@ std::string World::evict(int process) const {
 
 std::string World::request_eviction(int64_t local_device, int64_t remote_device, uint64_t comm,
                                     uint32_t seq) const {
-  if (network_ == nullptr || same_host(device(remote_device).process) ||
-      !network_->request_eviction(local_device, remote_device, static_cast<uint32_t>(comm), seq)) {
+  tcp::TcpTransport* network = links_->tcp();
+  if (network == nullptr || same_host(device(remote_device).process) ||
+      !network->request_eviction(local_device, remote_device, static_cast<uint32_t>(comm), seq)) {
     return "";
   }
   return text(process_name(device(remote_device).process),

@@ -12,9 +12,10 @@
 //   use it concurrently.
 // - channel(src, dst) exists when at least one end is a local device and a
 //   transport reaches the other; otherwise it throws naming both devices.
-// - With config.transport "ofi", channels to other hosts go over libfabric (TCP links stay
-//   for control): between create() and attach_peers() every process publishes
-//   ofi_local_info() and adds every other's with ofi_add_peer().
+// - Channels to other hosts are HostLinks' (comm/host_links.h): with config.network kOfi
+//   they go over libfabric (TCP links stay for control), and between create() and
+//   attach_peers() every process publishes ofi_local_info() and adds every other's with
+//   ofi_add_peer().
 // - raise_abort() records the first failure of this process; check_health()
 //   throws if this process or any listed peer has aborted or died.
 // - With config.shared_channels, every communicator's member reads and writes streams of a
@@ -33,10 +34,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "comm/host_links.h"
 #include "comm/lanes.h"
 #include "comm/world_config.h"
 #include "transport/shm/host_memory.h"
-#include "transport/network.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/transport.h"
 
@@ -69,7 +70,7 @@ class World {
   ~World();
 
   void attach_peers();
-  // "" when this process has no OFI transport (config.transport "tcp", or one host).
+  // "" when this process has no OFI transport (config.network kTcp, or one host).
   std::string ofi_local_info() const;
   void ofi_add_peer(int process, const std::string& info);
   void unlink_own_segment();
@@ -131,9 +132,7 @@ class World {
 
  private:
   World(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> network);
-  void connect_network();
   std::vector<std::pair<int64_t, int64_t>> network_pairs() const;  // (local, remote host's)
-  void open_ofi();
   CallBoard* board_of(int64_t id) const;  // null for a device of another host
   // A peer's request_eviction() for local `device`: with config.evict_stalled, this process
   // kills itself (SIGKILL) if the device has not entered call `seq` of the communicator whose
@@ -148,8 +147,7 @@ class World {
   std::vector<int64_t> host_devices_;    // devices of this host, world order
   std::unordered_map<int64_t, size_t> host_index_;
   HostMemory host_memory_;
-  std::unique_ptr<tcp::TcpTransport> network_;
-  std::unique_ptr<DataNetwork> data_network_;  // JACCL_TRANSPORT=ofi: frames between hosts
+  std::unique_ptr<HostLinks> links_;  // to the devices of other hosts
   std::vector<std::unique_ptr<Channel>> owned_channels_;
   std::unordered_map<int64_t, std::unordered_map<int64_t, Channel*>> channels_;
   std::unordered_map<const Channel*, std::unique_ptr<SharedChannel>> shared_;  // shares_channels()

@@ -17,6 +17,11 @@ struct ProcessInfo {
   int jax_index = -1;
 };
 
+// What carries the frames between hosts (JACCL_TRANSPORT, resolved by jax_jaccl/_transport.py):
+// nothing (a job of one host), jaccl's TCP links, or libfabric's data network beside them
+// (comm/host_links.h).
+enum class Network { kNone, kTcp, kOfi };
+
 struct DeviceInfo {
   int64_t id = 0;    // XLA's global device id (what DeviceOrdinal reports)
   int process = 0;   // index into WorldConfig::processes
@@ -30,8 +35,8 @@ struct WorldConfig {
   std::vector<std::string> endpoints;  // per process: "ip:port" of its TCP listener, or ""
   std::string secret;           // per-job secret (hex) that TCP connections prove
   int tcp_stripes = 2;          // sockets per TCP link (JACCL_TCP_SOCKETS)
-  std::string transport = "tcp";  // between hosts: "tcp", or "ofi" (libfabric; TCP for control)
-  std::string ofi_provider;     // "ofi": the libfabric provider every process uses
+  Network network = Network::kTcp;  // between hosts
+  std::string ofi_provider;     // kOfi: the libfabric provider every process uses
   std::string ofi_why;          // why that transport and provider (for the INFO line)
   std::string ofi_mode = "auto";  // JACCL_OFI_MODE: write, message, or auto (write if it works)
   std::string ip;               // this process's address for other hosts (TCP listener's)

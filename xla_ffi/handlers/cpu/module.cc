@@ -86,7 +86,16 @@ void init_world(int my_process,
   config.endpoints = endpoints;
   config.secret = secret;
   config.tcp_stripes = tcp_stripes;
-  config.transport = transport;
+  if (transport == "none") {
+    config.network = jaccl::Network::kNone;
+  } else if (transport == "tcp") {
+    config.network = jaccl::Network::kTcp;
+  } else if (transport == "ofi") {
+    config.network = jaccl::Network::kOfi;
+  } else {
+    jaccl::throw_error(jaccl::ErrorKind::kInvalidArgument, "transport \"", transport,
+                       "\": none, tcp or ofi");
+  }
   config.ofi_provider = ofi_provider;
   config.ofi_why = ofi_why;
   config.ofi_mode = ofi_mode;
