@@ -3,7 +3,7 @@
 // libfabric's (transport/ofi/), chosen with JACCL_TRANSPORT=ofi; the TCP transport carries
 // both when there is none.
 //
-// Contract (HostLinks' use, comm/host_links.h, in this order): local_info() is what this process tells the
+// Contract (in the order its user calls it): local_info() is what this process tells the
 // others (through the key-value store) so that they can reach it; add_peer() takes each
 // other process's; start(control) begins moving frames, where control(local, remote) is the
 // TCP channel between the same devices, whose failure() each data channel also reports;
