@@ -50,6 +50,9 @@ _world: "WorldInfo | None" = None
 
 _KV_PREFIX = "jaccl/v1"
 _shutdowns = 0  # jaccl.shutdown() calls so far: a world started after one meets in a space of its own
+# Why the world after a lost process could not be built (_renew()): every later init() raises
+# it (the world's first generation cannot be started again in the same job).
+_no_next_world: "str | None" = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +101,8 @@ def init(devices=None) -> WorldInfo:
     if run again: a program over the same devices must be traced again (a new jax.jit)."""
     global _world
     with _lock:
+        if _no_next_world is not None:
+            raise RuntimeError(_no_next_world)
         live = None if devices is None else tuple(sorted({int(d.process_index) for d in devices}))
         if _world is not None and live is not None and _recoverable():
             _renew(live)
@@ -117,10 +122,15 @@ def _recoverable() -> bool:
 def _renew(live: tuple) -> None:
     """Under _lock, JAX's recoverability on: the next world over the processes `live` when
     this process is one of them and they need one (_changed())."""
-    global _world
+    global _world, _no_next_world
     if jax.process_index() in live and _changed(_world, live):
-        failed, _world = _world, None  # if the new world fails to start: none
-        _world = _next_generation(failed, live)
+        failed, _world = _world, None  # if the new world fails to start: none, for good
+        try:
+            _world = _next_generation(failed, live)
+        except BaseException as e:
+            _no_next_world = (f"jaccl: no world over processes {list(live)} after generation "
+                              f"{failed.generation} ({type(e).__name__}: {e})")
+            raise
 
 
 def _changed(world: WorldInfo, live: tuple) -> bool:
@@ -290,8 +300,11 @@ def shutdown() -> None:
     before cannot run afterwards (they raise, saying so); a program lowered afterwards (jax
     may lower a jitted function again when it is called) starts the engine again, as init()
     does (in a multi-process job every process must then do so)."""
-    global _world, _shutdowns
+    global _world, _shutdowns, _no_next_world
     with _lock:
+        if _no_next_world is not None:  # every process shutting down may start a world again
+            _no_next_world = None
+            _shutdowns += 1
         if _world is not None:
             if cuda_engine is not None:  # staged GPU jobs still queued use the engine
                 cuda_engine.drain(_world.settings.timeout_s)

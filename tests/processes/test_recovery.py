@@ -202,6 +202,9 @@ def test_with_xla_collectives_on_jaccl_and_two_devices_a_process_the_survivors_a
     assert job.returncode != 0
     assert "going on without a lost process with XLA's collectives on jaccl needs one CPU " \
         "device per process" in job.output, clean(job.output)[-4000:]
+    # The example's retries are told the same, not that the first world's keys exist.
+    assert "jaccl: no world over processes [0, 1] after generation 0" in job.output
+    assert "ALREADY_EXISTS" not in job.output, clean(job.output)[-4000:]
     assert job.leftovers() == []
 
 
