@@ -38,6 +38,7 @@ OLDEST_JOBS := tests/processes/test_fresh_processes.py \
 	$(FAULTS)::test_nothing_left_behind_after_exit \
 	"tests/processes/test_recovery.py::test_survivors_go_on_and_match_a_job_resumed_from_their_state[blocking]" \
 	"tests/processes/test_recovery.py::test_survivors_go_on_and_match_a_job_resumed_from_their_state[jax-lax]" \
+	"tests/processes/test_recovery.py::test_survivors_go_on_and_match_a_job_resumed_from_their_state[jax-lax-2-devices]" \
 	"tests/processes/test_recovery.py::test_a_process_started_again_rejoins_with_the_survivors_state[after-the-others-went-on]" \
 	tests/processes/test_xla_collectives.py tests/processes/test_launcher.py \
 	tests/processes/test_jax_harness.py \

@@ -22,8 +22,9 @@ from another: JACCL_EVICT_STALLED=1, which jaccl-run --keep-going sets), so the 
 after a loss.
 
 `--jax-lax` sums the gradients with jax.lax.psum instead, XLA's own collective, which jaccl-run
-carries on jaccl's engine by default (one CPU device per process): the survivors go on the
-same way, jaccl building their world when XLA makes its communicator for their devices.
+carries on jaccl's engine by default (one CPU device per process; with several, when asked:
+--xla-collectives jaccl): the survivors go on the same way, jaccl building their world when
+XLA makes its communicator for their devices.
 
 `--state-out PATH` writes the state the survivors went on from (the step and the parameters
 before it); `--resume PATH` starts a job there: a job of the survivors' size resumed from it

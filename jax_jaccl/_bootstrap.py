@@ -24,9 +24,11 @@ Contract:
   includes its devices gets a new world over the survivors and it; the process started again
   finds that world's generation among those the world's first process announced (_rejoin()).
   XLA's collectives on jaccl (the MPI shim) get the survivors' world when XLA makes a
-  communicator for their devices (renew_after_loss()). Not on GPUs, nor with XLA's collectives
-  on jaccl with several devices per process or a process that rejoins (a clear error).
-  Process 0 then leaves last (_leave_together()).
+  communicator for their devices (renew_after_loss()), also with several CPU devices per
+  process. Not on GPUs, nor with XLA's collectives on jaccl and a process that rejoins (a
+  clear error). A world after a loss that could not be built is refused from then on (every
+  later init() says why) until every process calls shutdown(). Process 0 then leaves last
+  (_leave_together()).
 """
 
 from __future__ import annotations
@@ -232,10 +234,6 @@ def _next_generation(failed: WorldInfo, survivors: tuple) -> WorldInfo:
     generation)."""
     if _cuda_peers.local_gpus():
         raise RuntimeError("jaccl: going on without a lost process is not supported on GPUs")
-    if _xla_collectives.active() and len(jax.local_devices()) > 1:
-        raise RuntimeError("jaccl: going on without a lost process with XLA's collectives on "
-                           "jaccl needs one CPU device per process (--xla-collectives gloo keeps "
-                           "them on JAX's)")
     now = _incarnations(survivors) or ()
     back = sorted(set(survivors) - set(failed.members)) + [  # joined, or started again in place
         p for p, i in zip(survivors, now) if p in failed.members and failed.incarnations and
@@ -303,6 +301,7 @@ def shutdown() -> None:
     global _world, _shutdowns, _no_next_world
     with _lock:
         if _no_next_world is not None:  # every process shutting down may start a world again
+            engine.shutdown()  # the failed world, if the new one failed before releasing it
             _no_next_world = None
             _shutdowns += 1
         if _world is not None:

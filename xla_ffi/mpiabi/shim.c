@@ -270,11 +270,6 @@ JMPI_EXPORT int jaccl_mpiabi_attach(const JacclMpiEngine* e, char* error, size_t
   }
   const JacclMpiEngine* before = atomic_load(&engine);
   if (before != NULL && same_world(e)) return 0;  /* jaccl started again over the same world */
-  if (before != NULL && e->devices_per_process > 1) {
-    snprintf(error, error_len, "XLA's collectives on jaccl go on in a new world (after a lost "
-             "process) with one CPU device per process only, not %d", e->devices_per_process);
-    return 1;
-  }
   for (size_t i = 0; i < sizeof types / sizeof types[0]; ++i) types[i].code = e->dtype_code(types[i].name);
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; ++i) ops[i].code = e->reduce_code(ops[i].name);
   const int per_process = e->devices_per_process;
@@ -290,8 +285,9 @@ JMPI_EXPORT int jaccl_mpiabi_attach(const JacclMpiEngine* e, char* error, size_t
   self->devices[0] = e->devices[e->my_process * per_process];
   for (int p = 0; p < e->num_processes; ++p) processes->devices[p] = e->devices[p * per_process];
   /* Attached again (a new world after a lost process, made while no collective of XLA's
-   * runs): MPI_COMM_WORLD is the new world's processes from here on. The old communicators
-   * are left as they are: a collective may still hold one (it fails, as its world did). */
+   * runs and the process's other devices wait to split MPI_COMM_WORLD: world_for_split()):
+   * MPI_COMM_WORLD is the new world's devices from here on. The old communicators are left
+   * as they are: a collective may still hold one (it fails, as its world did). */
   world_comm = world;
   self_comm = self;
   processes_comm = processes;
@@ -598,19 +594,32 @@ static int split_world(const JmpiComm* world, int color, int key, uintptr_t* new
   return rc;
 }
 
-/* Collective over `comm`: everyone's (color, key) goes to everyone; the ranks of my color, by
- * key (ties by their rank in `comm`), make the new communicator. */
-JMPI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t* newcomm) {
-  const JacclMpiEngine* e = comm == JMPI_COMM_WORLD ? attached() : NULL;
+/* Before a split of MPI_COMM_WORLD: the world of the survivors when the world failed
+ * (renew_after_loss()). One device's thread of a process renews it while the process's other
+ * devices' threads, splitting too, wait: between the failed world's end and the new one's
+ * attach no world reports a failure, and MPI_COMM_WORLD is still the failed world's. */
+static pthread_mutex_t renew_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int world_for_split(void) {
+  pthread_mutex_lock(&renew_lock);
+  const JacclMpiEngine* e = attached();
+  int rc = e == NULL ? last_code : JMPI_SUCCESS;
   if (e != NULL && e->world_failed()) {
     renew_problem[0] = '\0';
     renew_after_loss();
-    if (renew_problem[0] != '\0') {
-      *newcomm = 0;
-      fail(JMPI_ERR_OTHER, "%s", renew_problem);
-      remember_split_failure();
-      return last_code;
-    }
+    if (renew_problem[0] != '\0') rc = fail(JMPI_ERR_OTHER, "%s", renew_problem);
+  }
+  pthread_mutex_unlock(&renew_lock);
+  return rc;
+}
+
+/* Collective over `comm`: everyone's (color, key) goes to everyone; the ranks of my color, by
+ * key (ties by their rank in `comm`), make the new communicator. */
+JMPI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t* newcomm) {
+  if (comm == JMPI_COMM_WORLD && world_for_split() != JMPI_SUCCESS) {
+    *newcomm = 0;
+    remember_split_failure();
+    return last_code;
   }
   JmpiComm* parent = comm_of(comm);
   if (parent == NULL) return last_code;
