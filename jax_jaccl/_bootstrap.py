@@ -503,6 +503,8 @@ def renew_after_loss() -> None:
     when no world failed; when it cannot, the communicator XLA makes fails saying why."""
     try:
         with _lock:
+            if _no_next_world is not None:  # an earlier renewal failed: say so again
+                raise RuntimeError(_no_next_world)
             if _world is not None and _recoverable() and engine.aborted():
                 _renew(tuple(sorted(_live_incarnations())))
     except BaseException as e:  # noqa: BLE001 - the communicator XLA makes then fails with this

@@ -218,6 +218,9 @@ NO_NEXT_WORLD = textwrap.dedent("""
             bootstrap.init(jax.devices())
         except Exception as e:
             print("RAISED", type(e).__name__, e)
+    import jax_jaccl._xla_collectives as xla_collectives
+    xla_collectives.renew_failed = lambda why: print("SHIM", why)  # what XLA's split would raise
+    bootstrap.renew_after_loss()
     jaccl.shutdown()
     bootstrap._changed = lambda world, live: False
     print("AGAIN", jaccl.init().process_count)
@@ -227,7 +230,8 @@ NO_NEXT_WORLD = textwrap.dedent("""
 def test_a_world_after_a_loss_that_could_not_be_built_is_refused_until_shutdown():
     """The world after a lost process failed to start (here: a stand-in for its key-value
     exchange timing out): every later init() says why, where it used to start the job's first
-    world again and fail on its keys (ALREADY_EXISTS); jaccl.shutdown() lifts it."""
+    world again and fail on its keys (ALREADY_EXISTS), and so does the MPI shim's next split
+    for XLA's collectives; jaccl.shutdown() lifts it."""
     done = subprocess.run([sys.executable, "-c", NO_NEXT_WORLD], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -236,6 +240,8 @@ def test_a_world_after_a_loss_that_could_not_be_built_is_refused_until_shutdown(
         "RAISED TimeoutError the survivors' key-value exchange timed out",
         "RAISED RuntimeError jaccl: no world over processes [0] after generation 0 (TimeoutError: "
         "the survivors' key-value exchange timed out)"], done.stdout
+    assert "SHIM jaccl: no new world for XLA's collectives after a lost process: RuntimeError: " \
+        "jaccl: no world over processes [0] after generation 0" in done.stdout, done.stdout
     assert "AGAIN 1" in done.stdout, done.stdout
 
 
