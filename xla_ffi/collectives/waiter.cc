@@ -63,7 +63,8 @@ std::string evicted(const Call& call, const Laggards& laggards,
   for (int peer : waiting_for) {
     const int process = call.world->device(me.devices[peer]).process;
     // Point-to-point calls are numbered per pair, not per call: no call board to ask about.
-    if (call.kind == CollectiveKind::kPointToPoint || call.world->same_host(process) ||
+    // (A process of this host is asked nothing: request_eviction() says so.)
+    if (call.kind == CollectiveKind::kPointToPoint ||
         std::find(asked.begin(), asked.end(), process) != asked.end()) {
       continue;
     }

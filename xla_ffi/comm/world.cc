@@ -42,6 +42,18 @@ WorldSlot& world_slot() {
 // Every call of a collective hashes its group table to find its communicator: one multiply
 // per entry (a byte-wise hash took 8, about 1 us per call for a table of 64 devices). Equal
 // tables hash equally in every process; a collision is caught by Communicator::matches().
+// The calls entered in the communicator whose id, under `mask`, is `comm`: 0 when the board
+// holds no entry of it, nullopt when the board overflowed (it may have had no room for it).
+std::optional<uint32_t> entered_on(const CallBoard& board, uint64_t comm, uint64_t mask) {
+  for (const CallBoardEntry& entry : board.entries) {
+    if ((entry.comm.load(std::memory_order_acquire) & mask) == comm) {
+      return entry.entered.load(std::memory_order_acquire);
+    }
+  }
+  if (board.overflowed.load(std::memory_order_acquire) != 0) return std::nullopt;
+  return 0u;
+}
+
 uint64_t hash_table(const int64_t* table, size_t size, int group_size) {
   uint64_t h = 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(group_size);
   for (size_t i = 0; i < size; ++i) {
@@ -343,13 +355,7 @@ std::atomic<uint32_t>* World::calls_entered_counter(int64_t device, uint64_t com
 std::optional<uint32_t> World::calls_entered(int64_t device, uint64_t comm) const {
   const CallBoard* board = board_of(device);
   if (board == nullptr || comm == 0) return std::nullopt;
-  for (const CallBoardEntry& entry : board->entries) {
-    if (entry.comm.load(std::memory_order_acquire) == comm) {
-      return entry.entered.load(std::memory_order_acquire);
-    }
-  }
-  if (board->overflowed.load(std::memory_order_acquire) != 0) return std::nullopt;
-  return 0u;
+  return entered_on(*board, comm, ~uint64_t{0});
 }
 
 void World::raise_abort(const std::string& reason) {
@@ -438,14 +444,9 @@ void World::evict_if_absent(int64_t device, uint32_t comm, uint32_t seq,
   if (!config_.evict_stalled) return;
   const CallBoard* board = board_of(device);
   if (board == nullptr) return;
-  uint32_t entered = 0;
-  for (const CallBoardEntry& entry : board->entries) {
-    if (static_cast<uint32_t>(entry.comm.load(std::memory_order_acquire)) == comm) {
-      entered = entry.entered.load(std::memory_order_acquire);
-    }
-  }
-  if (entered == 0 && board->overflowed.load(std::memory_order_acquire) != 0) return;  // unknown
-  if (entered > seq) return;  // it is in that call (or past it), waiting like the asker
+  const std::optional<uint32_t> entered = entered_on(*board, comm, 0xffffffffu);
+  if (!entered) return;  // unknown: the board had no room for the communicator
+  if (*entered > seq) return;  // it is in that call (or past it), waiting like the asker
   log(LogLevel::kWarn, "evicted: ", from, " timed out in call #", seq, " waiting for ",
       describe_device(device), ", which never reached it; this process leaves with SIGKILL ",
       "(JACCL_EVICT_STALLED)");
