@@ -5,9 +5,9 @@
 # JACCL_DEBUG=INFO, plus the symbol-table and machine-code (SASS) checks on the modules just
 # built. Writes a one-screen summary to $OUT/summary.md (default ./gpu_out) with every log
 # beside it, and prints it. The first test that died of a signal is run once more with its
-# processes under cuda-gdb, whose C++ backtraces go into the summary. Budget: build 25 s on the
-# first run, more now (reduce.cu alone takes 24 s on 2 cores here), benchmark <= 90 s, tests
-# <= 150 s (~75 s seen), backtrace <= 45 s.
+# processes under cuda-gdb, whose C++ backtraces go into the summary. Budget: build 50-56 s
+# (2026-12-04), benchmark <= 90 s (~24 s seen), tests <= 150 s (67-100 s seen), backtrace
+# <= 45 s; with the machine's start, one run took 3.5-4 minutes of device time.
 #
 # Usage: OUT=<dir> bash tests/cuda/run_on_gpu.sh
 set -uo pipefail

@@ -38,8 +38,9 @@ def every_call_on_the_device_threads():
 
 def test_a_call_under_compute_on_a_gpu_stream_runs_on_cpus_unchanged():
     """Users put collectives on a GPU stream of their own with compute_on("gpu_stream:N")
-    (XLA:GPU then runs the call beside the compute stream: tests/cuda checks that on a GPU);
-    the same program on CPUs lowers and gives the same result (XLA:CPU ignores the stream)."""
+    (XLA:GPU would run the call beside the compute stream; jax 0.11.2's does not compile it:
+    tests/cuda); the same program on CPUs lowers and gives the same result (XLA:CPU ignores
+    the stream)."""
     import jax
     from jax.sharding import PartitionSpec as P
 

@@ -107,17 +107,19 @@ def check_all(verbose=True, devices=None, reference=None, lax_on_devices=None, s
     checked += check_forced_algorithms(devices)
     checked += check_two_axes(devices, reference)
     checked += check_float_edges(devices, reference)
-    checked += check_ragged(devices)
+    checked += check_ragged(devices, lax_on_devices)
     if verbose:
         print(f"OK {checked} checks on {n} {devices[0].platform} device(s), process "
               f"{jax.process_index()} of {jax.process_count()}", flush=True)
     return checked
 
 
-def check_ragged(devices):
+def check_ragged(devices, lax_on_devices):
     """ragged_all_to_all (staged through host memory: it has no peer path, so not with
-    JACCL_CUDA_PATH=peer) against the numpy model of jax.lax's semantics and, on real GPUs,
-    against jax.lax.ragged_all_to_all itself, int32 and bfloat16 rows, two slices per pair."""
+    JACCL_CUDA_PATH=peer) against the numpy model of jax.lax's semantics and, on real GPUs
+    where jax.lax can run (`lax_on_devices`: not two processes sharing one GPU, which NCCL
+    refuses), against jax.lax.ragged_all_to_all itself, int32 and bfloat16 rows, two slices
+    per pair."""
     if os.environ.get("JACCL_CUDA_PATH") == "peer":
         return 0
     import jax
@@ -142,7 +144,7 @@ def check_ragged(devices):
                     *(put(list(np.asarray(v, np.int32))) for v in args[2:]))
         rows = want[0].shape[0]
         impls = [jaccl.ragged_all_to_all]
-        if devices[0].platform == "gpu":  # XLA:CPU has no ragged_all_to_all: only on GPUs
+        if devices[0].platform == "gpu" and lax_on_devices:  # XLA:CPU has no ragged_all_to_all
             impls.append(jax.lax.ragged_all_to_all)
         for impl in impls:
             f = jax.jit(jax.shard_map(lambda *a, impl=impl: impl(*a, axis_name="x"),

@@ -66,7 +66,17 @@ def check_streams(iters: int) -> None:
     plain = program(lambda v, a: (jaccl.all_reduce(v, "x"), chain(a)), (P("x"), P()))
     streamed = program(lambda v, a: (on_stream(v), chain(a)), (P("x"), P()))
 
-    want, got = plain(x, m), streamed(x, m)
+    want = plain(x, m)
+    try:
+        got = streamed(x, m)
+    except Exception as e:  # noqa: BLE001
+        if "No ExecutionStreamId found" not in str(e):
+            raise
+        # XLA:GPU (seen on jax 0.11.2, H200, also with xla_gpu_experimental_stream_annotation)
+        # does not compile a custom call inside a stream-annotated computation.
+        print(f"UNSUPPORTED streams: jax {jax.__version__}: {str(e).splitlines()[0][:160]}",
+              flush=True)
+        return
     for w, g in zip(want, got):
         for ws, gs in zip(w.addressable_shards, g.addressable_shards):
             np.testing.assert_array_equal(np.asarray(gs.data), np.asarray(ws.data))

@@ -19,6 +19,7 @@
 #include "common/process.h"
 #include "common/reduce.h"
 #include "common/text.h"
+#include "cuda/stopped_context.h"
 
 namespace jaccl::cuda {
 namespace {
@@ -185,6 +186,7 @@ void report_locked(Registry& r) {
       r.reported.insert(local->device);
       std::fprintf(stderr, "%s\n", why.c_str());
       std::fflush(stderr);
+      end_after_stopped_context(local->device);
     }
   }
 }

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "cuda/kernels/kernels.h"
+#include "cuda/stopped_context.h"
 
 
 namespace jaccl::cuda {
@@ -108,6 +109,7 @@ void work(StagedDevice* d) {
                    static_cast<long long>(d->device), message);
       std::fflush(stderr);
       raise_abort(message);
+      end_after_stopped_context(d->device);
       std::lock_guard<std::mutex> lock(d->queue_mutex);
       if (d->error.empty()) d->error = message;
     }
