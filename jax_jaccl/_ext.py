@@ -1,14 +1,47 @@
 """Loads the compiled engine and registers its FFI handlers with XLA: the CPU ones always,
 the CUDA ones when the package was built with CUDA (they run on GPUs, staging through the
-same engine). Handlers are stateless, so registering at import is safe (even before
+same engine). A module built with a newer XLA FFI API than the running jax's is an ImportError
+saying so (XLA would refuse its handlers at first use, or fail to start its CPU backend).
+Handlers are stateless, so registering at import is safe (even before
 jax.distributed.initialize()); nothing here touches a GPU.
 """
+
+import os
+import re
 
 import jax
 
 from . import _jaccl
 
 engine = _jaccl
+
+
+def running_ffi_api():
+    """The XLA FFI API version of the running jax, read from the headers its jaxlib ships;
+    None when they are missing."""
+    try:
+        with open(os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h")) as f:
+            text = f.read()
+    except OSError:
+        return None
+    found = [re.search(rf"#define XLA_FFI_API_{part} (\d+)", text) for part in ("MAJOR", "MINOR")]
+    return None if None in found else tuple(int(m.group(1)) for m in found)
+
+
+def check_ffi_api(module: str, built, running) -> None:
+    """Raises ImportError, saying what to do, when `module` was built with a newer XLA FFI API
+    than the running jax's: XLA would refuse each of its handlers at their first use."""
+    if running is None or tuple(built) <= tuple(running):
+        return
+    raise ImportError(
+        f"jax_jaccl's {module} was built with XLA FFI API {'.'.join(map(str, built))} (a newer "
+        f"jax's headers), but the installed jax {jax.__version__} has API "
+        f"{'.'.join(map(str, running))} and refuses its handlers: build jax_jaccl against the jax "
+        f"you run (pip install --no-build-isolation --force-reinstall <its source>), or with "
+        f"pip's own build, which uses the oldest supported jax's headers")
+
+
+check_ffi_api("_jaccl", _jaccl.ffi_api_version(), running_ffi_api())
 
 # platform -> the FFI targets registered for it
 TARGETS = {"cpu": set(_jaccl.registrations())}
@@ -22,6 +55,7 @@ except ImportError:  # built without CUDA
     cuda_engine = None
 
 if cuda_engine is not None:
+    check_ffi_api("_jaccl_cuda", cuda_engine.ffi_api_version(), running_ffi_api())
     cuda_engine.set_engine(_jaccl.engine_api(), _jaccl.engine_moe_api(), _jaccl.engine_abort_api())
     TARGETS["cuda"] = set(cuda_engine.registrations())
     for _name, _capsule in cuda_engine.registrations().items():

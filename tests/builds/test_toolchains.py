@@ -8,6 +8,10 @@ word here) or crashed the process (on the H200 run of 2026-11-30, docs/gpus.md),
 included. Built that way here, in real multi-process jobs, the INFO lines and the errors of
 failing jobs come out whole.
 
+It is also built with XLA's FFI headers of the oldest supported jax (pyproject.toml's build
+requirement, what `pip install` builds with), so the same jobs show that such a module serves
+the newest jax: XLA accepts handlers of an older FFI API, never of a newer one.
+
 The CUDA module gets the same link in tests/builds/cuda_emulation/build.py (the emulated-GPU tests)."""
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
+import zipfile
 
 import pytest
 
@@ -32,16 +38,44 @@ GPU_MACHINE_LINK = " ".join(load_cuda_emulation_build().GPU_MACHINE_LINK)
 TIMEOUT = 6
 
 
-def build_engine(out: pathlib.Path, link_flags: str) -> pathlib.Path:
-    """Configures and builds _jaccl alone in `out` with these module link flags, without CUDA
-    and without libfabric (so CI also builds the engine as a machine without libfabric does)."""
+def build_requirement_jax() -> str:
+    """The jax version pip builds with: pyproject.toml's build requirement jax==X."""
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
+    (pin,) = [r for r in requires if r.startswith("jax")]
+    assert pin.startswith("jax=="), pin
+    return pin[len("jax=="):]
+
+
+def oldest_ffi_headers() -> pathlib.Path:
+    """XLA's FFI headers of the jax pip builds with (its jaxlib wheel's include/xla/ffi, from
+    PyPI once, kept under build/): the include directory to build with."""
+    version = build_requirement_jax()
+    cache = REPO / "build" / f"ffi-headers-jaxlib-{version}"
+    include = cache / "jaxlib" / "include"
+    if not (include / "xla" / "ffi" / "api" / "c_api.h").exists():
+        wheels = cache / "wheel"
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                               "--only-binary=:all:", "-d", str(wheels), f"jaxlib=={version}"],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        (wheel,) = wheels.glob("jaxlib-*.whl")
+        with zipfile.ZipFile(wheel) as z:
+            z.extractall(cache, [n for n in z.namelist() if n.startswith("jaxlib/include/xla/ffi/")])
+        wheel.unlink()
+    return include
+
+
+def build_engine(out: pathlib.Path, link_flags: str, ffi_include: pathlib.Path) -> pathlib.Path:
+    """Configures and builds _jaccl alone in `out` with these module link flags and XLA FFI
+    headers, without CUDA and without libfabric (so CI also builds the engine as a machine
+    without libfabric does)."""
     env = dict(os.environ, PATH=os.pathsep.join([sysconfig.get_path("scripts"), os.environ["PATH"]]))
     cmake = shutil.which("cmake", path=env["PATH"])
     assert cmake, "cmake is needed (make setup installs it)"
     generator = ["-G", "Ninja"] if shutil.which("ninja", path=env["PATH"]) else []
     for step in ([cmake, "-S", str(REPO), "-B", str(out), *generator, "-DJACCL_CUDA=OFF", "-DJACCL_OFI=OFF",
                   "-DCMAKE_BUILD_TYPE=Release", f"-DPython_EXECUTABLE={sys.executable}",
-                  f"-DCMAKE_MODULE_LINKER_FLAGS={link_flags}"],
+                  f"-DCMAKE_MODULE_LINKER_FLAGS={link_flags}", f"-DXLA_FFI_INCLUDE_DIR={ffi_include}"],
                  [cmake, "--build", str(out), "--target", "_jaccl", "-j", "2"]):
         done = subprocess.run(step, capture_output=True, text=True, env=env, timeout=600)
         assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
@@ -53,7 +87,8 @@ def build_engine(out: pathlib.Path, link_flags: str) -> pathlib.Path:
 def engine(tmp_path_factory):
     if shutil.which("g++") is None:
         pytest.skip("no C++ compiler")
-    return build_engine(tmp_path_factory.mktemp("static_libstdcxx"), GPU_MACHINE_LINK)
+    return build_engine(tmp_path_factory.mktemp("static_libstdcxx"), GPU_MACHINE_LINK,
+                        oldest_ffi_headers())
 
 
 def job(engine, mode, nprocs, devices=1, grace=None, env=None):
@@ -67,6 +102,25 @@ def job(engine, mode, nprocs, devices=1, grace=None, env=None):
 
 def test_built_with_libstdcxx_inside_it_still_exports_init_alone(engine):
     assert exported(engine) == ["PyInit__jaccl"]
+
+
+def test_built_with_the_oldest_jax_headers_it_has_an_older_ffi_api_than_this_jax(engine):
+    """So the jobs below run handlers of an older FFI API under this jax, as a user's
+    `pip install` gives them on a newer jax (jax_jaccl/_ext.py refuses the reverse)."""
+    from jax_jaccl._ext import running_ffi_api
+
+    done = subprocess.run([sys.executable, "-c", "import sys, common; "
+                           "print(sys.modules['jax_jaccl._jaccl'].ffi_api_version())"],
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, JACCL_TEST_ENGINE=str(engine),
+                                   PYTHONPATH=os.pathsep.join([str(REPO / "tests" / "workers"),
+                                                               os.environ.get("PYTHONPATH", "")])))
+    assert done.returncode == 0, done.stderr[-3000:]
+    built = tuple(int(v) for v in re.findall(r"\d+", done.stdout.splitlines()[-1]))
+    headers = (oldest_ffi_headers() / "xla" / "ffi" / "api" / "c_api.h").read_text()
+    assert built == tuple(int(re.search(rf"#define XLA_FFI_API_{part} (\d+)", headers).group(1))
+                          for part in ("MAJOR", "MINOR"))
+    assert built <= running_ffi_api(), (built, running_ffi_api())  # older on jax >= 0.11
 
 
 def test_without_libfabric_the_ofi_transport_is_refused_clearly(engine):

@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "abi/host_abi.h"
@@ -29,6 +30,7 @@
 #include "handlers/cpu/symbols.h"
 #include "moe/moe.h"
 #include "transport/tcp/socket.h"
+#include "xla/ffi/api/c_api.h"
 
 namespace nb = nanobind;
 
@@ -159,6 +161,9 @@ NB_MODULE(_jaccl, m) {
     }
   });
   m.def("registrations", &registrations);
+  // The XLA FFI API version of the headers this module was built with: a jax whose own is
+  // older refuses its handlers (jax_jaccl/_ext.py checks before registering).
+  m.def("ffi_api_version", [] { return std::make_pair(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR); });
   m.def("configure", &configure, nb::arg("algorithm"), nb::arg("debug"), nb::arg("moe_schedule"),
         nb::arg("moe_local_delay_us"), nb::arg("async_min_bytes"));
   m.def("codes", &codes);

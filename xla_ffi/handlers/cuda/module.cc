@@ -14,6 +14,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/call_sites.h"
@@ -25,6 +26,7 @@
 #include "handlers/cuda/symbols.h"
 #include "cuda/peers.h"
 #include "cuda/staging.h"
+#include "xla/ffi/api/c_api.h"
 
 namespace nb = nanobind;
 
@@ -47,6 +49,9 @@ nb::dict registrations() {
 
 NB_MODULE(_jaccl_cuda, m) {
   m.def("registrations", &registrations);
+  // The XLA FFI API version of the headers this module was built with: a jax whose own is
+  // older refuses its handlers (jax_jaccl/_ext.py checks before registering).
+  m.def("ffi_api_version", [] { return std::make_pair(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR); });
   // Settings from jax_jaccl/_settings.py, before the world starts (bad values: ValueError).
   // The text of call sites, for the peer path's "ranks disagree" (common/call_sites.h: this
   // module keeps its own table; jax_jaccl/_call_site.py tells both modules).
