@@ -24,7 +24,8 @@ OLDEST_PY := $(OLDEST_VENV)/bin/python
 # What the oldest jax runs besides the fast loop: one of every kind of job (fresh processes,
 # each kind of fault on one host (how a failure reaches JAX depends on its version; the
 # transports, which do not, ran on the newest), going on without a lost process and a process
-# rejoining (JAX's incarnations, its live_devices), XLA's
+# rejoining (JAX's incarnations, its live_devices), a lost process 0 (JAX's coordination
+# service in jaccl-run, through jaxlib's own entry point), XLA's
 # collectives through the MPI shim, the launcher and demo, the transport choice and jaccl-info
 # with Debian's pyverbs (built for the system Python only), the batteries on one host and
 # between emulated hosts, MoE, every order of axes)
@@ -40,6 +41,7 @@ OLDEST_JOBS := tests/processes/test_fresh_processes.py \
 	"tests/processes/test_recovery.py::test_survivors_go_on_and_match_a_job_resumed_from_their_state[jax-lax]" \
 	"tests/processes/test_recovery.py::test_survivors_go_on_and_match_a_job_resumed_from_their_state[jax-lax-2-devices]" \
 	"tests/processes/test_recovery.py::test_a_process_started_again_rejoins_with_the_survivors_state[after-the-others-went-on]" \
+	tests/processes/test_recovery.py::test_a_lost_process_0_leaves_the_others_going_on \
 	tests/processes/test_xla_collectives.py tests/processes/test_launcher.py \
 	tests/processes/test_jax_harness.py \
 	tests/processes/test_transport_choice.py \

@@ -6,11 +6,18 @@ processes get theirs from JACCL_COORDINATOR, JACCL_NUM_PROCESSES and JACCL_PROCE
 module adds an environment that reads them, first in the list (a jaccl-run job started inside
 a SLURM allocation is jaccl-run's, not SLURM's).
 
+When jaccl-run runs JAX's coordination service itself (JACCL_COORDINATION_SERVICE=launcher:
+its --keep-going on one machine, so that the job survives a lost process 0), process 0 must
+not start its own: once jax._src.distributed is loaded, the jaxlib module it calls gets a
+stand-in for the function that would (skip_own_service), and process 0 connects to jaccl-run's
+service like every other process.
+
 Contract: install() runs at interpreter start-up, from jax_jaccl_cluster.pth in site-packages,
 only in processes that jaccl-run (or the pytest plugin) started (JACCL_COORDINATOR is set). It
-imports nothing of JAX's: it waits for JAX to import jax._src.clusters and then defines the
-environment. Programs that pass the three values themselves, or call
-jax_jaccl.distributed.initialize(), are unaffected.
+imports nothing of JAX's: it waits for JAX to import jax._src.clusters (and
+jax._src.distributed) and then defines the environment. Programs that pass the three values
+themselves, or call jax_jaccl.distributed.initialize(), are unaffected by the environment; the
+stand-in serves them too.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import sys
 from . import _settings
 
 _CLUSTERS = "jax._src.clusters"
+_DISTRIBUTED = "jax._src.distributed"
 
 
 def present() -> bool:
@@ -64,12 +72,40 @@ def define(clusters) -> type:
     return JacclRunCluster
 
 
-class _WhenClustersLoad(importlib.abc.MetaPathFinder):
-    """Finds jax._src.clusters as the other finders do, and defines the environment once the
-    module has run."""
+class _ServiceElsewhere:
+    """What process 0 keeps as its coordination service when jaccl-run runs it: nothing to
+    stop (jax.distributed.shutdown() calls shutdown())."""
+
+    def shutdown(self) -> None:
+        pass
+
+
+class _WithoutOwnService:
+    """jaxlib's module as jax._src.distributed sees it in process 0 of a job whose coordination
+    service jaccl-run runs: jaxlib's functions, but the one that would start a service."""
+
+    def __init__(self, jaxlib):
+        self._jaxlib = jaxlib
+
+    def __getattr__(self, name):
+        return getattr(self._jaxlib, name)
+
+    def get_distributed_runtime_service(self, *args, **kwargs):
+        return _ServiceElsewhere()
+
+
+def skip_own_service(distributed) -> None:
+    distributed._jax = _WithoutOwnService(distributed._jax)
+
+
+class _AfterLoad(importlib.abc.MetaPathFinder):
+    """Finds module `name` as the other finders do, and calls `then(module)` once it has run."""
+
+    def __init__(self, name: str, then) -> None:
+        self.name, self.then = name, then
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != _CLUSTERS:
+        if fullname != self.name:
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(fullname)
@@ -79,16 +115,23 @@ class _WhenClustersLoad(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run(module)
-            define(module)
+            self.then(module)
 
         spec.loader.exec_module = exec_module
         return spec
 
 
+def _after_load(name: str, then) -> None:
+    if name in sys.modules:  # jax came first (imported by a sitecustomize, say)
+        then(sys.modules[name])
+    elif not any(isinstance(f, _AfterLoad) and f.name == name for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterLoad(name, then))
+
+
 def install() -> None:
     if not present():
         return
-    if _CLUSTERS in sys.modules:  # jax came first (imported by a sitecustomize, say)
-        define(sys.modules[_CLUSTERS])
-    elif not any(isinstance(f, _WhenClustersLoad) for f in sys.meta_path):
-        sys.meta_path.insert(0, _WhenClustersLoad())
+    _after_load(_CLUSTERS, define)
+    job = _settings.launch()
+    if job.coordination_service == "launcher" and job.process_id == 0:
+        _after_load(_DISTRIBUTED, skip_own_service)

@@ -180,6 +180,10 @@ LAUNCH_VARIABLES = (
     Variable("xla_collectives", "JACCL_XLA_COLLECTIVES", "gloo", _one_of("gloo", "jaccl"), False,
              "what carries the collectives XLA emits itself: jaccl's engine or JAX's gloo "
              "(jaccl-run's --xla-collectives)"),
+    Variable("coordination_service", "JACCL_COORDINATION_SERVICE", "process0",
+             _one_of("process0", "launcher"), False,
+             "where JAX's coordination service runs: in process 0 (JAX's way) or in jaccl-run "
+             "(its --keep-going on one machine: the job survives a lost process 0)"),
 )
 
 
@@ -251,6 +255,7 @@ class Launch:
     heartbeat_timeout_s: float
     shutdown_timeout_s: float
     xla_collectives: str
+    coordination_service: str
     ifname: str
 
 

@@ -15,11 +15,14 @@ others run on (a job that goes on without a lost process): jaccl-run exits 0 whe
 process finished with 0, and ends with a line naming every process lost, how and when; a
 process that stalls (one that never reaches a collective the others wait in, JACCL_TIMEOUT) is
 evicted (killed) and lost the same way (JACCL_EVICT_STALLED=1, which --keep-going sets).
-`--restarts R` (with `--keep-going`) starts a lost process again, R times in all over the job,
-while process 0 runs (JAX's coordinator lives there; its loss ends a JAX job), with its rank
-and environment and JACCL_RESTART=<how many times it was started before>: under
-JAX's recoverability it rejoins the others (jaccl builds a world that includes it when a
-program is lowered over a mesh of its devices too; docs/multi-process-and-hosts.md).
+With `--keep-going` on this machine (no ssh or prefixed hosts), jaccl-run runs JAX's
+coordination service itself, recoverable (JACCL_COORDINATION_SERVICE=launcher; process 0 then
+starts none: _cluster.py), so that losing process 0 does not end the job as it does where
+process 0 runs it. `--restarts R` (with `--keep-going`) starts a lost process other than 0
+again, R times in all over the job, while the coordination service runs, with its rank and
+environment and JACCL_RESTART=<how many times it was started before>: under JAX's
+recoverability it rejoins the others (jaccl builds a world that includes it when a program is
+lowered over a mesh of its devices too; docs/multi-process-and-hosts.md).
 
 The collectives XLA emits itself (jit with shardings, jax.lax in shard_map) run on jaccl's
 engine too (docs/xla-collectives.md), by default whenever the job has several processes of
@@ -189,10 +192,23 @@ def _command(host: dict, env: dict, command: list) -> tuple[list, dict]:
     return list(host.get("prefix", [])) + list(command), env
 
 
+def _service_here(args):
+    """JAX's coordination service in this process when the job survives lost processes on this
+    machine (--keep-going, no ssh or prefixed host): None where process 0 runs it."""
+    if not args.keep_going or any(h.get("ssh") or h.get("prefix") for h in args.hosts):
+        return None
+    from ._compat import start_coordination_service
+
+    launch = _settings.launch()
+    return start_coordination_service(f"[::]:{args.port}", args.nprocs, launch.heartbeat_timeout_s,
+                                      launch.shutdown_timeout_s)
+
+
 def run(args) -> int:
-    port = free_port()
+    port = args.port = free_port()
     job = _settings.read().job_id or secrets.token_hex(6)
     default_coordinator = _address(args.hosts[0])
+    service = _service_here(args)
     out = sys.stdout.buffer
     lock = threading.Lock()
     procs, pumps = [], []  # pumps: each start's two (stdout, stderr), in start order
@@ -211,6 +227,8 @@ def run(args) -> int:
                    JACCL_RESTART=str(restart),
                    PYTHONUNBUFFERED="1")
         _xla_collectives.choose(env, args.xla_collectives)
+        if service is not None:
+            env["JACCL_COORDINATION_SERVICE"] = "launcher"
         if args.keep_going:  # a stalled process becomes a lost one the others go on without
             env.setdefault("JACCL_EVICT_STALLED", "1")
         if "ifname" in host:
@@ -241,8 +259,9 @@ def run(args) -> int:
         def name_the_failed(may_restart=True):
             """Names each process that failed since the last look: the first always, the
             others with --keep-going (else they are the job being stopped); starts it again
-            while --restarts allows and process 0 (where JAX's coordinator runs, which a
-            process started again registers with) runs."""
+            while --restarts allows and JAX's coordination service (which a process started
+            again registers with) runs, here or in process 0; never process 0 itself (XLA's
+            CPU client publishes the job's topology from it, once: a second one is refused)."""
             nonlocal failed_at
             for rank, p in enumerate(procs):
                 rc = p.poll()
@@ -255,7 +274,7 @@ def run(args) -> int:
                 words = f"process {rank} {_how(rc)}{why} at {time.monotonic() - started:.1f} s"
                 lost[(rank, restarts[rank])] = words, rc
                 if (may_restart and sum(restarts) < args.restarts and rank != 0 and
-                        procs[0].poll() is None):
+                        (service is not None or procs[0].poll() is None)):
                     then = "starting it again (--restarts)"
                     restarts[rank] += 1
                     procs[rank] = start(rank, restarts[rank])
@@ -263,6 +282,9 @@ def run(args) -> int:
                     stderr_pump[rank] = pumps[-1]
                 elif args.keep_going:
                     then = "the others go on (--keep-going)"
+                    if rank == 0 and args.restarts:
+                        then += ("; process 0 is not started again (XLA's CPU client publishes "
+                                 "the job's device topology from it once)")
                 else:
                     then = f"stopping the others in {args.grace:.0f} s"
                 with lock:
@@ -302,6 +324,8 @@ def run(args) -> int:
                 os.unlink(path)
             except OSError:
                 pass
+        if service is not None:
+            service.shutdown()
 
 
 def main(argv=None) -> None:

@@ -37,6 +37,7 @@ INTERNALS = (
     ("jax._src.source_info_util", "user_frames"), ("jax._src.interpreters.pxla", "__name__"),
     ("jax._src.lib", "xla_client"), ("jax._src.lib.mlir", "ir"),
     ("jax._src.lib.mlir.dialects", "sdy"), ("jax._src.lib.mlir.dialects", "hlo"),
+    ("jax._src.lib._jax", "get_distributed_runtime_service"), ("jax._src.distributed", "_jax"),
 )
 OPTIONAL_INTERNALS = (
     ("jax._src.config", "_check_vma"), ("jax._src.config", "raise_on_ppermute_sort_diff"),
@@ -379,3 +380,17 @@ def current_block():
     from jax.interpreters.mlir import ir
 
     return ir.InsertionPoint.current.block
+
+
+def start_coordination_service(address: str, num_processes: int, heartbeat_s: float,
+                               shutdown_s: float):
+    """JAX's coordination service (key-value store, heartbeats, barriers, live devices), the one
+    jax.distributed.initialize() starts in process 0, started in this process instead and
+    recoverable (a lost process does not end the others): jaccl-run's, so that a job survives
+    its process 0. Returns it; its shutdown() stops it. _cluster.py keeps process 0 from
+    starting its own (it reads jax._src.distributed's `_jax` by name at start-up)."""
+    from jax._src.lib import _jax
+
+    return _jax.get_distributed_runtime_service(address, num_processes,
+                                                heartbeat_timeout=int(heartbeat_s),
+                                                shutdown_timeout=int(shutdown_s), recoverable=True)

@@ -12,10 +12,23 @@ from jax_jaccl import _compat
 
 
 def present(module: str, attribute: str) -> bool:
-    try:
-        return hasattr(importlib.import_module(module), attribute)
-    except ImportError:
-        return False
+    """`module` is a module's name, or a module's name and attributes after it (jaxlib's
+    extension, jax._src.lib._jax, is an attribute of jax._src.lib, not an importable module)."""
+    head, rest = module, []
+    while True:
+        try:
+            found = importlib.import_module(head)
+            break
+        except ImportError:
+            if "." not in head:
+                return False
+            head, last = head.rsplit(".", 1)
+            rest.insert(0, last)
+    for name in rest + [attribute]:
+        if not hasattr(found, name):
+            return False
+        found = getattr(found, name)
+    return True
 
 
 @pytest.mark.parametrize("module, attribute", _compat.INTERNALS,

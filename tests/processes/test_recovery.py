@@ -85,6 +85,34 @@ def test_survivors_go_on_and_match_a_job_resumed_from_their_state(tmp_path, call
     assert resumed.leftovers() == []
 
 
+def test_a_lost_process_0_leaves_the_others_going_on(tmp_path):
+    """JAX runs its coordination service in process 0 and ends every process when it dies;
+    jaccl-run --keep-going runs the service itself, so the survivors of process 0 go on and
+    match a job resumed from their state."""
+    state = tmp_path / "state.npz"
+    job = run_job("elastic.py", 3, args=["--steps", "8", "--kill-at", "4", "--who", "0",
+                                         "--state-out", state],
+                  env=HEARTBEAT, timeout=180, keep_going=True, xla_collectives="gloo")
+    out = clean(job.output)
+    assert job.returncode == 0, out[-4000:]
+    assert re.search(r"jaccl-run: 2 of 3 processes finished; lost: process 0 was killed by "
+                     r"SIGKILL at [\d.]+ s\n", job.output), out[-3000:]
+    for rank in (1, 2):
+        lines = "\n".join(job.lines(rank))
+        assert re.search(r"^step 4 ran on 2 devices", lines, re.M), out[-3000:]
+        assert re.search(r"^step 7: loss .* on 2 devices$", lines, re.M), out[-3000:]
+    survivors = finals(job, (1, 2))
+    assert len(survivors) == 1, survivors
+    assert int(np.load(state)["step"]) == 4
+    assert job.leftovers() == []
+
+    resumed = run_job("elastic.py", 2, args=["--steps", "8", "--resume", state], env=HEARTBEAT,
+                      timeout=120, xla_collectives="gloo")
+    assert resumed.returncode == 0, clean(resumed.output)[-4000:]
+    assert finals(resumed, (0, 1)) == survivors
+    assert resumed.leftovers() == []
+
+
 # Over emulated hosts (one JACCL_HOST_ID a process, jaccl's TCP or the OFI transport between
 # them) the loss is a link that closes, not a pid that vanishes, and each world after a loss
 # brings up new links between the survivors.
