@@ -31,6 +31,7 @@ import pytest
 from gpu_faults import (DISAGREE, FAULT_TIMEOUT, NAMES_THE_DEAD, TIMED_OUT,  # noqa: E402
                         assert_every_rank_stopped)
 from harness import clean, run_job  # noqa: E402
+from module_symbols import exported  # noqa: E402
 from util import load_cuda_emulation_build  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent / "cuda_emulation"
@@ -48,6 +49,12 @@ def built(tmp_path_factory):
                     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
                     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"})
     return emulation.build(out)
+
+
+def test_the_emulated_module_exports_its_init_function_alone(built):
+    """As the real one does (tests/in_process/test_symbols.py): its handlers reach JAX through
+    registrations(), not the dynamic symbol table."""
+    assert exported(built[1]) == ["PyInit__jaccl_cuda"]
 
 
 def test_kernels_and_peer_schedules_on_emulated_gpus(built):

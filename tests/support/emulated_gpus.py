@@ -11,7 +11,6 @@ workers (tests/workers/common.py).
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
 import types
@@ -38,10 +37,9 @@ def install(module_path: str, path: str, gpus_per_process: int | None = None):
     emulated = load_emulated_module(module_path)
     emulated.set_engine(_ext.engine.engine_api(), _ext.engine.engine_moe_api(),
                         _ext.engine.engine_abort_api())
-    library = ctypes.CDLL(module_path)  # the module's own handle: it is loaded already
-    for name in emulated.registrations():  # jaccl_<op> -> entry point emulated_jaccl_cuda_<op>
-        entry = getattr(library, "emulated_jaccl_cuda_" + name[len("jaccl_"):])
-        jax.ffi.register_ffi_target("emulated_" + name, jax.ffi.pycapsule(entry), platform="cpu")
+    # jaccl_<op> -> the emulation's entry point for it (build.py)
+    for name, entry in emulated.registrations().items():
+        jax.ffi.register_ffi_target("emulated_" + name, entry, platform="cpu")
     custom_call = _compat.custom_call
 
     def to_emulated(target, *args, **kwargs):

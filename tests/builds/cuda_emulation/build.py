@@ -46,6 +46,12 @@ MODULE_SOURCES = _in("handlers/cuda", ".cc") + _in("cuda", ".cc") + [
     "common/call_sites.cc", "common/reduce.cc", "common/dtype.cc", "common/error.cc",
     "common/log.cc", "common/process.cc", "collectives/kinds.cc", "collectives/request.cc", "moe/request.cc"]
 assert set(HOST_SOURCES) <= set(MODULE_SOURCES)
+# The CUDA handlers' FFI entry points (xla_ffi/handlers/cuda/symbols.h). The module's
+# registrations() hands out the emulation's wrapper of each (shim/handlers_on_cpu.cc:
+# emulated_<name>, which waits for the handler's stream): module.cc is compiled with each name
+# mapped to its wrapper, so the module exports its init function alone, as the real one does.
+HANDLERS = re.findall(r"XLA_FFI_Error\* (jaccl_cuda_\w+)\(",
+                      (ENGINE / "handlers" / "cuda" / "symbols.h").read_text())
 # Compiled first, so that the other sources fill the other jobs meanwhile.
 _SLOW_SOURCES = ("kernels/reduce.cc", "nb_combined.cpp")
 CHECKS = ["shim/fibers.cc", "shim/runtime.cc", "emulated_world.cc", "main.cc", "kernel_checks.cc",
@@ -143,8 +149,8 @@ def build(out_dir: str | os.PathLike, jobs: int = 2) -> tuple:
 
     The check program is main.cc with the kernels and peer-path schedules. The module is the
     _jaccl_cuda extension over emulated GPUs: import it from its path under the name
-    _jaccl_cuda and register its exported `emulated_jaccl_cuda_*` entry points (which wait for
-    the handler's stream) for the CPU platform: CPU device ordinals are GPU ordinals."""
+    _jaccl_cuda and register what its registrations() gives (entry points that wait for the
+    handler's stream) for the CPU platform: CPU device ordinals are GPU ordinals."""
     import sysconfig
 
     import nanobind
@@ -164,15 +170,17 @@ def build(out_dir: str | os.PathLike, jobs: int = 2) -> tuple:
     python = ["-I" + sysconfig.get_paths()["include"], f"-I{nb_include}",
               f"-I{nb_include.parent / 'ext' / 'robin_map' / 'include'}"]
     stream = ["-include", str(HERE / "shim" / "xla_stream.h")]
-    module_sources = [(ENGINE / s, stream + python) for s in MODULE_SOURCES if s not in HOST_SOURCES]
+    to_wrappers = [f"-D{name}=emulated_{name}" for name in HANDLERS]
+    module_sources = [(ENGINE / s, stream + python + (to_wrappers if s == "handlers/cuda/module.cc" else []))
+                      for s in MODULE_SOURCES if s not in HOST_SOURCES]
     module_sources += [(HERE / "shim" / s, stream) for s in ("fibers.cc", "runtime.cc", "handlers_on_cpu.cc")]
     module_sources += [(nb_src / "nb_combined.cpp", python + ["-w"])]
     module = _objects(module_dir, module_sources, shared)
 
     _compile(both + program + module, jobs)
     program_path = _link(_paths(both + program), _flags(shared=False), out / "emulated_gpus")
-    exports = module_dir / "exports.map"  # the real module's, plus the emulation's entry points
-    exports.write_text("{ global: PyInit_*; emulated_jaccl_cuda_*; local: *; };\n")
+    exports = module_dir / "exports.map"  # the real module's
+    exports.write_text("{ global: PyInit_*; local: *; };\n")
     link = ["-shared", *GPU_MACHINE_LINK, "-Wl,--exclude-libs,ALL", f"-Wl,--version-script={exports}"]
     module_path = _link(_paths(both + module), shared + link, module_dir / "_jaccl_cuda.so")
     return program_path, module_path

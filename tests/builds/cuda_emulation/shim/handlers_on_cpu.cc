@@ -1,5 +1,6 @@
-// The emulated module's FFI entry points (tests only): each runs jaccl's CUDA handler, then
-// waits for its device's emulated stream, since XLA:CPU reads a result as soon as the handler
+// The emulated module's FFI entry points (tests only; its registrations() hands them out:
+// build.py compiles module.cc with each handler's name mapped to its emulated_ wrapper here):
+// each runs jaccl's CUDA handler, then waits for its device's emulated stream, since XLA:CPU reads a result as soon as the handler
 // returns. A context that trapped meanwhile makes the call fail, as XLA fails the next launch
 // on a GPU whose context stopped.
 #include <cuda_runtime.h>
@@ -27,8 +28,7 @@ XLA_FFI_Error* finish(XLA_FFI_CallFrame* frame, XLA_FFI_Error* error) {
 }  // namespace
 
 #define JACCL_EMULATED_ENTRY(name)                                                          \
-  extern "C" __attribute__((visibility("default"))) XLA_FFI_Error* emulated_##name(        \
-      XLA_FFI_CallFrame* frame) {                                                           \
+  extern "C" XLA_FFI_Error* emulated_##name(XLA_FFI_CallFrame* frame) {                    \
     return finish(frame, name(frame));                                                      \
   }
 
