@@ -41,7 +41,7 @@ OLDEST_JOBS := tests/processes/test_fresh_processes.py \
 	"tests/processes/test_recovery.py::test_survivors_go_on_and_match_a_job_resumed_from_their_state[jax-lax]" \
 	"tests/processes/test_recovery.py::test_survivors_go_on_and_match_a_job_resumed_from_their_state[jax-lax-2-devices]" \
 	"tests/processes/test_recovery.py::test_a_process_started_again_rejoins_with_the_survivors_state[after-the-others-went-on]" \
-	tests/processes/test_recovery.py::test_a_lost_process_0_leaves_the_others_going_on \
+	"tests/processes/test_recovery.py::test_survivors_go_on_and_match_a_job_resumed_from_their_state[process-0]" \
 	tests/processes/test_xla_collectives.py tests/processes/test_launcher.py \
 	tests/processes/test_jax_harness.py \
 	tests/processes/test_transport_choice.py \

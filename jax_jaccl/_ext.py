@@ -16,16 +16,21 @@ from . import _jaccl
 engine = _jaccl
 
 
-def running_ffi_api():
-    """The XLA FFI API version of the running jax, read from the headers its jaxlib ships;
-    None when they are missing."""
+def ffi_api_of(include_dir) -> tuple | None:
+    """The XLA FFI API version (major, minor) of the headers under `include_dir`; None when
+    they are missing."""
     try:
-        with open(os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h")) as f:
+        with open(os.path.join(include_dir, "xla", "ffi", "api", "c_api.h")) as f:
             text = f.read()
     except OSError:
         return None
     found = [re.search(rf"#define XLA_FFI_API_{part} (\d+)", text) for part in ("MAJOR", "MINOR")]
     return None if None in found else tuple(int(m.group(1)) for m in found)
+
+
+def running_ffi_api() -> tuple | None:
+    """The XLA FFI API version of the running jax, from the headers its jaxlib ships."""
+    return ffi_api_of(jax.ffi.include_dir())
 
 
 def check_ffi_api(module: str, built, running) -> None:

@@ -192,7 +192,7 @@ def _command(host: dict, env: dict, command: list) -> tuple[list, dict]:
     return list(host.get("prefix", [])) + list(command), env
 
 
-def _service_here(args):
+def _service_here(args, port: int):
     """JAX's coordination service in this process when the job survives lost processes on this
     machine (--keep-going, no ssh or prefixed host): None where process 0 runs it."""
     if not args.keep_going or any(h.get("ssh") or h.get("prefix") for h in args.hosts):
@@ -200,15 +200,15 @@ def _service_here(args):
     from ._compat import start_coordination_service
 
     launch = _settings.launch()
-    return start_coordination_service(f"[::]:{args.port}", args.nprocs, launch.heartbeat_timeout_s,
+    return start_coordination_service(f"[::]:{port}", args.nprocs, launch.heartbeat_timeout_s,
                                       launch.shutdown_timeout_s)
 
 
 def run(args) -> int:
-    port = args.port = free_port()
+    port = free_port()
     job = _settings.read().job_id or secrets.token_hex(6)
     default_coordinator = _address(args.hosts[0])
-    service = _service_here(args)
+    service = _service_here(args, port)
     out = sys.stdout.buffer
     lock = threading.Lock()
     procs, pumps = [], []  # pumps: each start's two (stdout, stderr), in start order

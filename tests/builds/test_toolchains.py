@@ -23,13 +23,12 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tomllib
 import zipfile
 
 import pytest
 
 from module_symbols import exported
-from util import load_cuda_emulation_build
+from util import load_cuda_emulation_build, pip_build_jax
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 from harness import clean, run_job  # noqa: E402
@@ -38,18 +37,10 @@ GPU_MACHINE_LINK = " ".join(load_cuda_emulation_build().GPU_MACHINE_LINK)
 TIMEOUT = 6
 
 
-def build_requirement_jax() -> str:
-    """The jax version pip builds with: pyproject.toml's build requirement jax==X."""
-    requires = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
-    (pin,) = [r for r in requires if r.startswith("jax")]
-    assert pin.startswith("jax=="), pin
-    return pin[len("jax=="):]
-
-
 def oldest_ffi_headers() -> pathlib.Path:
     """XLA's FFI headers of the jax pip builds with (its jaxlib wheel's include/xla/ffi, from
     PyPI once, kept under build/): the include directory to build with."""
-    version = build_requirement_jax()
+    version = pip_build_jax()
     cache = REPO / "build" / f"ffi-headers-jaxlib-{version}"
     include = cache / "jaxlib" / "include"
     if not (include / "xla" / "ffi" / "api" / "c_api.h").exists():
@@ -107,7 +98,7 @@ def test_built_with_libstdcxx_inside_it_still_exports_init_alone(engine):
 def test_built_with_the_oldest_jax_headers_it_has_an_older_ffi_api_than_this_jax(engine):
     """So the jobs below run handlers of an older FFI API under this jax, as a user's
     `pip install` gives them on a newer jax (jax_jaccl/_ext.py refuses the reverse)."""
-    from jax_jaccl._ext import running_ffi_api
+    from jax_jaccl._ext import ffi_api_of, running_ffi_api
 
     done = subprocess.run([sys.executable, "-c", "import sys, common; "
                            "print(sys.modules['jax_jaccl._jaccl'].ffi_api_version())"],
@@ -117,9 +108,7 @@ def test_built_with_the_oldest_jax_headers_it_has_an_older_ffi_api_than_this_jax
                                                                os.environ.get("PYTHONPATH", "")])))
     assert done.returncode == 0, done.stderr[-3000:]
     built = tuple(int(v) for v in re.findall(r"\d+", done.stdout.splitlines()[-1]))
-    headers = (oldest_ffi_headers() / "xla" / "ffi" / "api" / "c_api.h").read_text()
-    assert built == tuple(int(re.search(rf"#define XLA_FFI_API_{part} (\d+)", headers).group(1))
-                          for part in ("MAJOR", "MINOR"))
+    assert built == ffi_api_of(oldest_ffi_headers())
     assert built <= running_ffi_api(), (built, running_ffi_api())  # older on jax >= 0.11
 
 

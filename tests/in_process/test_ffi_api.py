@@ -13,16 +13,14 @@ import tomllib
 import pytest
 
 from jax_jaccl import _ext
+from util import pip_build_jax
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-def test_the_installed_modules_have_an_api_this_jax_accepts():
-    running = _ext.running_ffi_api()
-    assert running is not None, "jaxlib ships no xla/ffi/api/c_api.h"
-    assert _ext.engine.ffi_api_version() <= running
-    if _ext.cuda_engine is not None:
-        assert _ext.cuda_engine.ffi_api_version() <= running
+def test_this_jaxlib_ships_the_headers_the_check_reads():
+    """Else the import-time check passes anything (running_ffi_api() is None)."""
+    assert _ext.running_ffi_api() is not None
 
 
 def test_a_module_of_a_newer_api_is_refused_naming_both_and_the_fix():
@@ -38,7 +36,5 @@ def test_an_older_or_equal_api_or_an_unknown_jax_is_accepted(built, running):
 
 def test_pip_builds_with_the_oldest_supported_jax():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
-    (pin,) = [r for r in project["build-system"]["requires"] if r.startswith("jax")]
     (dependency,) = [d for d in project["project"]["dependencies"] if d.startswith("jax")]
-    oldest = re.search(r">=\s*([\d.]+)", dependency).group(1)
-    assert pin == f"jax=={oldest}", (pin, dependency)
+    assert pip_build_jax() == re.search(r">=\s*([\d.]+)", dependency).group(1), dependency

@@ -43,22 +43,25 @@ def finals(job, ranks) -> set:
 # of the survivors is made when XLA makes its communicator for their devices; with 2 devices
 # per process, both devices of a survivor split MPI_COMM_WORLD at once, one of them making
 # the new world while the other waits (before, the other split the lost world's devices).
-@pytest.mark.parametrize("calls, args, xla, devices", [
-    ({}, [], "gloo", 1), ({"JACCL_ASYNC_MIN_KB": "0"}, [], "gloo", 1),
-    ({}, ["--jax-lax"], "jaccl", 1), ({}, ["--jax-lax"], "jaccl", 2)],
-    ids=["blocking", "async", "jax-lax", "jax-lax-2-devices"])
+# "process-0": JAX runs its coordination service in process 0 and ends every process when it
+# dies; jaccl-run --keep-going runs the service itself, so process 0's survivors go on too.
+@pytest.mark.parametrize("calls, args, xla, devices, lost", [
+    ({}, [], "gloo", 1, 2), ({"JACCL_ASYNC_MIN_KB": "0"}, [], "gloo", 1, 2),
+    ({}, ["--jax-lax"], "jaccl", 1, 2), ({}, ["--jax-lax"], "jaccl", 2, 2), ({}, [], "gloo", 1, 0)],
+    ids=["blocking", "async", "jax-lax", "jax-lax-2-devices", "process-0"])
 def test_survivors_go_on_and_match_a_job_resumed_from_their_state(tmp_path, calls, args, xla,
-                                                                  devices):
+                                                                  devices, lost):
     state = tmp_path / "state.npz"
-    job = run_job("elastic.py", 3, devices, args=["--steps", "8", "--kill-at", "4",
-                                                  "--state-out", state, *args],
+    left = tuple(r for r in range(3) if r != lost)
+    job = run_job("elastic.py", 3, devices, args=["--steps", "8", "--kill-at", "4", "--who",
+                                                  str(lost), "--state-out", state, *args],
                   env={**HEARTBEAT, **calls, "JACCL_DEBUG": "info"}, timeout=180, keep_going=True,
                   xla_collectives=xla)
     out = clean(job.output)
     assert job.returncode == 0, out[-4000:]
-    assert re.search(r"jaccl-run: 2 of 3 processes finished; lost: process 2 was killed by "
-                     r"SIGKILL at [\d.]+ s\n", job.output), out[-3000:]
-    for rank in (0, 1):
+    assert re.search(rf"jaccl-run: 2 of 3 processes finished; lost: process {lost} was killed "
+                     r"by SIGKILL at [\d.]+ s\n", job.output), out[-3000:]
+    for rank in left:
         lines = job.lines(rank)
         assert "step 3: loss" in " ".join(lines) and any(
             l.startswith("step 4 failed") for l in lines), out[-3000:]
@@ -66,14 +69,14 @@ def test_survivors_go_on_and_match_a_job_resumed_from_their_state(tmp_path, call
                          r"that completed", "\n".join(lines), re.M), out[-3000:]
         assert any(l.startswith("step 7: loss") and l.endswith(f"on {2 * devices} devices")
                    for l in lines)
-    # The survivors' collective in flight when process 2 died failed naming it.
-    assert re.search(r"\[[01]\] jaccl \d+ WARN aborting: jaccl: process 2 \(pid \d+\) died",
-                     job.output), out[-3000:]
+    # The survivors' collective in flight when the process died failed naming it.
+    assert re.search(rf"\[[{''.join(map(str, left))}]\] jaccl \d+ WARN aborting: jaccl: process "
+                     rf"{lost} \(pid \d+\) died", job.output), out[-3000:]
     if xla == "jaccl":  # XLA's collectives ran on jaccl before the loss and after it
         ran = re.findall(r"INFO all_reduce .* on rank \d/(\d) of communicator \w+ \(XLA's collectives\)",
                          job.output)
         assert {str(3 * devices), str(2 * devices)} <= set(ran), out[-3000:]
-    survivors = finals(job, (0, 1))
+    survivors = finals(job, left)
     assert len(survivors) == 1, survivors
     assert int(np.load(state)["step"]) == 4
     assert job.leftovers() == []
@@ -82,34 +85,6 @@ def test_survivors_go_on_and_match_a_job_resumed_from_their_state(tmp_path, call
                       env=HEARTBEAT, timeout=120, xla_collectives=xla)
     assert resumed.returncode == 0, clean(resumed.output)[-4000:]
     assert finals(resumed, (0, 1)) == survivors  # the same sums in the same order: bitwise
-    assert resumed.leftovers() == []
-
-
-def test_a_lost_process_0_leaves_the_others_going_on(tmp_path):
-    """JAX runs its coordination service in process 0 and ends every process when it dies;
-    jaccl-run --keep-going runs the service itself, so the survivors of process 0 go on and
-    match a job resumed from their state."""
-    state = tmp_path / "state.npz"
-    job = run_job("elastic.py", 3, args=["--steps", "8", "--kill-at", "4", "--who", "0",
-                                         "--state-out", state],
-                  env=HEARTBEAT, timeout=180, keep_going=True, xla_collectives="gloo")
-    out = clean(job.output)
-    assert job.returncode == 0, out[-4000:]
-    assert re.search(r"jaccl-run: 2 of 3 processes finished; lost: process 0 was killed by "
-                     r"SIGKILL at [\d.]+ s\n", job.output), out[-3000:]
-    for rank in (1, 2):
-        lines = "\n".join(job.lines(rank))
-        assert re.search(r"^step 4 ran on 2 devices", lines, re.M), out[-3000:]
-        assert re.search(r"^step 7: loss .* on 2 devices$", lines, re.M), out[-3000:]
-    survivors = finals(job, (1, 2))
-    assert len(survivors) == 1, survivors
-    assert int(np.load(state)["step"]) == 4
-    assert job.leftovers() == []
-
-    resumed = run_job("elastic.py", 2, args=["--steps", "8", "--resume", state], env=HEARTBEAT,
-                      timeout=120, xla_collectives="gloo")
-    assert resumed.returncode == 0, clean(resumed.output)[-4000:]
-    assert finals(resumed, (0, 1)) == survivors
     assert resumed.leftovers() == []
 
 

@@ -121,3 +121,13 @@ def load_test_file(path: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def pip_build_jax() -> str:
+    """The jax version pip builds jax_jaccl with: pyproject.toml's build requirement jax==X."""
+    import tomllib
+
+    project = tomllib.loads((pathlib.Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    (pin,) = [r for r in project["build-system"]["requires"] if r.startswith("jax")]
+    assert pin.startswith("jax=="), pin
+    return pin[len("jax=="):]

@@ -39,9 +39,6 @@ WorldSlot& world_slot() {
   return *slot;
 }
 
-// Every call of a collective hashes its group table to find its communicator: one multiply
-// per entry (a byte-wise hash took 8, about 1 us per call for a table of 64 devices). Equal
-// tables hash equally in every process; a collision is caught by Communicator::matches().
 // The calls entered in the communicator whose id, under `mask`, is `comm`: 0 when the board
 // holds no entry of it, nullopt when the board overflowed (it may have had no room for it).
 std::optional<uint32_t> entered_on(const CallBoard& board, uint64_t comm, uint64_t mask) {
@@ -54,6 +51,9 @@ std::optional<uint32_t> entered_on(const CallBoard& board, uint64_t comm, uint64
   return 0u;
 }
 
+// Every call of a collective hashes its group table to find its communicator: one multiply
+// per entry (a byte-wise hash took 8, about 1 us per call for a table of 64 devices). Equal
+// tables hash equally in every process; a collision is caught by Communicator::matches().
 uint64_t hash_table(const int64_t* table, size_t size, int group_size) {
   uint64_t h = 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(group_size);
   for (size_t i = 0; i < size; ++i) {
