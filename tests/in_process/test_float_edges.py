@@ -5,7 +5,8 @@ algorithms, asked for by name, their ring order's); inf - inf, NaN in a sum, com
 integer wrap-around (also inside pmean), float overflow to inf, subnormals (XLA:CPU flushes
 them, and jaccl's reductions run under the same flags); pmax/pmin skip a NaN member (the
 others' max; -inf / +inf where every member has one, and in a group of one); float16 sums round to float16 after every
-addition in rank order, bfloat16 sums accumulate in float32 and round once."""
+addition in rank order, bfloat16 sums accumulate in float32 and round once. The collectives that only move elements
+keep every bit."""
 
 from __future__ import annotations
 
@@ -171,3 +172,17 @@ def test_bfloat16_sums_agree_with_jax_lax():
     rows = [np.random.default_rng(k).normal(size=4096).astype(jnp.bfloat16) for k in range(N)]
     program = lambda L, v: L.psum(v, "x")  # noqa: E731
     np.testing.assert_array_equal(bits(run(jlax, program, rows)), bits(run(jax.lax, program, rows)))
+
+
+def test_copies_keep_every_bit():
+    """all_gather, all_to_all, ppermute and ragged_all_to_all carry -0, NaN payloads and a
+    signalling NaN unchanged (the same checks run across processes in the battery's jobs)."""
+    from process_battery import assert_equal_shards, run_float_edges
+
+    checked = []
+
+    def compare(name, got, want, digest=False):
+        assert_equal_shards(name, got, want)
+        checked.append(name)
+    run_float_edges(compare, N, mesh())
+    assert len(checked) == 4 * 5

@@ -23,6 +23,7 @@ import moe_reference as ref
 import fp8_reference as fref
 from moe_cases import (CASES, FP8_CASE, FP8_FORMATS, dropless_dispatches, expert,
                        fp8_dispatches, fp8_inputs, packed, routing, tanh_expert_round_trips)
+from util import assert_equal
 
 
 class Checks:
@@ -41,14 +42,16 @@ class Checks:
                                      out_specs=(P("x"),) * n_out))
 
     def assert_same(self, name, a, b, **close):
-        local = lambda arr: {s.device.id: np.asarray(s.data, np.float32) for s in arr.addressable_shards}  # noqa: E731
+        """Bitwise (-0 is not +0), or within `close` (assert_allclose's rtol, atol)."""
+        local = lambda arr: {s.device.id: np.asarray(s.data) for s in arr.addressable_shards}  # noqa: E731
         la, lb = local(a), local(b)
         assert la.keys() == lb.keys() and la
         for dev in la:
             if close:
-                np.testing.assert_allclose(la[dev], lb[dev], err_msg=f"{name} on device {dev}", **close)
+                np.testing.assert_allclose(la[dev].astype(np.float32), lb[dev].astype(np.float32),
+                                           err_msg=f"{name} on device {dev}", **close)
             else:
-                np.testing.assert_array_equal(la[dev], lb[dev], err_msg=f"{name} on device {dev}")
+                assert_equal(la[dev], lb[dev], err_msg=f"{name} on device {dev}")
         self.checked.append(name)
 
 
@@ -63,6 +66,7 @@ def check_every_case(c: Checks, dtypes=BOTH_DTYPES) -> None:
         for dtype in dtypes:
             rng = np.random.default_rng(0)
             x = (rng.integers(-64, 64, size=(c.n * T, H)) / 16).astype(dtype)
+            x[x == 0] = -0.0  # moved rows keep their bits
             idx = np.concatenate([routing(kind, T, K, E, r) for r in range(c.n)])
             w = rng.random(size=(c.n * T, K)).astype(np.float32)
 

@@ -19,7 +19,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jax_jaccl as jaccl
 from suite import Jaccl, Lax, every_collective
-from util import exact_data
+from util import assert_equal, exact_data
 
 
 def global_array(local_rows, m, spec=P("x")):
@@ -46,11 +46,7 @@ def assert_equal_shards(name, got, want):
     """Every addressable device's result equals the reference's, bitwise."""
     g, w = shards(got), shards(want)
     for dev in g:
-        a, b = g[dev], w[dev]
-        assert a.shape == b.shape and a.dtype == b.dtype, (name, a.shape, b.shape, a.dtype, b.dtype)
-        if a.dtype == jnp.bfloat16:
-            a, b = a.astype(np.float32), b.astype(np.float32)
-        np.testing.assert_array_equal(a, b, err_msg=f"{name} on device {dev}")
+        assert_equal(g[dev], w[dev], err_msg=f"{name} on device {dev}")
     return g
 
 
@@ -129,6 +125,7 @@ def run_battery(compare, hierarchical: bool, dtypes=ALL_DTYPES) -> None:
                 compare(f"mesh2d/{axes}/{name}", run(ours), run(theirs))
 
     run_permutes_ragged_and_partly_manual(compare, n, mesh)
+    run_float_edges(compare, n, mesh)
 
 
 def run_permutes_ragged_and_partly_manual(compare, n, mesh) -> None:
@@ -173,3 +170,57 @@ def run_permutes_ragged_and_partly_manual(compare, n, mesh) -> None:
                                                out_specs=P(None, "b"), axis_names={"b"}),
                                  out_shardings=NamedSharding(mesh2, P("a", "b")))(x2)
         compare(f"partly-manual/{name}", run(ours), run(theirs))
+
+
+# Bit patterns a copy must carry unchanged: -0, quiet NaNs with payloads and signs, a signalling
+# NaN (arithmetic would quiet it), infinities, the least subnormal, the greatest finite value.
+EDGE_BITS = {
+    np.dtype(np.float32): (np.uint32, [0x80000000, 0x7FC12345, 0xFFC00001, 0x7F800001, 0x7F800000,
+                                       0xFF800000, 0x00000001, 0x7F7FFFFF, 0x3F800000]),
+    np.dtype(jnp.bfloat16): (np.uint16, [0x8000, 0x7FC1, 0xFFC1, 0x7F81, 0x7F80, 0xFF80, 0x0001,
+                                         0x7F7F, 0x3F80]),
+    np.dtype(np.float16): (np.uint16, [0x8000, 0x7E01, 0xFE01, 0x7C01, 0x7C00, 0xFC00, 0x0001,
+                                       0x7BFF, 0x3C00]),
+}
+
+
+def edge_rows(dtype, n, length):
+    """Device d's row: EDGE_BITS of `dtype` repeated from position d, `length` elements."""
+    unsigned, bits = EDGE_BITS[np.dtype(dtype)]
+    pattern = np.array(bits, unsigned)
+    return [np.resize(np.roll(pattern, -d), length).view(dtype) for d in range(n)]
+
+
+def run_float_edges(compare, n, mesh) -> None:
+    """The collectives that move elements without reducing them keep every bit (-0 stays -0, a
+    NaN keeps its payload, a signalling NaN stays signalling), on every algorithm, within one
+    frame and across many: checked against numpy's copies of the inputs, not against another
+    collective (jax.lax's may run on jaccl's engine too)."""
+    for dtype, length in [(np.float32, 9 * n), (np.float32, 150_001 * n),  # 1 and 2+ frames
+                          (jnp.bfloat16, 9 * n), (np.float16, 9 * n)]:
+        rows = edge_rows(dtype, n, length)
+        x = global_array(rows, mesh)
+        every = np.concatenate(rows)
+        name = f"edges/{np.dtype(dtype).name}/{length}"
+        for algorithm in ("mesh", "ring"):
+            got = per_device(lambda v: jaccl.all_gather(v, "x", tiled=True, algorithm=algorithm), mesh)(x)
+            compare(f"{name}/all_gather/{algorithm}", got, global_array([every[None]] * n, mesh))
+        blocks = [np.split(r, n) for r in rows]
+        got = per_device(lambda v: jaccl.all_to_all(v, "x", 0, 0, tiled=True), mesh)(x)
+        compare(f"{name}/all_to_all", got, global_array(
+            [np.concatenate([blocks[q][d] for q in range(n)])[None] for d in range(n)], mesh))
+        shift = [(i, (i + 1) % n) for i in range(n)]
+        got = per_device(lambda v: jaccl.ppermute(v, "x", shift), mesh)(x)
+        compare(f"{name}/ppermute", got, global_array([rows[(d - 1) % n][None] for d in range(n)], mesh))
+        # ragged_all_to_all: block d of every sender lands at block q of receiver d
+        size = length // n
+        offsets = np.arange(n, dtype=np.int32) * size
+        sizes = np.full(n, size, np.int32)
+        per = lambda a: global_array([np.asarray(a)] * n, mesh)  # noqa: E731
+        output_offsets = [np.full(n, d * size, np.int32) for d in range(n)]
+        got = jax.jit(jax.shard_map(lambda *a: jaccl.ragged_all_to_all(*a, axis_name="x"),
+                                    mesh=mesh, in_specs=(P("x"),) * 6, out_specs=P("x")))(
+            x, global_array([np.zeros(length, dtype)] * n, mesh), per(offsets), per(sizes),
+            global_array(output_offsets, mesh), per(sizes))
+        compare(f"{name}/ragged_all_to_all", got, global_array(
+            [np.concatenate([blocks[q][d] for q in range(n)]) for d in range(n)], mesh))

@@ -72,12 +72,25 @@ def assert_same_on_every_device(a):
 
 
 def assert_equal(actual, expected, err_msg=""):
+    """The same shape, dtype and bits: -0 is not +0, and NaNs match only with their payloads
+    (numpy's array_equal would pass both)."""
     actual, expected = np.asarray(actual), np.asarray(expected)
     assert actual.shape == expected.shape, (actual.shape, expected.shape, err_msg)
     assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype, err_msg)
-    np.testing.assert_array_equal(actual.astype(np.float64) if actual.dtype == jnp.bfloat16 else actual,
-                                  expected.astype(np.float64) if expected.dtype == jnp.bfloat16 else expected,
-                                  err_msg=err_msg)
+    if actual.dtype.kind == "O" or actual.size == 0:
+        np.testing.assert_array_equal(actual, expected, err_msg=err_msg)
+        return
+    unsigned = np.dtype(f"u{actual.dtype.itemsize}") if actual.dtype.itemsize in (1, 2, 4, 8) \
+        else np.dtype(np.uint8)
+    a = np.ascontiguousarray(actual).view(unsigned).reshape(actual.shape + (-1,))
+    b = np.ascontiguousarray(expected).view(unsigned).reshape(expected.shape + (-1,))
+    differ = np.nonzero((a != b).any(axis=-1))
+    if differ[0].size:
+        first = tuple(int(i[0]) for i in differ)
+        raise AssertionError(
+            f"{err_msg}: {differ[0].size} of {actual.size} elements differ in their bits; the "
+            f"first at {first}: {actual[first]!r} (bits {a[first]}) where {expected[first]!r} "
+            f"(bits {b[first]}) was expected")
 
 
 def blocks(array) -> dict:

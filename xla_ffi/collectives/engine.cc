@@ -278,8 +278,13 @@ class PhaseRunner {
         }
       }
       const Endpoint& first = t.sinks[0];
-      combine(call_.op, call_.dtype, s.sink_ptrs[0], first.dtype, s.operands.data(),
-              static_cast<int>(s.operands.size()), run);
+      if (s.operands.size() == 1 && !reduces(call_.kind)) {
+        convert(call_.dtype, s.sink_ptrs[0], first.dtype, s.operands[0].data,
+                s.operands[0].dtype, run);
+      } else {
+        combine(call_.op, call_.dtype, s.sink_ptrs[0], first.dtype, s.operands.data(),
+                static_cast<int>(s.operands.size()), run);
+      }
       for (size_t i = 1; i < t.sinks.size(); ++i) {
         convert(call_.dtype, s.sink_ptrs[i], t.sinks[i].dtype, s.sink_ptrs[0], first.dtype, run);
       }

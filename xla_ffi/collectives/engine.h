@@ -3,8 +3,10 @@
 // An algorithm describes a collective as phases of tasks. A task moves
 // `count` elements from its sources to its sinks, chunk by chunk. A source or
 // sink is local memory (a Region) or a stream over a Channel. Per chunk the
-// task combines its sources in the order listed (a copy when there is one
-// source, a reduction otherwise) and writes the result to every sink. Frames
+// task combines its sources in the order listed (a reduction; one source of a
+// kind that reduces is folded alone, as a group of one is, so a sum of -0 is +0)
+// or, with one source of a kind that does not reduce, copies its bits unchanged,
+// and writes the result to every sink. Frames
 // are used in place: a reduction reads a received frame and writes straight
 // into the frame it forwards, so no staging copies exist.
 //

@@ -4,9 +4,12 @@
 
 namespace jaccl {
 
+bool reduces(CollectiveKind kind) {
+  return kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter;
+}
+
 std::string op_shown(CollectiveKind kind, uint8_t op) {
-  const bool reduces = kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter;
-  return reduces ? std::string(reduce_op_name(static_cast<ReduceOp>(op))) + ", " : "";
+  return reduces(kind) ? std::string(reduce_op_name(static_cast<ReduceOp>(op))) + ", " : "";
 }
 
 const char* kind_name(CollectiveKind kind) {

@@ -34,6 +34,9 @@ enum class Algorithm : uint8_t {
 };
 
 const char* kind_name(CollectiveKind kind);
+// Whether the kind folds its operands with its reduce op (all-reduce, reduce-scatter); the
+// others move elements unchanged, bit for bit (-0, NaN payloads and all).
+bool reduces(CollectiveKind kind);
 // How a call's description shows its reduce op: "sum, " for the kinds that reduce (all-reduce,
 // reduce-scatter), "" for the others, whose op field is unused.
 std::string op_shown(CollectiveKind kind, uint8_t op);
