@@ -40,7 +40,7 @@ def test_an_unchanged_program_runs_its_collectives_on_jaccl(processes, flag):
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-6000:]
     for rank in range(processes):
-        assert f"[{rank}] XLA COLLECTIVES jaccl CHECKED 19 ON {processes} x 1" in out, out[-4000:]
+        assert f"[{rank}] XLA COLLECTIVES jaccl CHECKED 23 ON {processes} x 1" in out, out[-4000:]
     for op in ("all_reduce", "all_gather", "reduce_scatter", "point_to_point"):
         assert re.search(rf"INFO {op} .* of communicator [0-9a-f]+ \(XLA's collectives\)", out), \
             f"no engine log line for {op} from XLA: {out[-3000:]}"
@@ -60,7 +60,7 @@ def test_several_devices_per_process_when_asked(processes, order):
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-6000:]
     for rank in range(processes):
-        assert f"[{rank}] XLA COLLECTIVES jaccl CHECKED 23 ON {processes} x 2" in out, out[-4000:]
+        assert f"[{rank}] XLA COLLECTIVES jaccl CHECKED 27 ON {processes} x 2" in out, out[-4000:]
     assert re.search(r"INFO all_reduce .* of communicator [0-9a-f]+ \(XLA's collectives\): "
                      r"algorithm \w+, transports [a-z,]*local", out), out[-3000:]
 
@@ -78,7 +78,7 @@ def test_across_emulated_hosts(tmp_path, transport):
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-6000:]
     for rank in range(4):
-        assert f"[{rank}] XLA COLLECTIVES jaccl CHECKED 19 ON 4 x 1" in out, out[-4000:]
+        assert f"[{rank}] XLA COLLECTIVES jaccl CHECKED 23 ON 4 x 1" in out, out[-4000:]
     wanted = "ofi" if transport.get("JACCL_TRANSPORT") == "ofi" else "tcp"
     assert re.search(rf"INFO all_reduce .*transports [a-z,]*{wanted}", out), out[-4000:]
 
@@ -86,7 +86,7 @@ def test_across_emulated_hosts(tmp_path, transport):
 def test_gloo_when_asked():
     done = jaccl_run("-n", "2", "--xla-collectives", "gloo", "--", sys.executable, str(WORKER), "gloo")
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
-    assert "[1] XLA COLLECTIVES gloo CHECKED 19 ON 2 x 1" in done.stdout
+    assert "[1] XLA COLLECTIVES gloo CHECKED 23 ON 2 x 1" in done.stdout
 
 
 # jax alone: jax.distributed.initialize() from jaccl-run's variables, or with no arguments

@@ -38,8 +38,11 @@ def check(name, out, expected, exact=True):
     global checked
     for shard in out.addressable_shards:
         got, want = np.asarray(shard.data), np.asarray(expected)[shard.index]
-        if exact:
-            np.testing.assert_array_equal(got, want, err_msg=name)
+        if exact:  # bitwise: -0 is not +0, NaNs match only with their payloads
+            want = want.astype(got.dtype)  # numpy's sums widen integers
+            bits = np.dtype(f"u{got.dtype.itemsize}")
+            np.testing.assert_array_equal(np.ascontiguousarray(got).view(bits),
+                                          np.ascontiguousarray(want).view(bits), err_msg=name)
         else:
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=name)
     checked += 1
@@ -101,6 +104,18 @@ check("all_to_all", spmd(lambda t: lax.all_to_all(t, "x", 0, 0, tiled=True), v),
 shift = [(i, (i + 1) % n) for i in range(n)]
 check("ppermute", spmd(lambda t: lax.ppermute(t, "x", shift), v),
       np.roll(per, 1, axis=0).reshape(-1, 3))
+# Moved elements keep their bits: -0, NaNs with payloads, a signalling NaN, inf, a subnormal.
+edges = np.resize(np.array([0x80000000, 0x7FC12345, 0xFFC00001, 0x7F800001, 0x7F800000, 0x00000001,
+                            0x3F800000], np.uint32), blocks.size).view(np.float32).reshape(blocks.shape)
+edge_parts = edges.reshape(n, n, -1, 3)
+check("all_gather of -0 and NaNs", spmd(lambda t: lax.all_gather(t, "x", tiled=True), edges),
+      np.tile(edges, (n, 1)))
+check("all_to_all of -0 and NaNs", spmd(lambda t: lax.all_to_all(t, "x", 0, 0, tiled=True), edges),
+      edge_parts.transpose(1, 0, 2, 3).reshape(-1, 3))
+check("ppermute of -0 and NaNs", spmd(lambda t: lax.ppermute(t, "x", shift), edges),
+      np.roll(edges.reshape(n, -1, 3), 1, axis=0).reshape(-1, 3))
+check("reshard of -0 and NaNs", jax.jit(lambda t: t, out_shardings=NamedSharding(mesh, P()))(
+    put(edges, P("x"))), edges)
 c = (blocks + 1j * blocks[::-1]).astype(np.complex64)
 check("psum complex64", spmd(lambda t: lax.psum(t, "x"), c),
       np.tile(c.reshape(n, -1, 3).sum(0), (n, 1)))
