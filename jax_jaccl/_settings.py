@@ -145,9 +145,9 @@ VARIABLES = (
              "CPU: collectives of at least JACCL_ASYNC_MIN_KB return to XLA at once and run on "
              "the device's own thread while XLA computes what does not depend on them; 0: "
              "every call blocks XLA's thread"),
-    Variable("async_min_kb", "JACCL_ASYNC_MIN_KB", "64", _at_least(0), False,
+    Variable("async_min_kb", "JACCL_ASYNC_MIN_KB", "1024", _at_least(0), False,
              "CPU: smallest asynchronous call, KiB (smaller ones cost more in thread hops than "
-             "they hide)"),
+             "they hide within a host; between slow hosts a smaller value may hide more)"),
     Variable("cuda_path", "JACCL_CUDA_PATH", "auto", _one_of("auto", "peer", "staged"), True,
              "GPUs: peer (fail where the peer path cannot be used), staged, or auto"),
     Variable("cuda_buffer_mb", "JACCL_CUDA_BUFFER_MB", "64", _at_least(1), True,
