@@ -4,9 +4,9 @@ a sum of -0s is +0; of equal values (-0 and +0) pmax and pmin keep the lower ran
 algorithms, asked for by name, their ring order's); inf - inf, NaN in a sum, complex NaN,
 integer wrap-around (also inside pmean), float overflow to inf, subnormals (XLA:CPU flushes
 them, and jaccl's reductions run under the same flags); pmax/pmin skip a NaN member (the
-others' max; -inf / +inf where every member has one, and in a group of one); float16 sums round to float16 after every
-addition in rank order, bfloat16 sums accumulate in float32 and round once. The collectives that only move elements
-keep every bit."""
+others' max; -inf / +inf where every member has one, and in a group of one); float16 sums round
+to float16 after every addition in rank order, bfloat16 sums accumulate in float32 and round
+once. The collectives that only move elements keep every bit."""
 
 from __future__ import annotations
 

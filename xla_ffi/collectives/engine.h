@@ -3,12 +3,12 @@
 // An algorithm describes a collective as phases of tasks. A task moves
 // `count` elements from its sources to its sinks, chunk by chunk. A source or
 // sink is local memory (a Region) or a stream over a Channel. Per chunk the
-// task combines its sources in the order listed (a reduction; one source of a
-// kind that reduces is folded alone, as a group of one is, so a sum of -0 is +0)
-// or, with one source of a kind that does not reduce, copies its bits unchanged,
-// and writes the result to every sink. Frames
-// are used in place: a reduction reads a received frame and writes straight
-// into the frame it forwards, so no staging copies exist.
+// task combines its sources in the order listed and writes the result to every
+// sink: a reduction for a kind that reduces (one source is folded alone, as in a
+// group of one: a sum of -0 is +0), a copy of the bits for the other kinds (-0
+// and NaN payloads unchanged). Frames are used in place: a reduction reads a
+// received frame and writes straight into the frame it forwards, so no staging
+// copies exist.
 //
 // Schedule: within a phase every task advances one chunk whenever its inputs
 // are there and its outputs have room, round-robin, so sends to and receives
