@@ -186,3 +186,17 @@ def test_copies_keep_every_bit():
         checked.append(name)
     run_float_edges(compare, N, mesh())
     assert len(checked) == 4 * 5
+
+
+def test_sums_of_random_values_fold_in_rank_order():
+    """all_reduce and reduce_scatter of values whose sums round differently in every order give
+    the fold in rank order, bit for bit (the battery's jobs check the same across processes)."""
+    from process_battery import assert_equal_shards, run_rank_order_sums
+
+    checked = []
+
+    def compare(name, got, want, digest=False):
+        assert_equal_shards(name, got, want)
+        checked.append(name)
+    run_rank_order_sums(compare, N, mesh())
+    assert len(checked) == 3 * 2 * 2

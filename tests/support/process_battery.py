@@ -126,6 +126,7 @@ def run_battery(compare, hierarchical: bool, dtypes=ALL_DTYPES) -> None:
 
     run_permutes_ragged_and_partly_manual(compare, n, mesh)
     run_float_edges(compare, n, mesh)
+    run_rank_order_sums(compare, n, mesh)
 
 
 def run_permutes_ragged_and_partly_manual(compare, n, mesh) -> None:
@@ -224,3 +225,34 @@ def run_float_edges(compare, n, mesh) -> None:
             global_array(output_offsets, mesh), per(sizes))
         compare(f"{name}/ragged_all_to_all", got, global_array(
             [np.concatenate([blocks[q][d] for q in range(n)]) for d in range(n)], mesh))
+
+
+def rank_order_sum(rows, dtype):
+    """XLA:CPU's psum of `rows`: a fold from +0 in rank order, float16 rounded after every
+    addition, bfloat16 accumulated in float32 and rounded once."""
+    if np.dtype(dtype) == np.float16:
+        acc = np.zeros_like(rows[0])
+        for row in rows:
+            acc = (acc + row).astype(np.float16)
+        return acc
+    acc = np.zeros(rows[0].shape, np.float32)
+    for row in rows:
+        acc = acc + row.astype(np.float32)
+    return acc.astype(dtype)
+
+
+def run_rank_order_sums(compare, n, mesh) -> None:
+    """psum and psum_scatter of random values, whose sums round differently in every order,
+    bitwise against the fold in rank order (the rest of the battery sums exact values, which
+    any order gets right), within one frame and across many."""
+    for dtype in (np.float32, jnp.bfloat16, np.float16):
+        for count in (250 * n, 150_001 * n):
+            rows = [np.random.default_rng(100 + d).normal(size=count).astype(dtype) for d in range(n)]
+            x = global_array(rows, mesh)
+            total = rank_order_sum(rows, dtype)
+            name = f"rank-order/{np.dtype(dtype).name}/{count}"
+            got = per_device(lambda v: jaccl.all_reduce(v, "x"), mesh)(x)
+            compare(f"{name}/all_reduce", got, global_array([total[None]] * n, mesh), digest=True)
+            got = per_device(lambda v: jaccl.reduce_scatter(v, "x", tiled=True), mesh)(x)
+            compare(f"{name}/reduce_scatter", got,
+                    global_array([b[None] for b in np.split(total, n)], mesh))
