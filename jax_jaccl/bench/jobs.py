@@ -3,7 +3,7 @@
 Contract: run(command, what, output=..., env=..., timeout=...) runs `command` (a jaccl-run or
 mpirun line, built by launch() or by hand) with `env` added to this process's environment and
 returns the records its worker wrote: the JSON list in the file `output` (the workers'
---output), or, without `output`, the JSON after every "RESULT " line of its stdout. A job that
+--output). A job that
 fails (its exit status, or no records) ends the bench: SystemExit naming `what`, the tail of
 its output on stderr and the whole of it in jaccl-bench-<what>-failed.log in the current
 directory. launch(...) builds the jaccl-run line that starts a bench worker module.
@@ -26,18 +26,14 @@ def launch(where: list, module: str, args: list, xla_collectives: str | None = N
     return cmd + ["--", sys.executable, "-m", module, *[str(a) for a in args]]
 
 
-def run(command: list[str], what: str, *, output: str | None = None, env: dict | None = None,
+def run(command: list[str], what: str, *, output: str, env: dict | None = None,
         timeout: float) -> list[dict]:
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                           env=dict(os.environ, **(env or {})))
     records = []
-    if done.returncode == 0:
-        if output is not None:
-            with open(output) as f:
-                records = json.load(f)
-        else:
-            records = [json.loads(line.split("RESULT ", 1)[1]) for line in done.stdout.splitlines()
-                       if "RESULT " in line]
+    if done.returncode == 0 and os.path.exists(output):
+        with open(output) as f:
+            records = json.load(f)
     if done.returncode != 0 or not records:
         log = os.path.abspath(f"jaccl-bench-{what.replace(' ', '-')}-failed.log")
         with open(log, "w") as f:

@@ -54,8 +54,10 @@ def run(args) -> None:
             for kb in frames:
                 for name in transports:
                     env = dict(transport_env(name, args.ofi_provider), JACCL_FRAME_KB=str(kb))
-                    cmd = jobs.launch(where, "jax_jaccl.bench.transport_worker", work)
-                    for r in jobs.run(cmd, f"transport {name}", env=env, timeout=args.timeout):
+                    out = os.path.join(tmp, f"{name}-{kb}.json")
+                    cmd = jobs.launch(where, "jax_jaccl.bench.transport_worker", work + ["--output", out])
+                    for r in jobs.run(cmd, f"transport {name}", output=out, env=env,
+                                      timeout=args.timeout):
                         rows.append(dict(r, name=name))
                     print(f"{name} {kb} KiB done", file=sys.stderr, flush=True)
         finally:

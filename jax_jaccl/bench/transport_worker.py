@@ -1,7 +1,8 @@
 """Runs inside a 2-process jaccl-run job: frames streamed between the first devices of the two
 processes (comm/frame_stream.h), one way (process 0 to 1) or both ways at once, and process 1
-(or each receiver) reports the bytes per second it received, as JSON lines on stdout:
-`RESULT {"frame_kb": .., "direction": .., "gbps": [...]}`.
+(or each receiver) measures the bytes per second it received; process 0 writes every receiver's
+records to --output as a JSON list of `{"frame_kb": .., "direction": .., "transport": ..,
+"process": .., "gbps": [...]}`.
 
 --separate-hosts gives each process a host id of its own (JACCL_HOST_ID), so that two
 processes on one machine talk over the network transport (loopback) instead of shared memory.
@@ -21,6 +22,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--both-ways", action="store_true")
     parser.add_argument("--separate-hosts", action="store_true")
+    parser.add_argument("--output", required=True, help="JSON file process 0 writes")
     args = parser.parse_args()
     if args.separate_hosts:
         from jax_jaccl import _settings
@@ -70,11 +72,19 @@ def main() -> None:
 
     measure(max(16, frames // 8))  # warm-up: connections, first touches
     rates = [measure(frames) for _ in range(args.runs)]
-    if rates[0] is not None:
+    # every process's rates to process 0 (NaN where a process received nothing)
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    mine = np.array([np.nan if r is None else r for r in rates], np.float64)
+    every = np.asarray(multihost_utils.process_allgather(mine))
+    if index == 0:
         direction = "both ways" if args.both_ways else "one way"
-        print("RESULT " + json.dumps({"frame_kb": payload >> 10, "direction": direction,
-                                      "transport": world.transport, "process": index,
-                                      "gbps": rates}), flush=True)
+        records = [{"frame_kb": payload >> 10, "direction": direction, "transport": world.transport,
+                    "process": p, "gbps": every[p].tolist()}
+                   for p in range(count) if not np.isnan(every[p]).any()]
+        with open(args.output, "w") as f:
+            json.dump(records, f)
 
 
 if __name__ == "__main__":
