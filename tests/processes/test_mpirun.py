@@ -48,4 +48,4 @@ def test_xla_collectives_on_jaccl_under_mpirun():
                            capture_output=True, text=True, check=True).stdout.split()
     out = mpirun(Path(__file__).parents[1] / "workers" / "xla_collectives.py", "jaccl",
                  env=dict(word.split("=", 1) for word in words))
-    assert out.count("XLA COLLECTIVES jaccl CHECKED 19 ON 2 x 1") == 2, out[-3000:]
+    assert out.count("XLA COLLECTIVES jaccl CHECKED 23 ON 2 x 1") == 2, out[-3000:]
