@@ -125,8 +125,9 @@ def run_battery(compare, hierarchical: bool, dtypes=ALL_DTYPES) -> None:
                 compare(f"mesh2d/{axes}/{name}", run(ours), run(theirs))
 
     run_permutes_ragged_and_partly_manual(compare, n, mesh)
-    run_float_edges(compare, n, mesh)
-    run_rank_order_sums(compare, n, mesh)
+    floats = [d for d in (np.float32, jnp.bfloat16, np.float16) if d in dtypes]
+    run_float_edges(compare, n, mesh, floats)
+    run_rank_order_sums(compare, n, mesh, floats)
 
 
 def run_permutes_ragged_and_partly_manual(compare, n, mesh) -> None:
@@ -192,13 +193,14 @@ def edge_rows(dtype, n, length):
     return [np.resize(np.roll(pattern, -d), length).view(dtype) for d in range(n)]
 
 
-def run_float_edges(compare, n, mesh) -> None:
+def run_float_edges(compare, n, mesh, dtypes=(np.float32, jnp.bfloat16, np.float16)) -> None:
     """The collectives that move elements without reducing them keep every bit (-0 stays -0, a
     NaN keeps its payload, a signalling NaN stays signalling), on every algorithm, within one
     frame and across many: checked against numpy's copies of the inputs, not against another
-    collective (jax.lax's may run on jaccl's engine too)."""
-    for dtype, length in [(np.float32, 9 * n), (np.float32, 150_001 * n),  # 1 and 2+ frames
-                          (jnp.bfloat16, 9 * n), (np.float16, 9 * n)]:
+    collective (jax.lax's may run on jaccl's engine too). `dtypes`: some of the three."""
+    cases = [(np.float32, 9 * n), (np.float32, 150_001 * n),  # 1 and 2+ frames
+             (jnp.bfloat16, 9 * n), (np.float16, 9 * n)]
+    for dtype, length in [(d, k) for d, k in cases if d in dtypes]:
         rows = edge_rows(dtype, n, length)
         x = global_array(rows, mesh)
         every = np.concatenate(rows)
@@ -241,11 +243,11 @@ def rank_order_sum(rows, dtype):
     return acc.astype(dtype)
 
 
-def run_rank_order_sums(compare, n, mesh) -> None:
+def run_rank_order_sums(compare, n, mesh, dtypes=(np.float32, jnp.bfloat16, np.float16)) -> None:
     """psum and psum_scatter of random values, whose sums round differently in every order,
     bitwise against the fold in rank order (the rest of the battery sums exact values, which
-    any order gets right), within one frame and across many."""
-    for dtype in (np.float32, jnp.bfloat16, np.float16):
+    any order gets right), within one frame and across many. `dtypes`: some of the three."""
+    for dtype in dtypes:
         for count in (250 * n, 150_001 * n):
             rows = [np.random.default_rng(100 + d).normal(size=count).astype(dtype) for d in range(n)]
             x = global_array(rows, mesh)

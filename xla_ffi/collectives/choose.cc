@@ -2,8 +2,11 @@
 // host set from JACCL_ALGO ("ring", or per op "all_reduce=ring,reduce_scatter=mesh")
 // if it names an algorithm the op has; otherwise groups inside one process go direct;
 // all_reduce of at most 32 KiB (latency bound) goes naive; groups that span
-// hosts with several ranks on each go hierarchical (all_reduce, reduce_scatter);
-// the rest go mesh scatter-gather.
+// hosts with several ranks on each go hierarchical (all_reduce, reduce_scatter) where
+// the fold's order does not change its bits (integer types: hierarchical adds each host's
+// partial sum, not every rank's value in rank order, and float sums round differently);
+// the rest go mesh scatter-gather, which folds every element in rank order, so a float
+// result has the same bits whatever the process layout.
 #include <array>
 #include <atomic>
 #include <string>
@@ -81,8 +84,8 @@ Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t byte
     const bool small = bytes <= kNaiveMaxBytes || group.size <= 1;
     if (kind == CollectiveKind::kAllReduce && small) {
       chosen = Algorithm::kNaive;
-    } else if (group.hierarchical && (kind == CollectiveKind::kAllReduce ||
-                                      kind == CollectiveKind::kReduceScatter)) {
+    } else if (group.hierarchical && group.any_order &&
+               (kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter)) {
       chosen = Algorithm::kHierarchical;
     } else {
       chosen = Algorithm::kMesh;

@@ -52,6 +52,7 @@ struct GroupShape {
   int size = 1;
   bool in_process = false;    // every member is a device of this process
   bool hierarchical = false;  // spans hosts with the same number (> 1) of ranks on each
+  bool any_order = false;     // the fold's bits do not depend on its order (integer types)
 };
 
 // Resolves kAuto (and the JACCL_ALGO override) for a message of `bytes`.

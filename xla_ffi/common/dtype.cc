@@ -24,4 +24,9 @@ Dtype accumulator_dtype(Dtype dtype) {
   return (dtype == Dtype::kF16 || dtype == Dtype::kBF16) ? Dtype::kF32 : dtype;
 }
 
+bool is_float(Dtype dtype) {
+  return dtype == Dtype::kF16 || dtype == Dtype::kBF16 || dtype == Dtype::kF32 ||
+         dtype == Dtype::kF64;
+}
+
 }  // namespace jaccl

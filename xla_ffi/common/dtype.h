@@ -33,4 +33,7 @@ const char* dtype_name(Dtype dtype);
 // element type itself otherwise.
 Dtype accumulator_dtype(Dtype dtype);
 
+// Floating-point types: their sums round, so a fold's bits depend on its order.
+bool is_float(Dtype dtype);
+
 }  // namespace jaccl
