@@ -176,10 +176,7 @@ JACCL_VECTOR_CLONES void convert_half(Dtype elem, void* dst, Dtype dst_dtype, co
 bool half(Dtype elem) { return elem == Dtype::kBF16 || elem == Dtype::kF16; }
 
 // Whether a fold of one operand is more than a conversion: seed() changes floats' (reduce_apply.h).
-bool seeds(ReduceOp op, Dtype elem) {
-  const bool floats = half(elem) || elem == Dtype::kF32 || elem == Dtype::kF64;
-  return floats && op != ReduceOp::kProd;
-}
+bool seeds(ReduceOp op, Dtype elem) { return is_float(elem) && op != ReduceOp::kProd; }
 
 }  // namespace
 
