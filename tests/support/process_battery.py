@@ -205,16 +205,18 @@ def run_float_edges(compare, n, mesh, dtypes=(np.float32, jnp.bfloat16, np.float
         x = global_array(rows, mesh)
         every = np.concatenate(rows)
         name = f"edges/{np.dtype(dtype).name}/{length}"
-        for algorithm in ("mesh", "ring"):
-            got = per_device(lambda v: jaccl.all_gather(v, "x", tiled=True, algorithm=algorithm), mesh)(x)
-            compare(f"{name}/all_gather/{algorithm}", got, global_array([every[None]] * n, mesh))
         blocks = [np.split(r, n) for r in rows]
-        got = per_device(lambda v: jaccl.all_to_all(v, "x", 0, 0, tiled=True), mesh)(x)
-        compare(f"{name}/all_to_all", got, global_array(
-            [np.concatenate([blocks[q][d] for q in range(n)])[None] for d in range(n)], mesh))
         shift = [(i, (i + 1) % n) for i in range(n)]
-        got = per_device(lambda v: jaccl.ppermute(v, "x", shift), mesh)(x)
-        compare(f"{name}/ppermute", got, global_array([rows[(d - 1) % n][None] for d in range(n)], mesh))
+        got = per_device(lambda v: {  # one program: one compilation per case
+            "all_gather/mesh": jaccl.all_gather(v, "x", tiled=True, algorithm="mesh"),
+            "all_gather/ring": jaccl.all_gather(v, "x", tiled=True, algorithm="ring"),
+            "all_to_all": jaccl.all_to_all(v, "x", 0, 0, tiled=True),
+            "ppermute": jaccl.ppermute(v, "x", shift)}, mesh)(x)
+        want = {"all_gather/mesh": [every] * n, "all_gather/ring": [every] * n,
+                "all_to_all": [np.concatenate([blocks[q][d] for q in range(n)]) for d in range(n)],
+                "ppermute": [rows[(d - 1) % n] for d in range(n)]}
+        for key, per_rank in want.items():
+            compare(f"{name}/{key}", got[key], global_array([w[None] for w in per_rank], mesh))
         # ragged_all_to_all: block d of every sender lands at block q of receiver d
         size = length // n
         offsets = np.arange(n, dtype=np.int32) * size
@@ -253,8 +255,8 @@ def run_rank_order_sums(compare, n, mesh, dtypes=(np.float32, jnp.bfloat16, np.f
             x = global_array(rows, mesh)
             total = rank_order_sum(rows, dtype)
             name = f"rank-order/{np.dtype(dtype).name}/{count}"
-            got = per_device(lambda v: jaccl.all_reduce(v, "x"), mesh)(x)
-            compare(f"{name}/all_reduce", got, global_array([total[None]] * n, mesh), digest=True)
-            got = per_device(lambda v: jaccl.reduce_scatter(v, "x", tiled=True), mesh)(x)
-            compare(f"{name}/reduce_scatter", got,
+            got = per_device(lambda v: (jaccl.all_reduce(v, "x"),
+                                        jaccl.reduce_scatter(v, "x", tiled=True)), mesh)(x)
+            compare(f"{name}/all_reduce", got[0], global_array([total[None]] * n, mesh), digest=True)
+            compare(f"{name}/reduce_scatter", got[1],
                     global_array([b[None] for b in np.split(total, n)], mesh))
