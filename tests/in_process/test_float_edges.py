@@ -174,29 +174,32 @@ def test_bfloat16_sums_agree_with_jax_lax():
     np.testing.assert_array_equal(bits(run(jlax, program, rows)), bits(run(jax.lax, program, rows)))
 
 
-def test_copies_keep_every_bit():
-    """all_gather, all_to_all, ppermute and ragged_all_to_all carry -0, NaN payloads and a
-    signalling NaN unchanged (the same checks run across processes in the battery's jobs)."""
-    from process_battery import assert_equal_shards, run_float_edges
+
+def checks_of(run_checks):
+    """The names of the checks run_checks(compare, n, mesh) (tests/support/process_battery.py)
+    ran over this process's devices, each result bitwise equal to its expectation."""
+    from process_battery import assert_equal_shards
 
     checked = []
 
     def compare(name, got, want, digest=False):
         assert_equal_shards(name, got, want)
         checked.append(name)
-    run_float_edges(compare, N, mesh())
-    assert len(checked) == 4 * 5
+    run_checks(compare, N, mesh())
+    return checked
+
+
+def test_copies_keep_every_bit():
+    """all_gather, all_to_all, ppermute and ragged_all_to_all carry -0, NaN payloads and a
+    signalling NaN unchanged (the same checks run across processes in the battery's jobs)."""
+    from process_battery import run_float_edges
+
+    assert len(checks_of(run_float_edges)) == 4 * 5
 
 
 def test_sums_of_random_values_fold_in_rank_order():
     """all_reduce and reduce_scatter of values whose sums round differently in every order give
     the fold in rank order, bit for bit (the battery's jobs check the same across processes)."""
-    from process_battery import assert_equal_shards, run_rank_order_sums
+    from process_battery import run_rank_order_sums
 
-    checked = []
-
-    def compare(name, got, want, digest=False):
-        assert_equal_shards(name, got, want)
-        checked.append(name)
-    run_rank_order_sums(compare, N, mesh())
-    assert len(checked) == 3 * 2 * 2
+    assert len(checks_of(run_rank_order_sums)) == 3 * 2 * 2

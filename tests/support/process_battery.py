@@ -55,6 +55,7 @@ ALL_DTYPES = (np.float32, jnp.bfloat16, np.float16, np.int8, np.uint32, np.bool_
 # they mean, so a 4-byte and a 1-byte type; the algorithms, the sizes that span many frames,
 # the 2-D mesh, permutes and ragged stay.
 TRANSPORT_DTYPES = (np.float32, np.int8)
+FLOAT_DTYPES = (np.float32, jnp.bfloat16, np.float16)  # the float edges' and rank-order sums'
 
 
 def run_battery(compare, hierarchical: bool, dtypes=ALL_DTYPES) -> None:
@@ -125,7 +126,7 @@ def run_battery(compare, hierarchical: bool, dtypes=ALL_DTYPES) -> None:
                 compare(f"mesh2d/{axes}/{name}", run(ours), run(theirs))
 
     run_permutes_ragged_and_partly_manual(compare, n, mesh)
-    floats = [d for d in (np.float32, jnp.bfloat16, np.float16) if d in dtypes]
+    floats = [d for d in FLOAT_DTYPES if d in dtypes]
     run_float_edges(compare, n, mesh, floats)
     run_rank_order_sums(compare, n, mesh, floats)
 
@@ -193,11 +194,11 @@ def edge_rows(dtype, n, length):
     return [np.resize(np.roll(pattern, -d), length).view(dtype) for d in range(n)]
 
 
-def run_float_edges(compare, n, mesh, dtypes=(np.float32, jnp.bfloat16, np.float16)) -> None:
+def run_float_edges(compare, n, mesh, dtypes=FLOAT_DTYPES) -> None:
     """The collectives that move elements without reducing them keep every bit (-0 stays -0, a
     NaN keeps its payload, a signalling NaN stays signalling), on every algorithm, within one
     frame and across many: checked against numpy's copies of the inputs, not against another
-    collective (jax.lax's may run on jaccl's engine too). `dtypes`: some of the three."""
+    collective (jax.lax's may run on jaccl's engine too). `dtypes`: some of FLOAT_DTYPES."""
     cases = [(np.float32, 9 * n), (np.float32, 150_001 * n),  # 1 and 2+ frames
              (jnp.bfloat16, 9 * n), (np.float16, 9 * n)]
     for dtype, length in [(d, k) for d, k in cases if d in dtypes]:
@@ -245,10 +246,10 @@ def rank_order_sum(rows, dtype):
     return acc.astype(dtype)
 
 
-def run_rank_order_sums(compare, n, mesh, dtypes=(np.float32, jnp.bfloat16, np.float16)) -> None:
+def run_rank_order_sums(compare, n, mesh, dtypes=FLOAT_DTYPES) -> None:
     """psum and psum_scatter of random values, whose sums round differently in every order,
     bitwise against the fold in rank order (the rest of the battery sums exact values, which
-    any order gets right), within one frame and across many. `dtypes`: some of the three."""
+    any order gets right), within one frame and across many. `dtypes`: some of FLOAT_DTYPES."""
     for dtype in dtypes:
         for count in (250 * n, 150_001 * n):
             rows = [np.random.default_rng(100 + d).normal(size=count).astype(dtype) for d in range(n)]

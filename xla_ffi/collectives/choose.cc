@@ -84,8 +84,7 @@ Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t byte
     const bool small = bytes <= kNaiveMaxBytes || group.size <= 1;
     if (kind == CollectiveKind::kAllReduce && small) {
       chosen = Algorithm::kNaive;
-    } else if (group.hierarchical && group.any_order &&
-               (kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter)) {
+    } else if (group.hierarchical && group.any_order && reduces(kind)) {
       chosen = Algorithm::kHierarchical;
     } else {
       chosen = Algorithm::kMesh;

@@ -46,7 +46,7 @@ void run_host_collective(Call& call, CollectiveKind kind, const Buffers& buffers
   if (member.size == 1 && moves_blocks) {
     // A group of one: the input is the output, as a fold of one operand (a float sum of -0
     // is +0, a max or min of NaN -inf or +inf: common/reduce_apply.h).
-    if (kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter) {
+    if (reduces(kind)) {
       const Operand in{buffers.in, call.dtype};
       combine(call.op, call.dtype, buffers.out, call.dtype, &in, 1, buffers.in_count);
     } else if (buffers.out != buffers.in) {

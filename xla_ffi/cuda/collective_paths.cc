@@ -95,7 +95,7 @@ Status alone(const CollectiveRequest& r, bool receives, cudaStream_t stream) {
     cudaError_t err = cudaMemsetAsync(r.out, 0, bytes, stream);
     return err == cudaSuccess ? Status::Ok() : cuda_error(err, "zeroing a ppermute result");
   }
-  if (r.kind == CollectiveKind::kAllReduce || r.kind == CollectiveKind::kReduceScatter) {
+  if (reduces(r.kind)) {
     const void* in = r.in;
     cudaError_t err = launch_reduce(r.op, r.dtype, r.out, &in, 1, r.out_count, stream);
     return err == cudaSuccess ? Status::Ok() : cuda_error(err, "reducing a group of one");
