@@ -5,7 +5,6 @@
 
 #include <cstdio>
 #include <optional>
-#include <vector>
 
 #include "abi/host_call.h"
 #include "collectives/run.h"
@@ -30,20 +29,7 @@ extern "C" int jaccl_run_host_moe(const JacclHostMoeCall* c, char* error, size_t
 }
 
 extern "C" int jaccl_run_host_p2p(const JacclHostP2p* c, char* error, size_t error_len) {
-  using namespace jaccl;
-  return report(run_call(CollectiveKind::kPointToPoint, c->device, c->group, c->group_size,
-                         static_cast<int64_t>(c->group_size), Dtype::kU8, 0, [&](Call& call) {
-    auto transfers = [](const JacclTransfer* list, size_t n) {
-      std::vector<Transfer> out(n);
-      for (size_t i = 0; i < n; ++i) {
-        out[i] = Transfer{static_cast<int>(list[i].peer), list[i].data,
-                          static_cast<size_t>(list[i].bytes)};
-      }
-      return out;
-    };
-    point_to_point(call, transfers(c->sends, c->num_sends),
-                   transfers(c->receives, c->num_receives));
-  }, c->space, 0, c->split_round), error, error_len);
+  return report(jaccl::run_point_to_point(jaccl::p2p_request_of(*c)), error, error_len);
 }
 
 extern "C" void jaccl_raise_abort(const char* why) {

@@ -1,13 +1,15 @@
 // A request as it crosses from one extension module to the other, field for field: a collective
 // (collectives/request.h) as the C struct JacclHostCall, an MoE op (moe/request.h) as
-// JacclHostMoeCall (abi/host_abi.h).
+// JacclHostMoeCall, point-to-point transfers as JacclHostP2p (abi/host_abi.h).
 //
 // Contract: request_of(host_call_of(r)) describes the same call as r (the pointers are
 // shared, not copied); likewise moe_request_of(host_moe_call_of(r)), except the lane (the C
-// struct has none: host jobs run in lane 0).
+// struct has none: host jobs run in lane 0). p2p_request_of(c) copies the transfer lists (not
+// the bytes they point to).
 #pragma once
 
 #include <cstring>
+#include <vector>
 
 #include "abi/host_abi.h"
 #include "collectives/request.h"
@@ -136,6 +138,26 @@ inline MoeRequest moe_request_of(const JacclHostMoeCall& c) {
   r.out_rows = c.out_rows;
   r.out_count = c.out_count;
   r.site = c.site;
+  return r;
+}
+
+inline PointToPointRequest p2p_request_of(const JacclHostP2p& c) {
+  auto transfers = [](const JacclTransfer* list, size_t n) {
+    std::vector<Transfer> out(n);
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = Transfer{static_cast<int>(list[i].peer), list[i].data,
+                        static_cast<size_t>(list[i].bytes)};
+    }
+    return out;
+  };
+  PointToPointRequest r;
+  r.device = c.device;
+  r.group = c.group;
+  r.group_size = c.group_size;
+  r.sends = transfers(c.sends, c.num_sends);
+  r.receives = transfers(c.receives, c.num_receives);
+  r.space = c.space;
+  r.split_round = c.split_round;
   return r;
 }
 

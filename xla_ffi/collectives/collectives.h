@@ -68,12 +68,6 @@ void all_to_all(Call& call, const Buffers& buffers);
 void permute(Call& call, const Buffers& buffers);
 void ragged_all_to_all(Call& call, const Buffers& buffers);
 
-// One transfer of point_to_point(): `bytes` to or from group rank `peer` (not this rank).
-struct Transfer {
-  int peer = -1;
-  void* data = nullptr;
-  size_t bytes = 0;
-};
 // Runs the sends and receives together (collectives/point_to_point.cc); call.kind is
 // kPointToPoint, call.seq 0 (transfers are numbered per pair of ranks).
 void point_to_point(Call& call, const std::vector<Transfer>& sends,

@@ -11,11 +11,14 @@
 // throws Error(kInvalidArgument) naming what is wrong and returns ppermute's partners of
 // `rank`. The index arrays' values are data (on a GPU they live on the device): the ragged
 // engine checks them as it reads them (ragged_all_to_all.cc, check_ragged_rows).
-// collectives/run.h runs a request (run_collective).
+// A PointToPointRequest is the MPI shim's sends and receives between ranks of one group, with
+// no collective around them; point_to_point() checks its peers as it runs them.
+// collectives/run.h runs both (run_collective, run_point_to_point).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "collectives/kinds.h"
 #include "common/dtype.h"
@@ -66,6 +69,22 @@ struct CollectiveRequest {
   uint32_t lane = 0;         // space 0: the lane of the call's chain (comm/lanes.h)
   uint64_t split_round = 0;  // space 1: the MPI shim's split round (0: none)
   uint32_t site = 0;  // where the call was written (common/call_sites.h; 0: none)
+};
+
+// One transfer of a PointToPointRequest: `bytes` to or from group rank `peer` (not this rank).
+struct Transfer {
+  int peer = -1;
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+struct PointToPointRequest {
+  int64_t device = 0;              // global device id
+  const int64_t* group = nullptr;  // the one group, device ids in rank order
+  size_t group_size = 0;
+  std::vector<Transfer> sends, receives;
+  int32_t space = 0;         // as CollectiveRequest's
+  uint64_t split_round = 0;  // as CollectiveRequest's
 };
 
 Permutation check_request(const CollectiveRequest& request, int n, int rank);

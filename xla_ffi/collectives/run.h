@@ -1,17 +1,17 @@
 // One call of this process's engine for one device, as every caller (the CPU handlers, and
 // the CUDA module's staged host jobs through abi/host_abi.h) makes it.
 //
-// Contract: run_call(kind, device, groups, ...) finds the world, the communicator named by
-// the `groups` table (group_size per row) in sequence space `space` (abi/host_abi.h:
-// XLA's collectives through the MPI shim are numbered apart) with `lane` (jaccl's own calls,
-// space 0: comm/lanes.h) or `split_round` (the shim's) and this device's member of it,
-// numbers the call, and runs body(Call&) with call.world/comm/member/kind/dtype/op_count/
-// seq/timeout set and call.site = `site` (common/call_sites.h). body
-// throws jaccl::Error (or anything) on failure; run_call never throws: it posts the failure
-// on the abort board (so the peers stop too) and returns it.
+// Contract: run_call(address, body) finds the world, the communicator a CallAddress names
+// (the `groups` table, group_size per row, in sequence space `space` (abi/host_abi.h: XLA's
+// collectives through the MPI shim are numbered apart) with `lane` (jaccl's own calls, space
+// 0: comm/lanes.h) or `split_round` (the shim's)) and this device's member of it, numbers the
+// call, and runs body(Call&) with call.world/comm/member/kind/dtype/op_count/seq/timeout set
+// and call.site = `site` (common/call_sites.h). body throws jaccl::Error (or anything) on
+// failure; run_call never throws: it posts the failure on the abort board (so the peers stop
+// too) and returns it.
 // run_host_collective() resolves the algorithm and runs one collective on host buffers
-// (throws); run_collective() is one CollectiveRequest (collectives/request.h), as every caller
-// describes a collective, checked and run.
+// (throws); run_collective() and run_point_to_point() are one request (collectives/request.h),
+// as every caller describes it, checked and run inside run_call (never throw).
 #pragma once
 
 #include <cstdint>
@@ -33,12 +33,23 @@ struct Failure {
   std::string message;
 };
 
+// Which communicator and member a call runs on, and what it says of itself.
+struct CallAddress {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  int64_t device = 0;               // global device id
+  const int64_t* groups = nullptr;  // the group table, device ids in rank order
+  size_t groups_len = 0;
+  int64_t group_size = 1;
+  Dtype dtype = Dtype::kF32;
+  uint64_t op_count = 0;     // elements of the call (checked against the peers')
+  int32_t space = 0;         // 0: jaccl's own ops; 1: XLA's collectives (abi/host_abi.h)
+  uint32_t lane = 0;         // space 0: comm/lanes.h
+  uint64_t split_round = 0;  // space 1: the MPI shim's split round (0: none)
+  uint32_t site = 0;         // common/call_sites.h (0: none)
+};
+
 template <typename Body>
-std::optional<Failure> run_call(CollectiveKind kind, int64_t device, const int64_t* groups,
-                                size_t groups_len, int64_t group_size, Dtype dtype,
-                                uint64_t op_count, Body&& body, int32_t space = 0,
-                                uint32_t lane = 0, uint64_t split_round = 0,
-                                uint32_t site = 0) {
+std::optional<Failure> run_call(const CallAddress& at, Body&& body) {
   World::Use use;  // the world outlives this call, also when the process is exiting
   World* world = use.world();
   Failure failure;
@@ -50,25 +61,27 @@ std::optional<Failure> run_call(CollectiveKind kind, int64_t device, const int64
     // calls are lane 0's. Lanes run at once only over shared channels; without them every call
     // takes lane 0's lock.
     std::unique_lock<std::recursive_mutex> one_call_per_device;
-    if (space == 0 || !world->xla_streams()) {
-      const uint32_t locked = space == 0 && world->shares_channels() ? lane : 0;
+    if (at.space == 0 || !world->xla_streams()) {
+      const uint32_t locked = at.space == 0 && world->shares_channels() ? at.lane : 0;
       one_call_per_device =
-          std::unique_lock<std::recursive_mutex>(world->device_lock(device, locked));
+          std::unique_lock<std::recursive_mutex>(world->device_lock(at.device, locked));
     }
-    Communicator& comm = world->communicator(groups, groups_len, static_cast<int>(group_size),
-                                             space, lane, split_round);
-    Communicator::Member& member = comm.member(device);
+    Communicator& comm = world->communicator(at.groups, at.groups_len,
+                                             static_cast<int>(at.group_size), at.space, at.lane,
+                                             at.split_round);
+    Communicator::Member& member = comm.member(at.device);
     Call call;
     call.world = world;
     call.comm = &comm;
     call.member = &member;
-    call.kind = kind;
-    call.dtype = dtype;
-    call.op_count = op_count;
-    call.site = site;
+    call.kind = at.kind;
+    call.dtype = at.dtype;
+    call.op_count = at.op_count;
+    call.site = at.site;
     // Point-to-point transfers involve only their pairs: they are numbered per pair instead.
-    call.seq = kind == CollectiveKind::kPointToPoint ? 0 : member.seq++;
-    if (kind != CollectiveKind::kPointToPoint && member.calls_entered != nullptr) {
+    const bool numbered = at.kind != CollectiveKind::kPointToPoint;
+    call.seq = numbered ? member.seq++ : 0;
+    if (numbered && member.calls_entered != nullptr) {
       member.calls_entered->store(member.seq, std::memory_order_release);  // for the peers' waiters
     }
     call.timeout_s = world->config().timeout_s;
@@ -86,8 +99,7 @@ std::optional<Failure> run_call(CollectiveKind kind, int64_t device, const int64
 void run_host_collective(Call& call, CollectiveKind kind, const Buffers& buffers, int64_t op,
                          int64_t algorithm);
 
-// Checks `request` against its group (collectives/request.h) and runs it on host buffers
-// inside run_call: never throws.
 std::optional<Failure> run_collective(const CollectiveRequest& request);
+std::optional<Failure> run_point_to_point(const PointToPointRequest& request);
 
 }  // namespace jaccl

@@ -42,15 +42,24 @@ void combine(Call& call, const MoeRequest& c) {
 }  // namespace
 
 std::optional<Failure> run_moe(const MoeRequest& c) {
-  return run_call(c.kind, c.device, c.groups, c.groups_len, c.group_size, c.dtype,
-                  c.rows_count * c.row_elems, [&](Call& call) {
+  CallAddress at;
+  at.kind = c.kind;
+  at.device = c.device;
+  at.groups = c.groups;
+  at.groups_len = c.groups_len;
+  at.group_size = c.group_size;
+  at.dtype = c.dtype;
+  at.op_count = c.rows_count * c.row_elems;
+  at.lane = c.lane;
+  at.site = c.site;
+  return run_call(at, [&](Call& call) {
     check_moe_request(c, call.member->size);
     if (c.kind == CollectiveKind::kMoeDispatch) {
       exchange(call, c);
     } else {
       combine(call, c);
     }
-  }, 0, c.lane, 0, c.site);
+  });
 }
 
 }  // namespace jaccl
