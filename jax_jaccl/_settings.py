@@ -128,7 +128,8 @@ VARIABLES = (
              "names the job's shared-memory segments (jaccl-run sets it; process 0's is used)"),
     Variable("ifname", "JACCL_IFNAME", "", _text, False,
              "network interface for TCP between hosts (default: the one reaching the coordinator)"),
-    Variable("tcp_sockets", "JACCL_TCP_SOCKETS", "2", _at_least(1), True, "sockets per TCP link"),
+    Variable("tcp_sockets", "JACCL_TCP_SOCKETS", "2", _at_least(1), True,
+             "data sockets per TCP link (each link has a control socket besides)"),
     Variable("transport", "JACCL_TRANSPORT", "auto", _one_of("auto", "tcp", "ofi"), False,
              "between hosts: auto (libfabric for an RDMA NIC, else TCP), tcp, ofi "
              "(the bootstrap checks that the processes' choices agree)"),

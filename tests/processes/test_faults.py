@@ -119,6 +119,25 @@ def test_stalled_peer_times_out_naming_it(hosts):
     assert job.leftovers() == []
 
 
+def test_a_stalled_process_behind_a_full_ring_is_still_asked_to_leave():
+    """Between emulated hosts over TCP with JACCL_EVICT_STALLED, process 1 stalls before a
+    128 MiB all_reduce whose frames from process 0 fill its receiving ring and its sockets: at
+    process 0's deadline the request to leave goes on the link's control socket, which nothing
+    queues behind, and process 1 kills itself at once (it used to stay until jaccl-run's grace
+    ran out: the request waited behind the frames it never read)."""
+    job = run_job("faults.py", 2, args=["stall-big"], timeout=120, grace=60,
+                  env={**env(TCP), "JACCL_EVICT_STALLED": "1"})
+    seconds, message = job.raised(0)
+    assert TIMEOUT - 0.5 < seconds < TIMEOUT + 3, message
+    assert "process 1 (on another host) asked to leave if it never reached this call" in message
+    out = clean(job.output)
+    assert re.search(r"\[1\] jaccl \d+ WARN evicted: process 0 timed out in call #\d+ waiting "
+                     r"for device \d+, process 1, .*which never reached it", out), out[-3000:]
+    assert re.search(r"process 1 was killed by SIGKILL at [\d.]+ s", out), out[-3000:]
+    assert job.seconds < 40, out[-3000:]  # well inside the grace: it did not wait for jaccl-run
+    assert job.leftovers() == []
+
+
 def test_every_survivor_names_the_stalled_rank_not_the_one_it_waits_for():
     """A one-way ring of 3 with rank 2 stalled: rank 0 waits for rank 2, but rank 1 waits for
     rank 0 (which must forward rank 2's block first). Both name rank 2 as the one that never

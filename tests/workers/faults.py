@@ -5,7 +5,9 @@ different lines, dispatched in opposite orders by the last process and the other
 disagree, never each other's data), ragged-bounds (the last process's
 ragged_all_to_all reads past its operand), ragged-sizes (its recv_sizes disagree with what the
 others send), kill (the last process SIGKILLs itself while
-collectives run), stall (the last process never joins), exception (a Python error after a
+collectives run), stall (the last process never joins), stall-big (it never joins a 128 MiB
+all_reduce whose frames fill its receiving ring: the others' eviction request must pass them),
+exception (a Python error after a
 collective), stranger (a process outside the job connects to the last process's TCP port and
 sends garbage, then a handshake with a wrong secret, while the job runs collectives), raises
 (the last process raises an uncaught RuntimeError when the others start their collectives;
@@ -25,7 +27,8 @@ import time
 from common import start
 
 args, index, count = start(__doc__, {"mode": dict(choices=[
-    "shape", "dtype", "op", "order", "sites", "kill", "stall", "exception", "normal", "stranger",
+    "shape", "dtype", "op", "order", "sites", "kill", "stall", "stall-big", "exception", "normal",
+    "stranger",
     "loop", "ragged-bounds", "ragged-sizes", "raises", "raises-early"])})
 
 import jax  # noqa: E402
@@ -59,14 +62,15 @@ if args.mode == "raises-early" and index == last:
 reduce, x = program(lambda v: jaccl.all_reduce(v, "x", op=op), (size,), dtype)
 reduce_again, _ = program(lambda v: jaccl.all_reduce(v, "x", op=op), (size,), dtype)
 gather, y = program(lambda v: jaccl.all_gather(v, "x"), (size,), out=P("x"))
-big, z = program(lambda v: jaccl.all_reduce(v, "x"), (4_000_000,))
+big, z = program(lambda v: jaccl.all_reduce(v, "x"),
+                 (32_000_000 if args.mode == "stall-big" else 4_000_000,))
 for f, a in ((reduce, x), (reduce_again, x), (gather, y), (big, z)):
     f.lower(a).compile()  # compile everywhere first: the timings below measure the collectives
 print(f"TRANSPORT {jaccl.init().transport}", flush=True)
 
 if args.mode == "kill" and index == last:
     threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
-if args.mode == "stall" and index == last:
+if args.mode.startswith("stall") and index == last:
     time.sleep(600)
 
 STRANGER = """
@@ -78,7 +82,8 @@ with socket.create_connection((host, int(port)), timeout=10) as s:   # garbage
     time.sleep(0.2)
 with socket.create_connection((host, int(port)), timeout=10) as s:   # a well-formed hello
     s.recv(16)                                                        # with a wrong secret
-    s.sendall(struct.pack("<IIIIqqQ", 0x4a43484c, 1, 0, 0, 0, int(sys.argv[2]), 12345))
+    # the magic and version of xla_ffi/transport/tcp/handshake.h, then a made-up tag
+    s.sendall(struct.pack("<IIIIqqQ", 0x4a43484c, 2, 0, 0, 0, int(sys.argv[2]), 12345))
     print("stranger answered:", s.recv(1), flush=True)
 """
 
@@ -127,6 +132,8 @@ try:
         results = [first(x), second(x)]  # both dispatched before either is awaited
         for r in results:
             r.block_until_ready()
+    elif args.mode == "stall-big":
+        big(z).block_until_ready()
     elif args.mode in ("kill", "loop"):
         for i in range(10_000):
             big(z).block_until_ready()

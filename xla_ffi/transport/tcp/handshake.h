@@ -14,7 +14,7 @@
 namespace jaccl::tcp {
 
 constexpr uint32_t kHelloMagic = 0x4a43484cu;  // "JCHL"
-constexpr uint32_t kHelloVersion = 1;
+constexpr uint32_t kHelloVersion = 2;  // 2: a control socket per link beside the stripes
 
 struct Challenge {
   uint8_t nonce[16];

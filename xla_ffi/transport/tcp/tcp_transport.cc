@@ -60,6 +60,7 @@ struct TcpTransport::Stripe {
   Watched watched{WatchKind::kStripe};
   Link* link = nullptr;
   int index = 0;
+  bool control = false;  // the link's control socket (eviction requests), not a data stripe
   int fd = -1;
   uint32_t events = 0;
   // Sending: frame `next_send` (then += stripes), or a control frame first.
@@ -74,6 +75,7 @@ struct TcpTransport::Stripe {
   char* recv_ptr = nullptr;
   size_t recv_left = 0;
   std::string control_in;
+  FrameHeader control_header{};  // the control socket reads its headers here, not into a slot
 };
 
 struct TcpTransport::Link {
@@ -111,6 +113,15 @@ namespace {
 
 Watched listener_watch{WatchKind::kListener};
 Watched wake_watch{WatchKind::kWake};
+
+// Starts a notice on stripe s: the header, then `text` (an abort's reason).
+void start_notice(TcpTransport::Stripe& s, const FrameHeader& h, const std::string& text = "") {
+  s.control_out.assign(reinterpret_cast<const char*>(&h), sizeof h);
+  s.control_out += text;
+  s.send_ptr = s.control_out.data();
+  s.send_left = s.control_out.size();
+  s.sending = s.sending_control = true;
+}
 
 
 }  // namespace
@@ -198,14 +209,15 @@ void TcpTransport::add_link(const LinkSpec& spec) {
   link->receiver = std::make_unique<LinkChannel>(link->recv_ring.get(), failure, "tcp");
   link->sent.assign(slots, 0);
   link->received.assign(slots, 0);
-  link->stripes.resize(settings_.stripes);
-  for (int i = 0; i < settings_.stripes; ++i) {
+  link->stripes.resize(settings_.stripes + 1);  // the data stripes, then the control socket
+  for (int i = 0; i <= settings_.stripes; ++i) {
     Stripe& s = link->stripes[i];
     s.link = link.get();
     s.index = i;
+    s.control = i == settings_.stripes;
     s.next_send = s.next_recv = static_cast<uint32_t>(i);
   }
-  expected_ += settings_.stripes;
+  expected_ += settings_.stripes + 1;
   by_devices_[{spec.local_device, spec.remote_device}] = link.get();
   links_.push_back(std::move(link));
 }
@@ -259,17 +271,17 @@ void TcpTransport::connect_all(const Deadline& deadline) {
     for (auto& link : links_) {
       int up = 0;
       for (Stripe& s : link->stripes) up += s.fd >= 0;
-      if (up < settings_.stripes) {
+      if (up < static_cast<int>(link->stripes.size())) {
         append(missing, " device ", link->spec.local_device, "<->", link->spec.remote_device,
                " (", link->spec.remote_name, " at ", link->spec.remote_endpoint.str(),
-               ", ", up, "/", settings_.stripes, " sockets)");
+               ", ", up, "/", link->stripes.size(), " sockets)");
       }
     }
     throw_error(ErrorKind::kTimeout, "TCP links not up within ", deadline.seconds(), " s:",
                 missing);
   }
   log(LogLevel::kInfo, "tcp: ", links_.size(), " links x ", settings_.stripes,
-      " sockets up, listening on ", endpoint().str());
+      " sockets (and a control socket) up, listening on ", endpoint().str());
 }
 
 void TcpTransport::broadcast_abort(const std::string& reason) {
@@ -442,51 +454,50 @@ void TcpTransport::update_interest(Stripe& stripe, bool want_read, bool want_wri
 }
 
 void TcpTransport::pump(Stripe& stripe) {
-  if (stripe.fd < 0 || stripe.link->failed.load(std::memory_order_relaxed)) return;
+  if (stripe.fd < 0) return;
+  if (stripe.link->failed.load(std::memory_order_relaxed)) {
+    // A failed link's control socket is still read: an eviction request may follow the abort
+    // notice that failed it (they travel on different sockets).
+    while (stripe.control && stripe.fd >= 0 && pump_control(stripe)) {
+    }
+    return;
+  }
   bool moved = true;
   while (moved && stripe.fd >= 0) moved = pump_send(stripe) | pump_receive(stripe);
   if (stripe.fd >= 0) update_interest(stripe, !stripe.paused, stripe.sending);
 }
 
-// Writes the next frame (or abort notice) of this stripe; true when bytes moved.
+// Writes the next frame or notice of this stripe; true when bytes moved. An eviction request
+// goes on the control socket, an abort notice on data stripe 0 after the frames before it,
+// the goodbye on every socket once the process is closing and its frames are out.
 bool TcpTransport::pump_send(Stripe& s) {
   Link& link = *s.link;
   RingChannel& ring = *link.send_ring;
   if (!s.sending) {
-    if (s.index == 0 && link.evict_pending.exchange(false)) {
-      FrameHeader h{};
+    FrameHeader h{};
+    if (s.control && link.evict_pending.exchange(false)) {
       h.magic = kEvictMagic;
       {
         std::lock_guard<std::mutex> lock(link.mutex);
         h.comm = link.evict_comm;
         h.seq = link.evict_seq;
       }
-      s.control_out.assign(reinterpret_cast<const char*>(&h), sizeof h);
-      s.send_ptr = s.control_out.data();
-      s.send_left = s.control_out.size();
-      s.sending = s.sending_control = true;
+      start_notice(s, h);
     } else if (s.index == 0 && link.abort_pending.exchange(false)) {
       std::string reason;
       {
         std::lock_guard<std::mutex> lock(link.mutex);
         reason = link.abort_reason;
       }
-      FrameHeader h{};
       h.magic = kAbortMagic;
       h.nbytes = static_cast<uint32_t>(reason.size());
-      s.control_out.assign(reinterpret_cast<const char*>(&h), sizeof h);
-      s.control_out += reason;
-      s.send_ptr = s.control_out.data();
-      s.send_left = s.control_out.size();
-      s.sending = s.sending_control = s.sending_abort = true;
-    } else if (static_cast<int32_t>(ring.head() - s.next_send) <= 0) {
+      start_notice(s, h, reason);
+      s.sending_abort = true;
+    } else if (s.control || static_cast<int32_t>(ring.head() - s.next_send) <= 0) {
       if (!closing_.load() || s.bye_sent) return false;
-      FrameHeader h{};
       h.magic = kByeMagic;
-      s.control_out.assign(reinterpret_cast<const char*>(&h), sizeof h);
-      s.send_ptr = s.control_out.data();
-      s.send_left = s.control_out.size();
-      s.sending = s.sending_control = s.bye_sent = true;
+      start_notice(s, h);
+      s.bye_sent = true;
     } else {
       const Frame* frame = ring.slot(s.next_send);
       s.send_ptr = reinterpret_cast<const char*>(frame);
@@ -511,7 +522,7 @@ bool TcpTransport::pump_send(Stripe& s) {
   if (s.sending_control) return true;
   const int slots = ring.num_slots();
   link.sent[s.next_send % slots] = 1;
-  s.next_send += static_cast<uint32_t>(link.stripes.size());
+  s.next_send += static_cast<uint32_t>(settings_.stripes);
   uint32_t tail = link.send_tail;
   while (tail != ring.head() && link.sent[tail % slots]) link.sent[tail++ % slots] = 0;
   if (tail != link.send_tail) {
@@ -523,6 +534,7 @@ bool TcpTransport::pump_send(Stripe& s) {
 
 // Reads into the next frame's slot of this stripe; true when bytes moved.
 bool TcpTransport::pump_receive(Stripe& s) {
+  if (s.control) return pump_control(s);
   Link& link = *s.link;
   RingChannel& ring = *link.recv_ring;
   const int slots = ring.num_slots();
@@ -560,10 +572,6 @@ bool TcpTransport::pump_receive(Stripe& s) {
       s.receiving = false;
       finish(s);
       return false;
-    } else if (h.magic == kEvictMagic && h.nbytes == 0) {
-      s.receiving = false;  // the slot's header is read again for the next frame
-      if (on_eviction_) on_eviction_(link.spec.local_device, h.comm, h.seq, link.spec.remote_name);
-      return true;
     } else if (h.magic == kAbortMagic && h.nbytes <= kMaxReason) {
       s.receiving_control = true;
       s.control_in.assign(h.nbytes, '\0');
@@ -582,7 +590,7 @@ bool TcpTransport::pump_receive(Stripe& s) {
     return false;
   }
   link.received[s.next_recv % slots] = 1;
-  s.next_recv += static_cast<uint32_t>(link.stripes.size());
+  s.next_recv += static_cast<uint32_t>(settings_.stripes);
   uint32_t head = link.recv_head;
   while (link.received[head % slots]) link.received[head++ % slots] = 0;
   if (head != link.recv_head) {
@@ -592,15 +600,47 @@ bool TcpTransport::pump_receive(Stripe& s) {
   return true;
 }
 
-// The peer said goodbye on this socket: nothing more will come on it. Once every socket
-// of the link is finished, a device still waiting on it learns the peer has left.
+// Reads the control socket: eviction requests, which no frame queues behind (a full
+// receiving ring pauses only the data stripes), and the goodbye. Its end says nothing of the
+// link: the data stripes report a peer's death in order, after the frames it sent.
+bool TcpTransport::pump_control(Stripe& s) {
+  Link& link = *s.link;
+  if (!s.receiving) {
+    s.recv_ptr = reinterpret_cast<char*>(&s.control_header);
+    s.recv_left = sizeof s.control_header;
+    s.receiving = true;
+  }
+  ssize_t n = recv(s.fd, s.recv_ptr, s.recv_left, MSG_DONTWAIT);
+  if (n <= 0) {
+    if (n == 0 || (errno != EAGAIN && errno != EINTR)) finish(s);
+    return false;
+  }
+  s.recv_ptr += n;
+  s.recv_left -= static_cast<size_t>(n);
+  if (s.recv_left > 0) return true;
+  s.receiving = false;
+  const FrameHeader& h = s.control_header;
+  if (h.magic == kEvictMagic && h.nbytes == 0) {
+    if (on_eviction_) on_eviction_(link.spec.local_device, h.comm, h.seq, link.spec.remote_name);
+    return true;
+  }
+  if (h.magic != kByeMagic) {
+    fail(link, "malformed control message (magic " + std::to_string(h.magic) + ")");
+  }
+  finish(s);
+  return false;
+}
+
+// The peer said goodbye on this socket (or closed the control socket): nothing more will come
+// on it. Once every data stripe of the link is finished, a device still waiting on it learns
+// the peer has left.
 void TcpTransport::finish(Stripe& stripe) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, stripe.fd, nullptr);
   close(stripe.fd);
   stripe.fd = -1;
   Link& link = *stripe.link;
   for (const Stripe& s : link.stripes) {
-    if (s.fd >= 0) return;
+    if (s.fd >= 0 && !s.control) return;
   }
   fail(link, link.spec.remote_name + " finished and closed its connections");
 }
@@ -625,6 +665,10 @@ void TcpTransport::fail(Link& link, const std::string& reason) {
       " down: ", reason);
   for (Stripe& s : link.stripes) {
     if (s.fd < 0) continue;
+    if (s.control) {  // read on until the peer closes it (pump())
+      update_interest(s, true, false);
+      continue;
+    }
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s.fd, nullptr);
     close(s.fd);
     s.fd = -1;

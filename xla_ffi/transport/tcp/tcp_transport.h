@@ -7,7 +7,9 @@
 // Channel contract exactly as with shared memory; one I/O thread per process moves the
 // bytes with non-blocking sockets and epoll (a frame on the wire is its 64-byte header and
 // `nbytes` of payload, read straight into the receiving ring's slot). A full receiving ring
-// stops reading that socket, so TCP's own flow control pushes back on the sender.
+// stops reading that socket, so TCP's own flow control pushes back on the sender. Beside the
+// stripes each link has a control socket, always read, for eviction requests: a process whose
+// ring is full because it stalled before the call still hears that it was asked to leave.
 //
 // Connections are opened by the link end with the smaller device id and authenticated
 // with the job secret (handshake.h); anything else that connects is dropped and logged.
@@ -44,7 +46,7 @@ namespace jaccl::tcp {
 struct Settings {
   int my_process = 0;
   std::string secret;        // hex, from the key-value store
-  int stripes = 2;           // sockets per link
+  int stripes = 2;           // data sockets per link (the control socket besides)
   int num_slots = 4;         // frames per ring
   size_t payload_bytes = 0;  // per frame
   double timeout_s = 120;    // TCP_USER_TIMEOUT and connect deadline
@@ -84,8 +86,8 @@ class TcpTransport {
   using EvictionHandler = std::function<void(int64_t local_device, uint32_t comm, uint32_t seq,
                                              const std::string& from)>;
   void on_eviction_request(EvictionHandler handler) { on_eviction_ = std::move(handler); }
-  // Sends that request to the process of `remote_device`, on the link from `local_device`,
-  // ahead of any later abort notice; false (nothing sent) without such a link, or a failed one.
+  // Sends that request to the process of `remote_device`, on the control socket of the link
+  // from `local_device`; false (nothing sent) without such a link, or a failed one.
   bool request_eviction(int64_t local_device, int64_t remote_device, uint32_t comm, uint32_t seq);
   // True once every live link has written the last abort notice to its socket (so a process
   // that exits right after still tells its peers why).
@@ -103,6 +105,7 @@ class TcpTransport {
   void pump(Stripe& stripe);
   bool pump_send(Stripe& stripe);
   bool pump_receive(Stripe& stripe);
+  bool pump_control(Stripe& stripe);
   void fail(Link& link, const std::string& reason);
   void finish(Stripe& stripe);
   std::string socket_error(const Link& link, const char* call) const;  // from errno
