@@ -1,0 +1,172 @@
+"""Random shard_map programs of one jax.lax collective each, drawn from a seed, to run with
+jax.lax and with jax_jaccl.lax and compare: the combinations no hand-written table lists.
+
+Contract: draw(seed, devices) is a Program, the same for the same seed and number of devices:
+a mesh of 1-3 axes over the devices in a drawn order, a tuple of its axes in a drawn order
+(or one axis by name), one of jax.lax's collectives with drawn arguments (tiled or not, any
+axis, split and concat axes, partial permutations, axis_index_groups in groups of a drawn
+size and member order), a dtype, a shape whose sizes fit the group or not, float values with
+-0, NaN and infinities in them, inside a jitted shard_map with check_vma on or off, plain,
+under jax.vmap, under jax.grad (float types), or with axis_index_groups. outcome(program, L)
+runs it with `L` (jax.lax or jax_jaccl.lax) and gives ("ok", result) or ("raised", the
+exception). Invalid programs are drawn on purpose: both modules must refuse them."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+OPS = ("psum", "pmean", "pmax", "pmin", "all_gather", "all_to_all", "psum_scatter", "ppermute",
+       "pshuffle", "pswapaxes")
+DTYPES = (np.float32, jnp.bfloat16, np.float16, np.float64, np.int32, np.int8, np.uint8,
+          np.uint32, np.int64, np.bool_, np.complex64)
+WIDE = (np.float64, np.int64)  # need jax_enable_x64
+GROUPED = ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "all_to_all")
+MESHES = {4: [(4,), (2, 2), (1, 4), (4, 1), (2, 1, 2)], 8: [(8,), (2, 4), (4, 2), (2, 2, 2)]}
+
+
+@dataclasses.dataclass
+class Program:
+    seed: int
+    mesh: Mesh
+    axis_name: object  # a name, or a tuple of names in the drawn order
+    op: str
+    dtype: object
+    kwargs: dict
+    mode: str  # plain, vmap, grad, groups
+    groups: list | None
+    check_vma: bool
+    x: np.ndarray
+
+    def __str__(self):
+        return (f"seed {self.seed}: {self.op}(axis_name={self.axis_name!r}, {self.kwargs}) "
+                f"of {np.dtype(self.dtype).name}{list(self.x.shape)} on mesh "
+                f"{dict(self.mesh.shape)} ({self.mode}, groups={self.groups}, "
+                f"check_vma={self.check_vma})")
+
+
+def values(rng, shape, dtype) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, shape).astype(bool)
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, int(info.max) + 1, shape, dtype=np.int64).astype(dtype)
+    if np.issubdtype(dtype, np.complexfloating):
+        return (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(dtype)
+    v = rng.normal(size=shape).astype(np.float32)
+    if rng.random() < 0.5:  # float edges in a share of the elements
+        u = rng.random(shape)
+        for lo, hi, edge in ((0, .05, -0.0), (.05, .08, np.nan), (.08, .1, np.inf),
+                             (.1, .12, -np.inf), (.12, .14, 0.0)):
+            v = np.where((u >= lo) & (u < hi), edge, v)
+    return v.astype(dtype)
+
+
+def _arguments(rng, op, rank, n, dims):
+    """The op's keyword arguments, and the input's dims fitted to them (mostly)."""
+    if op == "all_gather":
+        kwargs = dict(axis=int(rng.integers(-rank, rank + 1)) if rng.random() < 0.5 else 0,
+                      tiled=bool(rng.random() < 0.5))
+        if kwargs["tiled"] and kwargs["axis"] == rank:
+            kwargs["axis"] = 0
+        return kwargs
+    if op == "all_to_all":
+        kwargs = dict(split_axis=int(rng.integers(0, rank)), concat_axis=int(rng.integers(0, rank)),
+                      tiled=bool(rng.random() < 0.5))
+        if not kwargs["tiled"]:
+            dims[kwargs["split_axis"]] = n
+        elif rng.random() < 0.9:
+            dims[kwargs["split_axis"]] = n * int(rng.integers(1, 3))
+        return kwargs
+    if op == "pswapaxes":
+        kwargs = dict(axis=int(rng.integers(0, rank)))
+        dims[kwargs["axis"]] = n
+        return kwargs
+    if op == "psum_scatter":
+        kwargs = dict(scatter_dimension=int(rng.integers(0, rank)), tiled=bool(rng.random() < 0.5))
+        dim = kwargs["scatter_dimension"]
+        dims[dim] = n * int(rng.integers(1, 3)) if kwargs["tiled"] else n
+        if rng.random() < 0.1:
+            dims[dim] += 1  # does not split: refused
+        return kwargs
+    if op == "ppermute":
+        sources, destinations = rng.permutation(n), rng.permutation(n)
+        pairs = int(rng.integers(0, n + 1))
+        return dict(perm=[(int(s), int(d)) for s, d in zip(sources[:pairs], destinations[:pairs])])
+    if op == "pshuffle":
+        return dict(perm=[int(p) for p in rng.permutation(n)])
+    return {}
+
+
+def draw(seed: int, devices) -> Program:
+    rng = np.random.default_rng(seed)
+    shapes = MESHES[len(devices)]
+    mesh_shape = shapes[rng.integers(len(shapes))]
+    names = ("a", "b", "c")[:len(mesh_shape)]
+    order = rng.permutation(len(devices)) if rng.random() < 0.5 else np.arange(len(devices))
+    mesh = Mesh(np.array(devices)[order].reshape(mesh_shape), names)
+    axes = tuple(str(a) for a in rng.permutation(names)[:rng.integers(1, len(names) + 1)])
+    axis_name = axes[0] if len(axes) == 1 and rng.random() < 0.3 else axes
+    n = int(np.prod([mesh.shape[a] for a in axes]))
+    dtype = DTYPES[rng.integers(len(DTYPES))]
+    op = str(rng.choice(OPS))
+    if op in ("pmax", "pmin") and np.dtype(dtype).kind == "c":
+        dtype = np.float32  # jax.lax has no order on complex numbers
+    rank = int(rng.integers(1, 4))
+    dims = [int(rng.choice([1, 2, 3, 5, 7, n, 2 * n, 3 * n])) for _ in range(rank)]
+    kwargs = _arguments(rng, op, rank, n, dims)
+    check_vma = bool(rng.random() < 0.5)
+    mode = str(rng.choice(["plain", "plain", "vmap", "grad", "groups"]))
+    groups = None
+    if mode == "groups" and (op not in GROUPED or n < 2):
+        mode = "plain"
+    elif mode == "groups":
+        check_vma = False  # jax.lax takes axis_index_groups there
+        sizes = [d for d in range(1, n) if n % d == 0]
+        size = int(rng.choice(sizes))
+        members = [int(m) for m in rng.permutation(n)]
+        groups = [members[i:i + size] for i in range(0, n, size)]
+        groups = [sorted(g) if rng.random() < 0.5 else g for g in groups]
+    floating = np.issubdtype(np.dtype(dtype), np.floating) or dtype == jnp.bfloat16
+    if mode == "grad" and (not floating or op in ("pmax", "pmin")):
+        mode = "plain"
+    x = values(rng, [dims[0] * mesh.devices.size] + dims[1:], dtype)
+    return Program(seed, mesh, axis_name, op, dtype, kwargs, mode, groups, check_vma, x)
+
+
+def _body(p: Program, L):
+    def collective(v):
+        f = getattr(L, p.op)
+        grouped = {} if p.groups is None else {"axis_index_groups": p.groups}
+        if p.op in ("ppermute", "pshuffle"):
+            return f(v, p.axis_name, p.kwargs["perm"])
+        if p.op == "all_to_all":
+            return f(v, p.axis_name, p.kwargs["split_axis"], p.kwargs["concat_axis"],
+                     tiled=p.kwargs["tiled"], **grouped)
+        if p.op == "pswapaxes":
+            return f(v, p.axis_name, p.kwargs["axis"])
+        return f(v, p.axis_name, **p.kwargs, **grouped)
+
+    if p.mode == "vmap":  # over the second dimension, where there is one
+        return lambda v: jax.vmap(collective, in_axes=1, out_axes=1)(v) if v.ndim >= 2 else collective(v)
+    if p.mode == "grad":
+        return jax.grad(lambda v: (collective(v).astype(np.float32) * np.float32(1.5)).sum())
+    return collective
+
+
+def outcome(p: Program, L):
+    spec = P(tuple(p.mesh.axis_names))
+    wide = jax.enable_x64(True) if p.dtype in WIDE else contextlib.nullcontext()
+    try:
+        with wide:
+            f = jax.jit(jax.shard_map(_body(p, L), mesh=p.mesh, in_specs=spec, out_specs=spec,
+                                      check_vma=p.check_vma))
+            return "ok", np.asarray(f(jax.device_put(p.x, NamedSharding(p.mesh, spec))))
+    except Exception as e:  # noqa: BLE001 (jax's own errors are of many kinds)
+        return "raised", e
