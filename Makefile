@@ -28,7 +28,7 @@ OLDEST_PY := $(OLDEST_VENV)/bin/python
 # service in jaccl-run, through jaxlib's own entry point), XLA's
 # collectives through the MPI shim, the launcher and demo, the transport choice and jaccl-info
 # with Debian's pyverbs (built for the system Python only), the batteries on one host and
-# between emulated hosts, MoE, every order of axes)
+# between emulated hosts, MoE, every order of axes, random programs across processes)
 FAULTS := tests/processes/test_faults.py
 OLDEST_JOBS := tests/processes/test_fresh_processes.py \
 	"$(FAULTS)::test_ranks_that_disagree_all_get_an_error_naming_both[shape-1host]" \
@@ -48,7 +48,8 @@ OLDEST_JOBS := tests/processes/test_fresh_processes.py \
 	tests/plugin/test_axis_orders_as_jobs.py \
 	"tests/plugin/test_battery_as_jobs.py::test_collectives_match_lax[2x2]" \
 	"tests/plugin/test_battery_as_jobs.py::test_collectives_match_lax[4x1-2hosts-lo-tcp]" \
-	"tests/plugin/test_moe_as_jobs.py::test_moe_matches_reference[2x2]"
+	"tests/plugin/test_moe_as_jobs.py::test_moe_matches_reference[2x2]" \
+	"tests/processes/test_random_programs_as_jobs.py::test_random_programs_match_lax_across_processes[2x2]"
 SOURCES := pyproject.toml CMakeLists.txt $(shell find xla_ffi -name '*.cc' -o -name '*.c' -o -name '*.txt' -o -name '*.py' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name CMakeLists.txt)
 
 .PHONY: setup setup-oldest demo test test-fast test-oldest bench bench-setup libfabric clean

@@ -1,0 +1,61 @@
+"""The random programs (tests/support/random_programs.py) across processes: a job (2 processes
+x 2 devices: devices of a process and processes of a host; 4 x 1 on two emulated hosts over
+jaccl's TCP) runs each with jax_jaccl.lax, and every block each process holds equals jax.lax's
+answer to the same program on the pytest process's 4 devices (XLA:CPU's in-process
+collectives, whose bits jaccl gives in every layout; jax.lax on gloo between processes sums in
+another order), or the job refused the program where jax.lax refuses it."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from harness import clean, job_env, run_job
+from random_programs import JAX_FAILURES, draw, outcome
+from transports import TCP
+from util import assert_equal
+
+COUNT = 200  # programs per layout, each layout its own seeds (the in-process test runs 0-479)
+
+
+def blocks_saved(path) -> dict | str:
+    saved = np.load(path)
+    if "raised" in saved:
+        return str(saved["raised"])
+    blocks = {}
+    for k in range(len([f for f in saved.files if f.startswith("index")])):
+        dtype = jnp.dtype(str(saved[f"dtype{k}"]))
+        values = saved[f"bytes{k}"].view(dtype).reshape(tuple(saved[f"shape{k}"]))
+        blocks[tuple(tuple(int(v) for v in row) for row in saved[f"index{k}"])] = values
+    return blocks
+
+
+@pytest.mark.parametrize("nprocs, devices, hosts, first", [
+    pytest.param(2, 2, None, 1000, id="2x2"), pytest.param(4, 1, TCP, 1200, id="4x1-2hosts-tcp")])
+def test_random_programs_match_lax_across_processes(tmp_path, nprocs, devices, hosts, first):
+    env = job_env(60, hosts, 2) if hosts else {}
+    job = run_job("random_programs_job.py", nprocs, devices, env=env, timeout=300,
+                  args=["--first", first, "--count", COUNT, "--out", tmp_path])
+    out = clean(job.output)
+    assert job.returncode == 0 and job.values(0, "DONE") == [str(COUNT)], out[-4000:]
+    assert len(jax.devices()) == 4
+    answered = 0
+    for seed in range(first, first + COUNT):
+        program = draw(seed, jax.devices())
+        want = outcome(program, jax.lax)
+        got = [blocks_saved(tmp_path / f"{seed}-{p}.npz") for p in range(nprocs)]
+        if want[0] == "raised":
+            if all(isinstance(g, dict) for g in got) and any(k in str(want[1]) for k in JAX_FAILURES):
+                continue
+            assert all(isinstance(g, str) for g in got), f"{program}: jax.lax raised {want[1]!r}"
+            continue
+        assert all(isinstance(g, dict) for g in got), f"{program}: jaccl raised {got}"
+        assert sorted(set().union(*got)) == sorted(want[1].keys()), program
+        assert all(got), f"{program}: a process held no block"
+        for blocks in got:
+            for block, values in blocks.items():
+                assert_equal(values, want[1][block], err_msg=f"{program}, block {block}")
+        answered += 1
+    assert answered > COUNT // 2
