@@ -123,7 +123,6 @@ void start_notice(TcpTransport::Stripe& s, const FrameHeader& h, const std::stri
   s.sending = s.sending_control = true;
 }
 
-
 }  // namespace
 
 TcpTransport::TcpTransport(const std::string& ip, int port) : ip_(ip) {
