@@ -18,6 +18,9 @@ from transports import TCP
 from util import assert_equal
 
 COUNT = 200  # programs per layout, each layout its own seeds (the in-process test runs 0-479)
+# What XLA's MPI path refuses before any MPI call (docs/xla-collectives.md), where XLA:CPU's
+# in-process collectives answer: reductions of float16.
+XLA_MPI_REFUSES = ("Unsupported primitive type for reduction: f16",)
 
 
 def blocks_saved(path) -> dict | str:
@@ -32,18 +35,25 @@ def blocks_saved(path) -> dict | str:
     return blocks
 
 
-@pytest.mark.parametrize("nprocs, devices, hosts, first", [
-    pytest.param(2, 2, None, 1000, id="2x2"), pytest.param(4, 1, TCP, 1200, id="4x1-2hosts-tcp")])
-def test_random_programs_match_lax_across_processes(tmp_path, nprocs, devices, hosts, first):
+@pytest.mark.parametrize("nprocs, devices, hosts, first, module", [
+    pytest.param(2, 2, None, 1000, "jaccl", id="2x2"),
+    pytest.param(4, 1, TCP, 1200, "jaccl", id="4x1-2hosts-tcp"),
+    pytest.param(4, 1, None, 1400, "lax", id="4x1-xla-collectives-on-jaccl")])
+def test_random_programs_match_lax_across_processes(tmp_path, nprocs, devices, hosts, first,
+                                                    module):
+    """`module` jax.lax: the programs as written for jax.lax, their collectives XLA's own,
+    carried by jaccl's engine through the MPI shim (jaccl-run's default here), drawn with
+    one_order (no program whose groups XLA's MPI path knows on some processes only)."""
     env = job_env(60, hosts, 2) if hosts else {}
     job = run_job("random_programs_job.py", nprocs, devices, env=env, timeout=300,
-                  args=["--first", first, "--count", COUNT, "--out", tmp_path])
+                  xla_collectives=None if module == "lax" else "gloo",
+                  args=["--first", first, "--count", COUNT, "--out", tmp_path, "--module", module])
     out = clean(job.output)
     assert job.returncode == 0 and job.values(0, "DONE") == [str(COUNT)], out[-4000:]
     assert len(jax.devices()) == 4
     answered = 0
     for seed in range(first, first + COUNT):
-        program = draw(seed, jax.devices())
+        program = draw(seed, jax.devices(), one_order=module == "lax")
         want = outcome(program, jax.lax)
         got = [blocks_saved(tmp_path / f"{seed}-{p}.npz") for p in range(nprocs)]
         if want[0] == "raised":
@@ -51,7 +61,10 @@ def test_random_programs_match_lax_across_processes(tmp_path, nprocs, devices, h
                 continue
             assert all(isinstance(g, str) for g in got), f"{program}: jax.lax raised {want[1]!r}"
             continue
-        assert all(isinstance(g, dict) for g in got), f"{program}: jaccl raised {got}"
+        if module == "lax" and all(isinstance(g, str) and any(r in g for r in XLA_MPI_REFUSES)
+                                   for g in got):
+            continue
+        assert all(isinstance(g, dict) for g in got), f"{program}: the job raised {got}"
         assert sorted(set().union(*got)) == sorted(want[1].keys()), program
         assert all(got), f"{program}: a process held no block"
         for blocks in got:

@@ -111,12 +111,18 @@ def _arguments(rng, op, rank, n, dims):
     return {}
 
 
-def draw(seed: int, devices) -> Program:
+def draw(seed: int, devices, one_order: bool = False) -> Program:
+    """`one_order`: the mesh lists the devices in their own order and no program takes
+    axis_index_groups, so that each collective's groups are new to every process or known to
+    every one (XLA's MPI path makes its communicators per process, lazily:
+    docs/xla-collectives.md)."""
     rng = np.random.default_rng(seed)
     shapes = MESHES[len(devices)]
     mesh_shape = shapes[rng.integers(len(shapes))]
     names = ("a", "b", "c")[:len(mesh_shape)]
     order = rng.permutation(len(devices)) if rng.random() < 0.5 else np.arange(len(devices))
+    if one_order:
+        order = np.arange(len(devices))
     mesh = Mesh(np.array(devices)[order].reshape(mesh_shape), names)
     axes = tuple(str(a) for a in rng.permutation(names)[:rng.integers(1, len(names) + 1)])
     axis_name = axes[0] if len(axes) == 1 and rng.random() < 0.3 else axes
@@ -131,7 +137,7 @@ def draw(seed: int, devices) -> Program:
     check_vma = bool(rng.random() < 0.5)
     mode = str(rng.choice(["plain", "plain", "vmap", "grad", "groups"]))
     groups = None
-    if mode == "groups" and (op not in GROUPED or n < 2):
+    if mode == "groups" and (op not in GROUPED or n < 2 or one_order):
         mode = "plain"
     elif mode == "groups":
         check_vma = False  # jax.lax takes axis_index_groups there
