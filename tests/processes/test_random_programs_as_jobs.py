@@ -17,7 +17,7 @@ from random_programs import JAX_FAILURES, draw, outcome
 from transports import TCP
 from util import assert_equal
 
-COUNT = 200  # programs per layout, each layout its own seeds (the in-process test runs 0-479)
+COUNT = 150  # programs per layout, each layout its own seeds (the in-process test runs 0-479)
 # What XLA's MPI path refuses before any MPI call (docs/xla-collectives.md), where XLA:CPU's
 # in-process collectives answer: reductions of float16.
 XLA_MPI_REFUSES = ("Unsupported primitive type for reduction: f16",)

@@ -209,6 +209,25 @@ def test_meshes_that_defeat_the_shim_are_an_error_on_every_process():
     assert "FINISHED" not in out, out[-4000:]
 
 
+def test_groups_cached_on_some_processes_only_end_in_an_error_naming_the_split():
+    """One device per process (jaccl-run's default: XLA's collectives on jaccl): a psum whose
+    groups XLA has cached on processes 1 and 3 but not on 0 and 2 (workers/xla_faults.py
+    "groups") leaves 1 and 3 out of the split 0 and 2 make: those two must raise within the
+    deadline saying it was the split and what to do (real MPI would hang there)."""
+    done = jaccl_run("-n", "4", "--grace", str(FAULT_TIMEOUT + 10), "--", sys.executable,
+                     str(WORKER.parent / "xla_faults.py"), "groups",
+                     env={"JACCL_TIMEOUT": str(FAULT_TIMEOUT)}, timeout=120)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out[-4000:]
+    for rank in (0, 2):
+        line = next((l for l in out.splitlines() if l.startswith(f"[{rank}] RAISED ")), "")
+        seconds = float(line.split(" ")[2]) if line else 0
+        assert FAULT_TIMEOUT - 0.5 < seconds < FAULT_TIMEOUT + 3, out[-4000:]
+        assert "MPI_Comm_split (XLA making the communicator of its group of devices led by " \
+            "device" in line and "--xla-collectives gloo" in line, line
+        assert re.search(r"never reached this call", line), line
+
+
 DIES = """
 import os, sys, numpy as np
 import jax_jaccl.distributed

@@ -1,7 +1,7 @@
 """An unchanged JAX program whose collectives XLA emits (jit with shardings: an all-reduce)
 meets a failure, run by jaccl-run with XLA's collectives on jaccl.
 
-    python xla_faults.py {stall,disagree,order,meshes}
+    python xla_faults.py {stall,disagree,order,meshes,groups}
 
 Every process runs the program once (it must agree), prints `READY`, then:
 - stall: the last process sleeps for 3 x JACCL_TIMEOUT before its next collective; the others'
@@ -15,6 +15,10 @@ Every process runs the program once (it must agree), prints `READY`, then:
   across processes on that mesh. The second's group is known (cached by XLA) on even processes
   and new on odd ones, so their devices split apart: the shim must say so on every process,
   never hand a process a communicator missing its peers.
+- groups (one device per process, 4 processes): a psum with axis_index_groups [[0, 2], [1, 3]],
+  then one with [[2, 0], [1, 3]]: XLA keys a group by its order, so processes 0 and 2 split
+  MPI_COMM_WORLD for [2, 0] while 1 and 3 use their [1, 3] again; the splitting processes must
+  time out saying what happened, never hang.
 Each process prints `RAISED <seconds> <first line of the error>` if its collective failed, or
 `FINISHED <values>` if it completed."""
 
@@ -38,6 +42,7 @@ MODE = sys.argv[1]
 n, me = jax.process_count(), jax.process_index()
 assert n > 1 and _xla_collectives.active(), _xla_collectives.problem()
 assert (jax.local_device_count() > 1) == (MODE == "meshes")
+assert n == 4 or MODE != "groups"
 mesh = Mesh(np.array(jax.devices()), ("x",))
 last = me == n - 1
 
@@ -83,8 +88,20 @@ def psums_on_two_meshes():
     return values
 
 
+def psums_in_groups(groups):
+    from jax import lax
+
+    v = np.ones((n, 2), np.float32)
+    x = jax.make_array_from_callback(v.shape, NamedSharding(mesh, P("x")), lambda i: v[i])
+    out = jax.jit(jax.shard_map(lambda t: lax.psum(t, "x", axis_index_groups=groups), mesh=mesh,
+                                in_specs=P("x"), out_specs=P("x"), check_vma=False))(x)
+    return float(out.addressable_shards[0].data[0, 0])
+
+
 if MODE != "meshes":
     assert float(summed(3)[0]) == 2 * n
+if MODE == "groups":
+    assert psums_in_groups([[0, 2], [1, 3]]) == 2
 if MODE == "order":  # both communicators exist before the orders differ
     assert [float(v.addressable_shards[0].data[0]) for v in jaccl_and_lax(True)] == [n, 100 * n]
 print("READY", flush=True)
@@ -96,9 +113,11 @@ try:
         values = [float(v.addressable_shards[0].data[0]) for v in jaccl_and_lax(not last)]
     elif MODE == "meshes":
         values = psums_on_two_meshes()
+    elif MODE == "groups":
+        values = [psums_in_groups([[2, 0], [1, 3]])]
     else:
         values = [float(summed(5 if MODE == "disagree" and last else 3)[0])]
     print("FINISHED", *values, flush=True)
 except Exception as e:  # noqa: BLE001 - the error is what the test reads
-    print(f"RAISED {time.monotonic() - start:.2f} {str(e).splitlines()[0][:600]}", flush=True)
+    print(f"RAISED {time.monotonic() - start:.2f} {str(e).splitlines()[0][:1200]}", flush=True)
     os._exit(3)

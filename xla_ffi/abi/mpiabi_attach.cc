@@ -10,6 +10,7 @@
 #include "abi/mpiabi_table.h"
 #include "collectives/kinds.h"
 #include "comm/world.h"
+#include "common/call_sites.h"
 #include "common/dtype.h"
 #include "common/error.h"
 #include "common/reduce.h"
@@ -67,6 +68,8 @@ void attach_mpiabi(const std::string& path) {
     dlclose(shim);
     throw_error(ErrorKind::kInvalidArgument, path, " has no jaccl_mpiabi_attach");
   }
+  name_site(kJacclShimSplitSite, "MPI_Comm_split (XLA making the communicator of a group of "
+            "its devices)");
   table.version = kJacclMpiEngineVersion;
   table.my_process = config.my_process;
   table.num_processes = static_cast<int32_t>(processes);

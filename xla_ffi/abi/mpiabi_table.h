@@ -28,6 +28,10 @@ extern "C" {
  * int64; 6: JacclHostCall's lane and split round apart */
 enum { kJacclMpiEngineVersion = 6 };
 
+/* The call site (common/call_sites.h) of the exchange inside the shim's MPI_Comm_split, which
+ * _jaccl names at attach: a rank that splits where its peer runs a collective is told so. */
+enum { kJacclShimSplitSite = 0x53504c54 /* "SPLT" */ };
+
 typedef struct JacclMpiEngine {
   uint32_t version;            /* kJacclMpiEngineVersion */
   int32_t my_process;

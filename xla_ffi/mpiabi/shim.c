@@ -328,8 +328,10 @@ static int refuse_world(const JmpiComm* c) {
 }
 
 /* A collective on `c` of `count` MPI elements of `type` in and `out_count` out. */
-static int collective(int32_t kind, const JmpiComm* c, const JmpiType* type, int32_t op,
-                      const void* in, void* out, size_t count, size_t out_count) {
+/* One collective over c; `site`: kJacclShimSplitSite for a split's exchange, else 0. */
+static int collective_at(int32_t kind, const JmpiComm* c, const JmpiType* type, int32_t op,
+                         const void* in, void* out, size_t count, size_t out_count,
+                         uint32_t site) {
   if (c->local_devices > 1) return refuse_world(c);
   if (type->code < 0) return fail(JMPI_ERR_TYPE, "jaccl: no engine type %s", type->name);
   JacclHostCall call;
@@ -348,7 +350,13 @@ static int collective(int32_t kind, const JmpiComm* c, const JmpiType* type, int
   call.outer_in = call.outer_out = 1;
   call.space = kJacclXlaCollectives;
   call.split_round = c->split_round;
+  call.site = site;
   return run(&call);
+}
+
+static int collective(int32_t kind, const JmpiComm* c, const JmpiType* type, int32_t op,
+                      const void* in, void* out, size_t count, size_t out_count) {
+  return collective_at(kind, c, type, op, in, out, count, out_count, 0);
 }
 
 /* ---- initialisation ---- */
@@ -628,10 +636,18 @@ JMPI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t*
   int64_t mine[2] = {color, key};
   int64_t* all = malloc(2 * (size_t)n * sizeof(int64_t));
   if (all == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
-  int rc = collective(atomic_load(&engine)->kind_all_gather, parent, type_of(JMPI_INT64_T), 0,
-                      mine, all, 2, 2 * (size_t)n);
+  int rc = collective_at(atomic_load(&engine)->kind_all_gather, parent, type_of(JMPI_INT64_T), 0,
+                         mine, all, 2, 2 * (size_t)n, kJacclShimSplitSite);
   *newcomm = 0;
-  if (rc == JMPI_SUCCESS) {
+  if (rc != JMPI_SUCCESS) {
+    char why[kMessageBytes];
+    snprintf(why, sizeof why, "%s", last_message);
+    rc = fail(rc, "jaccl: MPI_Comm_split (XLA making the communicator of its group of devices "
+              "led by device %d) failed (XLA makes a group's communicator when a process first "
+              "needs it: if other processes had this one already, its devices listed in another "
+              "order before, list them in one order or use --xla-collectives gloo: "
+              "docs/xla-collectives.md): %s", color, why);
+  } else {
     rc = comm_of_color(parent, all, color, parent->rank, parent->split_round, newcomm);
   }
   free(all);
