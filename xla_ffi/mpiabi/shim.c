@@ -327,8 +327,8 @@ static int refuse_world(const JmpiComm* c) {
               c->local_devices);
 }
 
-/* A collective on `c` of `count` MPI elements of `type` in and `out_count` out. */
-/* One collective over c; `site`: kJacclShimSplitSite for a split's exchange, else 0. */
+/* A collective on `c` of `count` MPI elements of `type` in and `out_count` out; `site`:
+ * kJacclShimSplitSite for a split's exchange, else 0. */
 static int collective_at(int32_t kind, const JmpiComm* c, const JmpiType* type, int32_t op,
                          const void* in, void* out, size_t count, size_t out_count,
                          uint32_t site) {
