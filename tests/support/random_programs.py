@@ -11,8 +11,8 @@ under jax.vmap, under jax.grad (float types), or with axis_index_groups. outcome
 runs it with `L` (jax.lax or jax_jaccl.lax) and gives ("ok", result) or ("raised", the
 exception); the result is every device's block this process holds, {its index in the global
 result (a tuple of (start, stop)): values}, so that a job of several processes gives each its
-own and one process all of them. blocks_of(full) cuts a whole result into such blocks. Invalid
-programs are drawn on purpose: both modules must refuse them."""
+own and one process all of them. Invalid programs are drawn on purpose: both modules must
+refuse them."""
 
 from __future__ import annotations
 
@@ -187,7 +187,3 @@ def outcome(p: Program, L):
                           np.asarray(s.data) for s in y.addressable_shards}
     except Exception as e:  # noqa: BLE001 (jax's own errors are of many kinds)
         return "raised", e
-
-
-def blocks_of(full: np.ndarray, keys) -> dict:
-    return {key: full[tuple(slice(a, b) for a, b in key)] for key in keys}

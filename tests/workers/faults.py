@@ -28,8 +28,7 @@ from common import start
 
 args, index, count = start(__doc__, {"mode": dict(choices=[
     "shape", "dtype", "op", "order", "sites", "kill", "stall", "stall-big", "exception", "normal",
-    "stranger",
-    "loop", "ragged-bounds", "ragged-sizes", "raises", "raises-early"])})
+    "stranger", "loop", "ragged-bounds", "ragged-sizes", "raises", "raises-early"])})
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
