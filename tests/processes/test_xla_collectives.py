@@ -166,6 +166,15 @@ def test_a_program_with_more_devices_than_its_launcher_planned_keeps_gloo_and_sa
 FAULT_TIMEOUT = 5
 
 
+def raised(out: str, rank: int) -> tuple[float, str]:
+    """(seconds, message) of the rank's `RAISED <seconds> <message>` line (workers/
+    xla_faults.py); the test fails if the rank printed none."""
+    line = next((l for l in out.splitlines() if l.startswith(f"[{rank}] RAISED ")), None)
+    assert line is not None, out[-4000:]
+    seconds, message = line.split(" ", 3)[2:]
+    return float(seconds), message
+
+
 @pytest.mark.parametrize("mode", ["stall", "disagree", "order"])
 def test_a_stalled_or_disagreeing_peer_is_a_jax_error_on_every_survivor(mode):
     """order: a jaccl op and an XLA collective of the same shape taken in different orders on
@@ -178,16 +187,14 @@ def test_a_stalled_or_disagreeing_peer_is_a_jax_error_on_every_survivor(mode):
     assert done.returncode != 0, out[-4000:]
     survivors = (0,) if mode == "stall" else (0, 1)
     for rank in survivors:
-        line = next((l for l in out.splitlines() if l.startswith(f"[{rank}] RAISED ")), None)
-        assert line is not None, out[-4000:]
-        seconds, message = line.split(" ", 3)[2:]
+        seconds, message = raised(out, rank)
         # order: the jaccl op raises on some ranks (an FFI error), XLA's collective on others
         assert "MPI error: jaccl" in message or mode == "order" and "jaccl: " in message, message
         if mode == "stall":
-            assert FAULT_TIMEOUT - 0.5 < float(seconds) < FAULT_TIMEOUT + 3, line
+            assert FAULT_TIMEOUT - 0.5 < seconds < FAULT_TIMEOUT + 3, message
             assert re.search(r"timed out|waited", message) and "process 1" in message, message
         else:
-            assert float(seconds) < FAULT_TIMEOUT + 3, line
+            assert seconds < FAULT_TIMEOUT + 3, message
             assert "ranks disagree" in message, message
     assert "FINISHED" not in out, out[-4000:]
 
@@ -203,9 +210,9 @@ def test_meshes_that_defeat_the_shim_are_an_error_on_every_process():
     out = done.stdout + done.stderr
     assert done.returncode != 0, out[-4000:]
     for rank in (0, 1):
-        line = next((l for l in out.splitlines() if l.startswith(f"[{rank}] RAISED ")), "")
-        assert "made communicators for different collectives at once" in line, out[-4000:]
-        assert "--xla-collectives gloo" in line, line
+        message = raised(out, rank)[1]
+        assert "made communicators for different collectives at once" in message, out[-4000:]
+        assert "--xla-collectives gloo" in message, message
     assert "FINISHED" not in out, out[-4000:]
 
 
@@ -220,12 +227,11 @@ def test_groups_cached_on_some_processes_only_end_in_an_error_naming_the_split()
     out = done.stdout + done.stderr
     assert done.returncode != 0, out[-4000:]
     for rank in (0, 2):
-        line = next((l for l in out.splitlines() if l.startswith(f"[{rank}] RAISED ")), "")
-        seconds = float(line.split(" ")[2]) if line else 0
+        seconds, message = raised(out, rank)
         assert FAULT_TIMEOUT - 0.5 < seconds < FAULT_TIMEOUT + 3, out[-4000:]
         assert "MPI_Comm_split (XLA making the communicator of its group of devices led by " \
-            "device" in line and "--xla-collectives gloo" in line, line
-        assert re.search(r"never reached this call", line), line
+            "device" in message and "--xla-collectives gloo" in message, message
+        assert re.search(r"never reached this call", message), message
 
 
 DIES = """
