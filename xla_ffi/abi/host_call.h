@@ -151,9 +151,12 @@ inline PointToPointRequest p2p_request_of(const JacclHostP2p& c) {
     return out;
   };
   PointToPointRequest r;
+  r.kind = CollectiveKind::kPointToPoint;
+  r.dtype = Dtype::kU8;
   r.device = c.device;
-  r.group = c.group;
-  r.group_size = c.group_size;
+  r.groups = c.group;
+  r.groups_len = c.group_size;
+  r.group_size = static_cast<int64_t>(c.group_size);
   r.sends = transfers(c.sends, c.num_sends);
   r.receives = transfers(c.receives, c.num_receives);
   r.space = c.space;

@@ -43,13 +43,22 @@ struct IndexArray {
 
 enum RaggedIndex { kInputOffsets = 0, kSendSizes, kOutputOffsets, kRecvSizes };
 
-struct CollectiveRequest {
+// Which communicator and member a call runs on, and what it says of itself: the part every
+// request shares (collectives/run.h's run_call() takes it).
+struct CallAddress {
   CollectiveKind kind = CollectiveKind::kAllReduce;
-  int64_t device = 0;                // global device id
-  const int64_t* groups = nullptr;   // the group table, device ids in rank order
+  int64_t device = 0;               // global device id
+  const int64_t* groups = nullptr;  // the group table, device ids in rank order
   size_t groups_len = 0;
   int64_t group_size = 1;
   Dtype dtype = Dtype::kF32;
+  int32_t space = 0;         // 0: jaccl's own ops; 1: XLA's collectives (abi/host_abi.h)
+  uint32_t lane = 0;         // space 0: the lane of the call's chain (comm/lanes.h)
+  uint64_t split_round = 0;  // space 1: the MPI shim's split round (0: none)
+  uint32_t site = 0;  // where the call was written (common/call_sites.h; 0: none)
+};
+
+struct CollectiveRequest : CallAddress {
   ReduceOp op = ReduceOp::kSum;
   Algorithm algorithm = Algorithm::kAuto;
   const void* in = nullptr;
@@ -65,10 +74,6 @@ struct CollectiveRequest {
   size_t in_rows = 0, out_rows = 0;  // leading dimensions of the operand and the output
   size_t row_elems = 1;               // elements per row of both
   bool zero_unwritten = false;
-  int32_t space = 0;         // 0: jaccl's own ops; 1: XLA's collectives (abi/host_abi.h)
-  uint32_t lane = 0;         // space 0: the lane of the call's chain (comm/lanes.h)
-  uint64_t split_round = 0;  // space 1: the MPI shim's split round (0: none)
-  uint32_t site = 0;  // where the call was written (common/call_sites.h; 0: none)
 };
 
 // One transfer of a PointToPointRequest: `bytes` to or from group rank `peer` (not this rank).
@@ -78,13 +83,9 @@ struct Transfer {
   size_t bytes = 0;
 };
 
-struct PointToPointRequest {
-  int64_t device = 0;              // global device id
-  const int64_t* group = nullptr;  // the one group, device ids in rank order
-  size_t group_size = 0;
+// kind kPointToPoint, dtype uint8, one group (groups_len == group_size).
+struct PointToPointRequest : CallAddress {
   std::vector<Transfer> sends, receives;
-  int32_t space = 0;         // as CollectiveRequest's
-  uint64_t split_round = 0;  // as CollectiveRequest's
 };
 
 Permutation check_request(const CollectiveRequest& request, int n, int rank);

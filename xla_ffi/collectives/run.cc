@@ -79,19 +79,7 @@ void run_host_collective(Call& call, CollectiveKind kind, const Buffers& buffers
 }
 
 std::optional<Failure> run_collective(const CollectiveRequest& r) {
-  CallAddress at;
-  at.kind = r.kind;
-  at.device = r.device;
-  at.groups = r.groups;
-  at.groups_len = r.groups_len;
-  at.group_size = r.group_size;
-  at.dtype = r.dtype;
-  at.op_count = r.in_count;
-  at.space = r.space;
-  at.lane = r.lane;
-  at.split_round = r.split_round;
-  at.site = r.site;
-  return run_call(at, [&](Call& call) {
+  return run_call(r, r.in_count, [&](Call& call) {
     const int n = call.member->size;
     Buffers buffers;
     buffers.in = r.in;
@@ -117,18 +105,8 @@ std::optional<Failure> run_collective(const CollectiveRequest& r) {
 }
 
 std::optional<Failure> run_point_to_point(const PointToPointRequest& r) {
-  // One group, so the table is the group; bytes, so no count to compare (each pair's sizes
-  // are checked as they meet).
-  CallAddress at;
-  at.kind = CollectiveKind::kPointToPoint;
-  at.device = r.device;
-  at.groups = r.group;
-  at.groups_len = r.group_size;
-  at.group_size = static_cast<int64_t>(r.group_size);
-  at.dtype = Dtype::kU8;
-  at.space = r.space;
-  at.split_round = r.split_round;
-  return run_call(at, [&](Call& call) { point_to_point(call, r.sends, r.receives); });
+  // bytes: no count to compare (each pair's sizes are checked as they meet)
+  return run_call(r, 0, [&](Call& call) { point_to_point(call, r.sends, r.receives); });
 }
 
 }  // namespace jaccl

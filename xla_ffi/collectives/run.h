@@ -1,14 +1,15 @@
 // One call of this process's engine for one device, as every caller (the CPU handlers, and
 // the CUDA module's staged host jobs through abi/host_abi.h) makes it.
 //
-// Contract: run_call(address, body) finds the world, the communicator a CallAddress names
-// (the `groups` table, group_size per row, in sequence space `space` (abi/host_abi.h: XLA's
-// collectives through the MPI shim are numbered apart) with `lane` (jaccl's own calls, space
-// 0: comm/lanes.h) or `split_round` (the shim's)) and this device's member of it, numbers the
-// call, and runs body(Call&) with call.world/comm/member/kind/dtype/op_count/seq/timeout set
-// and call.site = `site` (common/call_sites.h). body throws jaccl::Error (or anything) on
-// failure; run_call never throws: it posts the failure on the abort board (so the peers stop
-// too) and returns it.
+// Contract: run_call(address, op_count, body) finds the world, the communicator a CallAddress
+// (collectives/request.h) names (the `groups` table, group_size per row, in sequence space
+// `space` (abi/host_abi.h: XLA's collectives through the MPI shim are numbered apart) with
+// `lane` (jaccl's own calls, space 0: comm/lanes.h) or `split_round` (the shim's)) and this
+// device's member of it, numbers the call, and runs body(Call&) with call.world/comm/member/
+// kind/dtype/seq/timeout set, call.op_count = `op_count` (elements, checked against the
+// peers') and call.site = `site` (common/call_sites.h). body throws jaccl::Error (or anything)
+// on failure; run_call never throws: it posts the failure on the abort board (so the peers
+// stop too) and returns it.
 // run_host_collective() resolves the algorithm and runs one collective on host buffers
 // (throws); run_collective() and run_point_to_point() are one request (collectives/request.h),
 // as every caller describes it, checked and run inside run_call (never throw).
@@ -33,23 +34,8 @@ struct Failure {
   std::string message;
 };
 
-// Which communicator and member a call runs on, and what it says of itself.
-struct CallAddress {
-  CollectiveKind kind = CollectiveKind::kAllReduce;
-  int64_t device = 0;               // global device id
-  const int64_t* groups = nullptr;  // the group table, device ids in rank order
-  size_t groups_len = 0;
-  int64_t group_size = 1;
-  Dtype dtype = Dtype::kF32;
-  uint64_t op_count = 0;     // elements of the call (checked against the peers')
-  int32_t space = 0;         // 0: jaccl's own ops; 1: XLA's collectives (abi/host_abi.h)
-  uint32_t lane = 0;         // space 0: comm/lanes.h
-  uint64_t split_round = 0;  // space 1: the MPI shim's split round (0: none)
-  uint32_t site = 0;         // common/call_sites.h (0: none)
-};
-
 template <typename Body>
-std::optional<Failure> run_call(const CallAddress& at, Body&& body) {
+std::optional<Failure> run_call(const CallAddress& at, uint64_t op_count, Body&& body) {
   World::Use use;  // the world outlives this call, also when the process is exiting
   World* world = use.world();
   Failure failure;
@@ -76,7 +62,7 @@ std::optional<Failure> run_call(const CallAddress& at, Body&& body) {
     call.member = &member;
     call.kind = at.kind;
     call.dtype = at.dtype;
-    call.op_count = at.op_count;
+    call.op_count = op_count;
     call.site = at.site;
     // Point-to-point transfers involve only their pairs: they are numbered per pair instead.
     const bool numbered = at.kind != CollectiveKind::kPointToPoint;

@@ -14,19 +14,15 @@
 #include <cstdint>
 
 #include "collectives/kinds.h"
+#include "collectives/request.h"
 #include "common/dtype.h"
 
 namespace jaccl {
 
 enum MoeList { kSendRows = 0, kSendOffsets, kRecvRows, kRecvOffsets };
 
-struct MoeRequest {
-  CollectiveKind kind = CollectiveKind::kMoeDispatch;  // or kMoeCombine
-  int64_t device = 0;
-  const int64_t* groups = nullptr;
-  size_t groups_len = 0;
-  int64_t group_size = 1;
-  Dtype dtype = Dtype::kF32;  // of the rows
+// kind kMoeDispatch or kMoeCombine; dtype: of the rows; space 0.
+struct MoeRequest : CallAddress {
   const void* rows = nullptr;
   uint64_t rows_count = 0, row_elems = 0;
   const int32_t* lists[4] = {};  // by MoeList
@@ -41,8 +37,6 @@ struct MoeRequest {
   bool pair_dot = false;
   void* out = nullptr;
   uint64_t out_rows = 0, out_count = 0;
-  uint32_t site = 0;  // common/call_sites.h
-  uint32_t lane = 0;  // comm/lanes.h
 };
 
 void check_moe_request(const MoeRequest& request, int n);

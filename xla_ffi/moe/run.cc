@@ -42,17 +42,7 @@ void combine(Call& call, const MoeRequest& c) {
 }  // namespace
 
 std::optional<Failure> run_moe(const MoeRequest& c) {
-  CallAddress at;
-  at.kind = c.kind;
-  at.device = c.device;
-  at.groups = c.groups;
-  at.groups_len = c.groups_len;
-  at.group_size = c.group_size;
-  at.dtype = c.dtype;
-  at.op_count = c.rows_count * c.row_elems;
-  at.lane = c.lane;
-  at.site = c.site;
-  return run_call(at, [&](Call& call) {
+  return run_call(c, c.rows_count * c.row_elems, [&](Call& call) {
     check_moe_request(c, call.member->size);
     if (c.kind == CollectiveKind::kMoeDispatch) {
       exchange(call, c);
