@@ -1,6 +1,6 @@
 """Data-parallel training that goes on without a lost process, run with jaccl-run --keep-going.
 
-    JACCL_HEARTBEAT_TIMEOUT=3 jaccl-run -n 3 --keep-going --xla-collectives gloo -- \
+    jaccl-run -n 3 --keep-going --xla-collectives gloo -- \
         python examples/elastic_data_parallel.py --kill-at 6
 
 A linear model learns from a global batch that every step splits over the live devices; the
@@ -9,11 +9,12 @@ gradients are summed with jax_jaccl.lax.psum. Each step runs inside JAX's
 on before jax.distributed starts), over a mesh of the devices it reports live. With
 `--kill-at K` the last process kills itself (SIGKILL) at step K (`--kill-at K1,K2`: then the
 one before it at K2, and so on; `--who P1,P2` names other processes): the survivors' step fails
-(jaccl names the dead process), live_devices reports the survivors once JAX's heartbeat
-declares the process dead (JACCL_HEARTBEAT_TIMEOUT seconds), and the step is retried over
-them: jaccl builds a new world over the survivors as the retried step is traced. Each
-survivor prints how long after the last step that completed the retried one ran, and at the
-end a digest of the parameters.
+(jaccl names the dead process), live_devices reports the survivors once JAX's coordination
+service counts the process gone (at once when jaccl-run runs the service, as with --keep-going
+on one machine; else after JACCL_HEARTBEAT_TIMEOUT seconds without its heartbeat), and the
+step is retried over them: jaccl builds a new world over the survivors as the retried step is
+traced. Each survivor prints how long after the last step that completed the retried one
+ran, and at the end a digest of the parameters.
 
 With `--stall`, the processes of `--kill-at` stall instead (sleep for good, alive to JAX's
 heartbeat): the others' collective times out after JACCL_TIMEOUT seconds naming the process
@@ -36,10 +37,12 @@ a step are not those of the last step that completed (a loss, a return, a proces
 step), the step first shares the state: every device's (step, parameters) gathered over the
 mesh with jax_jaccl.lax.all_gather, and every process goes on from the furthest step's, the
 survivors', bit for bit. The returning process then trains on with them: jaccl builds a world
-that includes it as the step is traced again over the mesh of all of them.
+that includes it as the step is traced again over the mesh of all of them. One that finds no
+other process live (they finished before it was back) ends: there is nothing to rejoin.
+`--pace` makes each step last long enough for it to come back:
 
-    JACCL_HEARTBEAT_TIMEOUT=3 jaccl-run -n 3 --keep-going --restarts 1 --xla-collectives gloo -- \
-        python examples/elastic_data_parallel.py --kill-at 4 --rejoin
+    jaccl-run -n 3 --keep-going --restarts 1 --xla-collectives gloo -- \
+        python examples/elastic_data_parallel.py --steps 24 --pace 0.25 --kill-at 4 --rejoin
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ import argparse
 import hashlib
 import os
 import signal
+import sys
 import time
 
 import jax
@@ -150,6 +154,10 @@ def main():
     while step < args.steps:
         try:
             with multihost_utils.live_devices(jax.devices()) as devices:
+                if not any(d.process_index == process_index for d in devices):
+                    sys.exit("JAX's coordination service no longer counts this process live "
+                             "(its heartbeats came later than JACCL_HEARTBEAT_TIMEOUT allows: "
+                             "a stalled machine?)")
                 if kills.get(step) == process_index and not restarted:
                     if args.stall:
                         print(f"stalling at step {step}", flush=True)
@@ -157,6 +165,10 @@ def main():
                     os.kill(os.getpid(), signal.SIGKILL)
                 mesh = Mesh(np.array(devices), (AXIS,))
                 processes = sorted({d.process_index for d in devices})
+                if restarted and last_processes is None and processes == [process_index]:
+                    print("nothing to rejoin: the other processes finished or were lost",
+                          flush=True)
+                    return
                 if args.rejoin and (failed or processes != last_processes):
                     compiled.clear()  # a program of an earlier world may name the same devices
                     was = step

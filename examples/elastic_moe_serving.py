@@ -1,6 +1,6 @@
 """MoE serving that goes on without a lost expert rank, run with jaccl-run --keep-going.
 
-    JACCL_HEARTBEAT_TIMEOUT=3 jaccl-run -n 3 --keep-going --xla-collectives gloo -- \
+    jaccl-run -n 3 --keep-going --xla-collectives gloo -- \
         python examples/elastic_moe_serving.py --kill-at 3
 
 Every process serves its own requests (TOKENS tokens a step) through an expert-parallel MoE
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 
 import jax
 
@@ -106,6 +107,10 @@ def main():
     while step < args.steps:
         try:
             with multihost_utils.live_devices(jax.devices()) as live:
+                if not any(d.process_index == process_index for d in live):
+                    sys.exit("JAX's coordination service no longer counts this process live "
+                             "(its heartbeats came later than JACCL_HEARTBEAT_TIMEOUT allows: "
+                             "a stalled machine?)")
                 if step == args.kill_at and process_index == victim:
                     os.kill(os.getpid(), signal.SIGKILL)
                 ranks = [r for r, d in enumerate(layout) if d in live]  # the layout's order

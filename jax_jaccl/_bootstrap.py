@@ -197,6 +197,10 @@ def _rejoin(live: tuple | None) -> WorldInfo:
         raise RuntimeError("jaccl: a process started again joins the others when a program is "
                            "lowered over a mesh of the live devices (multihost_utils.live_devices)")
     kv, me, mine = KeyValueStore(), jax.process_index(), _my_incarnation()
+    if live == (me,):  # no first process of a world but itself, to announce one
+        raise RuntimeError(f"jaccl: process {me}, started again, finds no other process live "
+                           "to rejoin (they finished or were lost): a mesh over its own "
+                           "devices alone has no world to join")
     kv.delete(f"{_KV_PREFIX}/failed/{me}")  # what the last incarnation posted, if it raised
     first_tag = kv.get(f"{_KV_PREFIX}/job", _settings.current().timeout_s)
     deadline = time.monotonic() + _settings.current().timeout_s

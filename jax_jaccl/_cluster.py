@@ -12,6 +12,12 @@ not start its own: once jax._src.distributed is loaded, the jaxlib module it cal
 stand-in for the function that would (skip_own_service), and process 0 connects to jaccl-run's
 service like every other process.
 
+Under jaccl-run's service each process also notes, once jax.distributed.initialize() has
+connected it (every process registered: JAX's registration is a barrier), a file
+connected-<process>-<restart> in JACCL_CONNECTED_DIR (note_connected): jaccl-run tells the
+service at once that a process which connected died (launch._report_lost); one that died before
+connecting is left to the service (telling it then would stand in for it in that barrier).
+
 Contract: install() runs at interpreter start-up, from jax_jaccl_cluster.pth in site-packages,
 only in processes that jaccl-run (or the pytest plugin) started (JACCL_COORDINATOR is set). It
 imports nothing of JAX's: it waits for JAX to import jax._src.clusters (and
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import os
 import sys
 
 from . import _settings
@@ -98,6 +105,31 @@ def skip_own_service(distributed) -> None:
     distributed._jax = _WithoutOwnService(distributed._jax)
 
 
+def under_launcher_service(distributed) -> None:
+    """jax._src.distributed in a process of a job whose coordination service jaccl-run runs."""
+    job = _settings.launch()
+    if job.process_id == 0:
+        skip_own_service(distributed)
+    if job.connected_dir:
+        note_connected(distributed)
+
+
+def note_connected(distributed) -> None:
+    """Makes jax.distributed.initialize() leave connected-<process>-<restart> in
+    JACCL_CONNECTED_DIR once it returns (this process connected to the service)."""
+    state = distributed.global_state
+    initialize = state.initialize
+
+    def initialize_and_note(*args, **kwargs):
+        initialize(*args, **kwargs)
+        job = _settings.launch()
+        path = os.path.join(job.connected_dir, f"connected-{job.process_id}-{job.restart}")
+        with open(path, "w"):
+            pass
+
+    state.initialize = initialize_and_note
+
+
 class _AfterLoad(importlib.abc.MetaPathFinder):
     """Finds module `name` as the other finders do, and calls `then(module)` once it has run."""
 
@@ -133,5 +165,5 @@ def install() -> None:
         return
     _after_load(_CLUSTERS, define)
     job = _settings.launch()
-    if job.coordination_service == "launcher" and job.process_id == 0:
-        _after_load(_DISTRIBUTED, skip_own_service)
+    if job.coordination_service == "launcher":
+        _after_load(_DISTRIBUTED, under_launcher_service)

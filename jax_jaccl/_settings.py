@@ -185,6 +185,9 @@ LAUNCH_VARIABLES = (
              _one_of("process0", "launcher"), False,
              "where JAX's coordination service runs: in process 0 (JAX's way) or in jaccl-run "
              "(its --keep-going on one machine: the job survives a lost process 0)"),
+    Variable("connected_dir", "JACCL_CONNECTED_DIR", "", _text, False,
+             "where a process notes that it connected to jaccl-run's coordination service, so "
+             "that jaccl-run tells the service at once when it dies (jaccl-run sets it)"),
 )
 
 
@@ -257,6 +260,7 @@ class Launch:
     shutdown_timeout_s: float
     xla_collectives: str
     coordination_service: str
+    connected_dir: str
     ifname: str
 
 

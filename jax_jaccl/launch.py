@@ -18,11 +18,13 @@ evicted (killed) and lost the same way (JACCL_EVICT_STALLED=1, which --keep-goin
 With `--keep-going` on this machine (no ssh or prefixed hosts), jaccl-run runs JAX's
 coordination service itself, recoverable (JACCL_COORDINATION_SERVICE=launcher; process 0 then
 starts none: _cluster.py), so that losing process 0 does not end the job as it does where
-process 0 runs it. `--restarts R` (with `--keep-going`) starts a lost process other than 0
-again, R times in all over the job, while the coordination service runs, with its rank and
-environment and JACCL_RESTART=<how many times it was started before>: under JAX's
-recoverability it rejoins the others (jaccl builds a world that includes it when a program is
-lowered over a mesh of its devices too; docs/multi-process-and-hosts.md).
+process 0 runs it; and it tells the service at once when a process that had connected to it
+dies, so that the others need not wait for JAX's heartbeat timeout (_report_lost).
+`--restarts R` (with `--keep-going`) starts a lost process other than 0 again, R times in all
+over the job, while the coordination service runs, with its rank and environment and
+JACCL_RESTART=<how many times it was started before>: under JAX's recoverability it rejoins
+the others (jaccl builds a world that includes it when a program is lowered over a mesh of its
+devices too; docs/multi-process-and-hosts.md).
 
 The collectives XLA emits itself (jit with shardings, jax.lax in shard_map) run on jaccl's
 engine too (docs/xla-collectives.md), by default whenever the job has several processes of
@@ -52,10 +54,12 @@ import os
 import re
 import secrets
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -204,11 +208,31 @@ def _service_here(args, port: int):
                                       launch.shutdown_timeout_s)
 
 
+def _report_lost(port: int, rank: int, out, lock) -> None:
+    """Tells the coordination service this process runs that process `rank`, which had
+    connected to it, died: the others' multihost_utils.live_devices answers without it now,
+    not at its heartbeat timeout (JACCL_HEARTBEAT_TIMEOUT), so a job goes on at once and the
+    timeout can be long enough that a stalled machine does not make JAX count live processes
+    dead. Where the service cannot be told, says so (the others learn it at the timeout)."""
+    from ._compat import report_lost
+
+    try:
+        report_lost(f"127.0.0.1:{port}", rank, timeout_s=10)
+    except Exception as e:  # noqa: BLE001 - the job goes on; JAX's heartbeat still tells them
+        with lock:
+            out.write(f"jaccl-run: JAX's coordination service could not be told that process "
+                      f"{rank} is gone ({e}); the others learn it at its heartbeat "
+                      "timeout\n".encode())
+            out.flush()
+
+
 def run(args) -> int:
     port = free_port()
     job = _settings.read().job_id or secrets.token_hex(6)
     default_coordinator = _address(args.hosts[0])
     service = _service_here(args, port)
+    # JACCL_CONNECTED_DIR: where the processes note that they connected to the service here
+    connected_dir = tempfile.mkdtemp(prefix=f"jaccl-run-{job}-") if service is not None else None
     out = sys.stdout.buffer
     lock = threading.Lock()
     procs, pumps = [], []  # pumps: each start's two (stdout, stderr), in start order
@@ -229,6 +253,7 @@ def run(args) -> int:
         _xla_collectives.choose(env, args.xla_collectives)
         if service is not None:
             env["JACCL_COORDINATION_SERVICE"] = "launcher"
+            env["JACCL_CONNECTED_DIR"] = connected_dir
         if args.keep_going:  # a stalled process becomes a lost one the others go on without
             env.setdefault("JACCL_EVICT_STALLED", "1")
         if "ifname" in host:
@@ -269,6 +294,9 @@ def run(args) -> int:
                 if rc in (None, 0) or (rank, restarts[rank]) in lost or stopping:
                     continue
                 failed_at = failed_at or time.monotonic()
+                if connected_dir and os.path.exists(  # first of all: the others wait on it
+                        os.path.join(connected_dir, f"connected-{rank}-{restarts[rank]}")):
+                    _report_lost(port, rank, out, lock)
                 stderr_pump[rank].join(timeout=1)  # its last words, before we name them
                 why = f" ({errors.pop(rank)})" if rank in errors else ""
                 words = f"process {rank} {_how(rc)}{why} at {time.monotonic() - started:.1f} s"
@@ -325,6 +353,7 @@ def run(args) -> int:
             except OSError:
                 pass
         if service is not None:
+            shutil.rmtree(connected_dir, ignore_errors=True)
             service.shutdown()
 
 

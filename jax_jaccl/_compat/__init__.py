@@ -394,3 +394,21 @@ def start_coordination_service(address: str, num_processes: int, heartbeat_s: fl
     return _jax.get_distributed_runtime_service(address, num_processes,
                                                 heartbeat_timeout=int(heartbeat_s),
                                                 shutdown_timeout=int(shutdown_s), recoverable=True)
+
+
+def report_lost(address: str, process: int, timeout_s: float) -> None:
+    """Tells the recoverable coordination service at `address` (start_coordination_service's)
+    that `process` is gone, as jaccl-run saw it die: a client in its name registers (a new
+    incarnation of it, as a process started again would) and disconnects, so that the service
+    stops counting it live now, not at its heartbeat timeout. The survivors'
+    multihost_utils.live_devices answers without it; a process started again in its place
+    registers as usual. Raises what the client raises (the service unreachable)."""
+    from jax._src.lib import _jax
+
+    client = _jax.get_distributed_runtime_client(
+        address, process, init_timeout=max(1, int(timeout_s)),
+        heartbeat_timeout=max(1, int(timeout_s)),
+        missed_heartbeat_callback=lambda *_: None,  # never ends this process (jaccl-run)
+        shutdown_on_destruction=True)  # else shutdown() skips telling the service
+    client.connect()
+    client.shutdown()
