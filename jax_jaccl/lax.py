@@ -58,6 +58,17 @@ def _refuse_groups_of_sums(axis_index_groups, name):
                                   "use jax_jaccl.all_reduce(..., axis_index_groups=...)")
 
 
+def _refuse_mixed_states(x, axes, name) -> None:
+    # jax.lax.psum and psum_scatter (and pmax and pmin from jax 0.11.2) raise ValueError for an
+    # input varying over some of the axes and invariant (or reduced) over others, check_vma's
+    # types, where this jax does (it pvaries an input invariant over all of them).
+    check = _compat.lax_state_check(name)
+    if check is not None:
+        for leaf in jax.tree_util.tree_leaves(x):
+            if isinstance(leaf, _compat.Tracer):
+                check(jax.typeof(leaf), axes)
+
+
 def psum(x, axis_name, *, axis_index_groups=None):
     """jax.lax.psum: the sum over `axis_name` (bool inputs are summed as int32)."""
     axes = _axes(axis_name)
@@ -67,6 +78,7 @@ def psum(x, axis_name, *, axis_index_groups=None):
     def one(leaf):
         if not isinstance(leaf, _compat.Tracer):  # a constant stays one: jax.lax's, no data moves
             return _compat.lax_parallel.psum(leaf, axes, axis_index_groups=axis_index_groups)
+        _refuse_mixed_states(leaf, axes, "psum")
         _refuse_groups_of_sums(axis_index_groups, "psum")
         if np.dtype(leaf.dtype) == np.bool_:
             leaf = _lax.convert_element_type(leaf, np.int32)
@@ -89,17 +101,20 @@ def pmean(x, axis_name, *, axis_index_groups=None):
 def pmax(x, axis_name, *, axis_index_groups=None):
     """jax.lax.pmax."""
     axes = _axes(axis_name)
+    _refuse_mixed_states(x, axes, "pmax")
     return x if not axes else _all_reduce(x, axes, op="max", axis_index_groups=axis_index_groups)
 
 
 def pmin(x, axis_name, *, axis_index_groups=None):
     """jax.lax.pmin."""
     axes = _axes(axis_name)
+    _refuse_mixed_states(x, axes, "pmin")
     return x if not axes else _all_reduce(x, axes, op="min", axis_index_groups=axis_index_groups)
 
 
 def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, tiled=False):
     """jax.lax.psum_scatter."""
+    _refuse_mixed_states(x, _axes(axis_name), "psum_scatter")
     return _reduce_scatter(x, _axes(axis_name), scatter_dimension=scatter_dimension, tiled=tiled,
                            axis_index_groups=axis_index_groups)
 

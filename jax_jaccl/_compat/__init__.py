@@ -41,7 +41,8 @@ INTERNALS = (
 )
 OPTIONAL_INTERNALS = (
     ("jax._src.config", "_check_vma"), ("jax._src.config", "raise_on_ppermute_sort_diff"),
-    ("jax._src.lax.parallel", "psum_invariant_p"),
+    ("jax._src.lax.parallel", "psum_invariant_p"), ("jax._src.lax.parallel", "_get_from"),
+    ("jax._src.lax.parallel", "_maybe_skip_one_sized_axes"),
     ("jax._src.lib._jax", "make_gloo_tcp_collectives"),
 )
 
@@ -134,6 +135,39 @@ def make_varying(x, axes: tuple):
     if not missing:
         return x
     return _parallel.pvary(x, missing)
+
+
+def _calls(fn, name: str, depth: int = 2) -> bool:
+    """Whether `fn`, a function of jax._src.lax.parallel, calls `name` (in its own code, its
+    nested functions', or those of the module's functions it calls, `depth` levels down)."""
+    codes, names = [getattr(fn, "__code__", None)], set()
+    while codes:
+        code = codes.pop()
+        if code is not None:
+            names |= set(code.co_names)
+            codes += [c for c in code.co_consts if hasattr(c, "co_names")]
+    if name in names:
+        return True
+    return depth > 0 and any(_calls(getattr(_parallel, n), name, depth - 1) for n in names
+                             if callable(getattr(_parallel, n, None)) and n.startswith("_"))
+
+
+@functools.cache
+def lax_state_check(name: str):
+    """jax.lax.`name`'s refusal of an input that is not in one state over all the axes it
+    reduces over (varying over some and invariant over others under check_vma, say), where
+    the installed jax makes it (psum and psum_scatter from jax 0.10, pmax and pmin from
+    0.11.2): a function (aval, axes) that raises jax.lax's ValueError, or None."""
+    get_from = getattr(_parallel, "_get_from", None)
+    if get_from is None or not _calls(getattr(_parallel, name), "_get_from"):
+        return None
+    skip = getattr(_parallel, "_maybe_skip_one_sized_axes", lambda axes: axes)
+
+    def check(aval, axes) -> None:
+        axes = skip(tuple(axes))
+        if axes and getattr(aval, "mat", None) is not None:
+            get_from(aval, axes, f"jax.lax.{name}")
+    return check
 
 
 def ppermute_refuses_axes_out_of_mesh_order():

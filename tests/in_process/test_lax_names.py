@@ -320,6 +320,32 @@ def test_psum_scatter_start_and_done():
     assert_equal(got, want)
 
 
+@pytest.mark.parametrize("name", ["psum", "pmean", "pmax", "pmin", "psum_scatter"])
+def test_a_reduction_over_axes_of_mixed_states_follows_jax_lax(name):
+    """After a reduction over "a" the value is invariant over "a" and varying over "b"
+    (check_vma's types): a second reduction over ("a", "b") is refused where jax.lax refuses it
+    (psum, pmean and psum_scatter; pmax and pmin from jax 0.11.2, where jax.lax's pvary
+    such an input before), and computes what jax.lax computes where it takes it."""
+    def program(L, v):
+        return getattr(L, name)(L.psum(v, "a"), ("a", "b"))
+
+    outcomes = []
+    for module in (jax.lax, jlax):
+        f = jax.shard_map(lambda v, m=module: program(m, v), mesh=mesh2d(), in_specs=P(("a", "b")),
+                          out_specs=P(("a", "b")))
+        try:
+            outcomes.append(np.asarray(jax.jit(f)(put(data(np.float32, (N * 4, 2)), mesh2d(),
+                                                      P(("a", "b"))))))
+        except ValueError as e:
+            assert "can only accept axis_name which corresponds to one of" in str(e)
+            outcomes.append("refused")
+    if isinstance(outcomes[0], str):
+        assert outcomes[1] == "refused"
+    else:
+        assert_equal(outcomes[1], outcomes[0])
+    assert name not in ("psum", "pmean", "psum_scatter") or outcomes[0] == "refused"
+
+
 def test_an_unbound_axis_raises_what_jax_lax_raises():
     """Inside shard_map jax.lax raises a bare AssertionError for an axis no shard_map binds;
     jaccl's error is one too (and a NameError, as outside, and a ValueError), naming it."""

@@ -1,6 +1,7 @@
 """Random programs (tests/support/random_programs.py), one process x 4 devices: each of jax.lax's
 collectives with drawn arguments, dtypes, shapes, meshes, orders of axes and float edges, plain,
-under vmap, under grad and with axis_index_groups, run with jax.lax and with jax_jaccl.lax.
+under vmap, under grad and with axis_index_groups, alone or chained with one or two more, run
+with jax.lax and with jax_jaccl.lax.
 Where jax.lax answers, jaccl's answer has the same shape, dtype and bits; where jax.lax
 refuses the program, so does jaccl (the first of two faults may be named differently). The
 one exception is a failure inside jax itself that jaccl's rules do not share (JAX_FAILURES)."""

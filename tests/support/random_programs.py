@@ -1,5 +1,5 @@
-"""Random shard_map programs of one jax.lax collective each, drawn from a seed, to run with
-jax.lax and with jax_jaccl.lax and compare: the combinations no hand-written table lists.
+"""Random shard_map programs of jax.lax collectives, drawn from a seed, to run with jax.lax and
+with jax_jaccl.lax and compare: the combinations no hand-written table lists.
 
 Contract: draw(seed, devices) is a Program, the same for the same seed and number of devices:
 a mesh of 1-3 axes over the devices in a drawn order, a tuple of its axes in a drawn order
@@ -7,7 +7,11 @@ a mesh of 1-3 axes over the devices in a drawn order, a tuple of its axes in a d
 axis, split and concat axes, partial permutations, axis_index_groups in groups of a drawn
 size and member order), a dtype, a shape whose sizes fit the group or not, float values with
 -0, NaN and infinities in them, inside a jitted shard_map with check_vma on or off, plain,
-under jax.vmap, under jax.grad (float types), or with axis_index_groups. outcome(program, L)
+under jax.vmap, under jax.grad (float types), or with axis_index_groups. A third of the
+programs (plain or under grad) chain one or two more collectives after the first, each over
+its own drawn axes and fitted to the shape the one before it leaves, so that values move from
+varying to invariant over some axes and back (check_vma's types in sequence), as in a
+training step's sharded layers. outcome(program, L)
 runs it with `L` (jax.lax or jax_jaccl.lax) and gives ("ok", result) or ("raised", the
 exception); the result is every device's block this process holds, {its index in the global
 result (a tuple of (start, stop)): values}, so that a job of several processes gives each its
@@ -38,23 +42,32 @@ JAX_FAILURES = ("Expected cotangent type",)
 
 
 @dataclasses.dataclass
+class Step:
+    """One collective of a program."""
+    op: str
+    axis_name: object  # a name, or a tuple of names in the drawn order
+    kwargs: dict
+    groups: list | None = None
+
+    def __str__(self):
+        groups = "" if self.groups is None else f", groups={self.groups}"
+        return f"{self.op}(axis_name={self.axis_name!r}, {self.kwargs}{groups})"
+
+
+@dataclasses.dataclass
 class Program:
     seed: int
     mesh: Mesh
-    axis_name: object  # a name, or a tuple of names in the drawn order
-    op: str
+    steps: list  # of Step, applied in turn
     dtype: object
-    kwargs: dict
     mode: str  # plain, vmap, grad, groups
-    groups: list | None
     check_vma: bool
     x: np.ndarray
 
     def __str__(self):
-        return (f"seed {self.seed}: {self.op}(axis_name={self.axis_name!r}, {self.kwargs}) "
-                f"of {np.dtype(self.dtype).name}{list(self.x.shape)} on mesh "
-                f"{dict(self.mesh.shape)} ({self.mode}, groups={self.groups}, "
-                f"check_vma={self.check_vma})")
+        return (f"seed {self.seed}: {' then '.join(map(str, self.steps))} of "
+                f"{np.dtype(self.dtype).name}{list(self.x.shape)} on mesh "
+                f"{dict(self.mesh.shape)} ({self.mode}, check_vma={self.check_vma})")
 
 
 def values(rng, shape, dtype) -> np.ndarray:
@@ -111,6 +124,63 @@ def _arguments(rng, op, rank, n, dims):
     return {}
 
 
+def _fitted(rng, op, dims, n):
+    """The keyword arguments of `op` over a group of `n` for a block of shape `dims` (a later
+    step's, which cannot be fitted to them), or None where none fit."""
+    rank = len(dims)
+    if op == "all_gather":
+        tiled = bool(rng.random() < 0.5)
+        return dict(axis=int(rng.integers(0, rank if tiled else rank + 1)), tiled=tiled)
+    if op in ("psum_scatter", "all_to_all", "pswapaxes"):
+        tiled = bool(rng.random() < 0.5) and op != "pswapaxes"
+        fit = [k for k in range(rank) if (dims[k] % n == 0 if tiled else dims[k] == n)]
+        if not fit:
+            return None
+        k = int(rng.choice(fit))
+        if op == "psum_scatter":
+            return dict(scatter_dimension=k, tiled=tiled)
+        if op == "pswapaxes":
+            return dict(axis=k)
+        return dict(split_axis=k, concat_axis=int(rng.integers(0, rank)), tiled=tiled)
+    return _arguments(rng, op, rank, n, list(dims))  # the others take any shape
+
+
+def _block_shape(mesh, steps, dtype, check_vma, shape):
+    """The shape of one device's block after `steps` (jax.lax's), or None where they fail."""
+    spec = P(tuple(mesh.axis_names))
+    wide = jax.enable_x64(True) if dtype in WIDE else contextlib.nullcontext()
+    try:
+        with wide:
+            out = jax.eval_shape(jax.shard_map(_chain(steps, jax.lax), mesh=mesh, in_specs=spec,
+                                               out_specs=spec, check_vma=check_vma),
+                                 jax.ShapeDtypeStruct(shape, dtype))
+    except Exception:  # noqa: BLE001 - an invalid program: nothing to chain to it
+        return None
+    if not out.shape:
+        return None
+    return [out.shape[0] // mesh.devices.size, *out.shape[1:]]
+
+
+def _chained(rng, mesh, steps, dtype, mode, check_vma, shape) -> list:
+    """`steps` and one or two more collectives after them, each fitted to the block the one
+    before leaves, while jax.lax accepts the program so far."""
+    names = mesh.axis_names
+    for _ in range(int(rng.integers(1, 3))):
+        dims = _block_shape(mesh, steps, dtype, check_vma, shape)
+        if dims is None:
+            break
+        axes = tuple(str(a) for a in rng.permutation(names)[:rng.integers(1, len(names) + 1)])
+        n = int(np.prod([mesh.shape[a] for a in axes]))
+        ops = [o for o in OPS if not (mode == "grad" and o in ("pmax", "pmin"))]
+        op = str(rng.choice(ops))
+        kwargs = _fitted(rng, op, dims, n)
+        if kwargs is None:
+            break
+        steps = steps + [Step(op, axes[0] if len(axes) == 1 and rng.random() < 0.3 else axes,
+                              kwargs)]
+    return steps
+
+
 def draw(seed: int, devices, one_order: bool = False) -> Program:
     """`one_order`: the mesh lists the devices in their own order and no program takes
     axis_index_groups, so that each collective's groups are new to every process or known to
@@ -150,22 +220,35 @@ def draw(seed: int, devices, one_order: bool = False) -> Program:
     if mode == "grad" and (not floating or op in ("pmax", "pmin")):
         mode = "plain"
     x = values(rng, [dims[0] * mesh.devices.size] + dims[1:], dtype)
-    return Program(seed, mesh, axis_name, op, dtype, kwargs, mode, groups, check_vma, x)
+    steps = [Step(op, axis_name, kwargs, groups)]
+    if mode in ("plain", "grad") and rng.random() < 1 / 3:
+        steps = _chained(rng, mesh, steps, dtype, mode, check_vma, x.shape)
+    return Program(seed, mesh, steps, dtype, mode, check_vma, x)
+
+
+def _apply(step: Step, L, v):
+    f = getattr(L, step.op)
+    grouped = {} if step.groups is None else {"axis_index_groups": step.groups}
+    if step.op in ("ppermute", "pshuffle"):
+        return f(v, step.axis_name, step.kwargs["perm"])
+    if step.op == "all_to_all":
+        return f(v, step.axis_name, step.kwargs["split_axis"], step.kwargs["concat_axis"],
+                 tiled=step.kwargs["tiled"], **grouped)
+    if step.op == "pswapaxes":
+        return f(v, step.axis_name, step.kwargs["axis"])
+    return f(v, step.axis_name, **step.kwargs, **grouped)
+
+
+def _chain(steps, L):
+    def collectives(v):
+        for step in steps:
+            v = _apply(step, L, v)
+        return v
+    return collectives
 
 
 def _body(p: Program, L):
-    def collective(v):
-        f = getattr(L, p.op)
-        grouped = {} if p.groups is None else {"axis_index_groups": p.groups}
-        if p.op in ("ppermute", "pshuffle"):
-            return f(v, p.axis_name, p.kwargs["perm"])
-        if p.op == "all_to_all":
-            return f(v, p.axis_name, p.kwargs["split_axis"], p.kwargs["concat_axis"],
-                     tiled=p.kwargs["tiled"], **grouped)
-        if p.op == "pswapaxes":
-            return f(v, p.axis_name, p.kwargs["axis"])
-        return f(v, p.axis_name, **p.kwargs, **grouped)
-
+    collective = _chain(p.steps, L)
     if p.mode == "vmap":  # over the second dimension, where there is one
         return lambda v: jax.vmap(collective, in_axes=1, out_axes=1)(v) if v.ndim >= 2 else collective(v)
     if p.mode == "grad":
