@@ -69,6 +69,26 @@ SAME_AS_LAX = {
                           + [np.ones(3, np.complex64)] * 2),
     "int32 max of the minimum": ("pmax", [np.full(3, np.iinfo(np.int32).min, np.int32)] * N),
 }
+# A NaN made on the way (inf - inf: the machine's negative default NaN) meets an operand's NaN
+# (numpy's, positive): float32, float64, bfloat16 and complex sums keep the later one's, float16
+# sums the earlier one's, as XLA:CPU does (either way round: the NaN first, then inf - inf).
+for _dtype in (np.float16, jnp.bfloat16, f32, np.float64, np.complex64):
+    _made = [np.full(3, np.inf, _dtype), np.full(3, -np.inf, _dtype)]
+    _name = np.dtype(_dtype).name
+    SAME_AS_LAX[f"made NaN, then a NaN, {_name}"] = ("psum", _made + [np.full(3, np.nan, _dtype),
+                                                                      np.ones(3, _dtype)])
+    SAME_AS_LAX[f"a NaN, then a made NaN, {_name}"] = ("psum", [np.full(3, np.nan, _dtype)] + _made
+                                                       + [np.ones(3, _dtype)])
+    _rows = SAME_AS_LAX[f"made NaN, then a NaN, {_name}"][1]  # resized to N, to scatter
+    SAME_AS_LAX[f"made NaN, then a NaN, scattered, {_name}"] = (
+        "psum_scatter", [np.resize(row, N) for row in _rows])
+
+# A bfloat16 sum's NaN is the quiet NaN of its sign, without the operand's payload (XLA:CPU's,
+# on every jax here). (A float16 sum's keeps the payload on jax 0.12 and not on 0.10; jaccl's
+# does not: docs/semantics.md.)
+SAME_AS_LAX["a bfloat16 NaN with a payload"] = (
+    "psum", [np.array([0x7fc1, 0xffc1, 0x7f81], np.uint16).view(jnp.bfloat16)]
+    + [np.ones(3, jnp.bfloat16)] * (N - 1))
 
 
 @pytest.mark.parametrize("case", SAME_AS_LAX)

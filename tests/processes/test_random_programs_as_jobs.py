@@ -3,9 +3,16 @@ x 2 devices: devices of a process and processes of a host; 4 x 1 on two emulated
 jaccl's TCP) runs each with jax_jaccl.lax, and every block each process holds equals jax.lax's
 answer to the same program on the pytest process's 4 devices (XLA:CPU's in-process
 collectives, whose bits jaccl gives in every layout; jax.lax on gloo between processes sums in
-another order), or the job refused the program where jax.lax refuses it."""
+another order), or the job refused the program where jax.lax refuses it. One process of 8
+devices compares both modules within the job."""
 
 from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +24,23 @@ from random_programs import JAX_FAILURES, draw, outcome
 from transports import TCP
 from util import assert_equal
 
+EIGHT_DEVICES = textwrap.dedent("""
+    import sys
+    import jax
+    jax.config.update("jax_num_cpu_devices", 8)
+    from jax_jaccl import lax as jlax
+    from random_programs import draw, mismatch, outcome
+    first, count = int(sys.argv[1]), int(sys.argv[2])
+    answered = 0
+    for seed in range(first, first + count):
+        program = draw(seed, jax.devices())
+        differs = mismatch(program, jlax)
+        if differs:
+            print("MISMATCH", differs, flush=True)
+        answered += outcome(program, jax.lax)[0] == "ok"
+    print("ANSWERED", answered)
+""")
+SUPPORT = pathlib.Path(__file__).resolve().parents[1] / "support"
 COUNT = 150  # programs per layout, each layout its own seeds (the in-process test runs 0-479)
 # What XLA's MPI path refuses before any MPI call (docs/xla-collectives.md), where XLA:CPU's
 # in-process collectives answer: reductions of float16.
@@ -72,3 +96,21 @@ def test_random_programs_match_lax_across_processes(tmp_path, nprocs, devices, h
                 assert_equal(values, want[1][block], err_msg=f"{program}, block {block}")
         answered += 1
     assert answered > COUNT // 2
+
+
+def test_random_programs_match_lax_on_eight_devices_of_one_process():
+    """1 x 8 devices, which the pytest process does not have: a fresh process runs each program
+    with both modules and compares them itself (3-axis meshes of 2 x 2 x 2, groups of 8: more
+    operands in every fold, where edges such as a NaN made by inf - inf meeting an operand's
+    NaN turn up)."""
+    # seeds 6200-6349 hold 6267, a NaN made by inf - inf meeting an operand's in a float16
+    # psum_scatter over 8 devices (its sign was not XLA's before 2026-12-05)
+    done = subprocess.run([sys.executable, "-c", EIGHT_DEVICES, str(6200), str(COUNT)],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                              [str(SUPPORT), os.environ.get("PYTHONPATH", "")])))
+    assert done.returncode == 0, done.stderr[-3000:]
+    mismatches = [l for l in done.stdout.splitlines() if l.startswith("MISMATCH")]
+    assert not mismatches, "\n".join(mismatches[:5])
+    answered = [l for l in done.stdout.splitlines() if l.startswith("ANSWERED")]
+    assert answered and int(answered[0].split()[1]) > COUNT // 2, done.stdout[-3000:]

@@ -16,7 +16,8 @@ runs it with `L` (jax.lax or jax_jaccl.lax) and gives ("ok", result) or ("raised
 exception); the result is every device's block this process holds, {its index in the global
 result (a tuple of (start, stop)): values}, so that a job of several processes gives each its
 own and one process all of them. Invalid programs are drawn on purpose: both modules must
-refuse them."""
+refuse them. mismatch(program, L) runs it with jax.lax and with `L` in this process and says
+how their answers differ ("" where they agree, or both refuse)."""
 
 from __future__ import annotations
 
@@ -270,3 +271,25 @@ def outcome(p: Program, L):
                           np.asarray(s.data) for s in y.addressable_shards}
     except Exception as e:  # noqa: BLE001 (jax's own errors are of many kinds)
         return "raised", e
+
+
+def mismatch(p: Program, L) -> str:
+    """How `L`'s answer to `p` differs from jax.lax's in this process; "" where they agree (or
+    both refuse it, or jax.lax fails inside jax: JAX_FAILURES)."""
+    from util import assert_equal
+
+    want, got = outcome(p, jax.lax), outcome(p, L)
+    if want[0] == "raised":
+        if got[0] == "ok" and not any(k in str(want[1]) for k in JAX_FAILURES):
+            return f"{p}: jax.lax raised {want[1]!r}, jaccl answered"
+        return ""
+    if got[0] == "raised":
+        return f"{p}: jax.lax answered, jaccl raised {got[1]!r}"
+    if got[1].keys() != want[1].keys():
+        return f"{p}: blocks {sorted(got[1])} where jax.lax's are {sorted(want[1])}"
+    for block in want[1]:
+        try:
+            assert_equal(got[1][block], want[1][block], err_msg=f"block {block}")
+        except AssertionError as e:
+            return f"{p}: {str(e).splitlines()[0][:300]}"
+    return ""

@@ -1,5 +1,6 @@
 #include "common/reduce.h"
 
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -22,19 +23,32 @@ inline A widen(T x) {
   else return static_cast<A>(x);
 }
 
+// A fold's result as T. A bfloat16 NaN comes out as XLA:CPU's folds give it, the quiet NaN of
+// its sign without payload (to_bf16 keeps the payload's top bits).
 template <typename T, typename A>
 inline T narrow(A x) {
-  if constexpr (std::is_same_v<T, bf16_t>) return to_bf16(x);
-  else if constexpr (std::is_same_v<T, f16_t>) return to_f16(x);
-  else return static_cast<T>(x);
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    if (x != x) return bf16_t{static_cast<uint16_t>(std::signbit(x) ? 0xffc0u : 0x7fc0u)};
+    return to_bf16(x);
+  } else if constexpr (std::is_same_v<T, f16_t>) {
+    return to_f16(x);
+  } else {
+    return static_cast<T>(x);
+  }
 }
 
 // One step of a fold over values stored as T: apply<kOp>, then float16's rounding after every
-// step (common/reduce_apply.h).
+// step; of two NaNs a float16 sum keeps the earlier (common/reduce_apply.h).
 template <ReduceOp kOp, typename T, typename A>
 inline A step(A acc, A x) {
-  if constexpr (std::is_same_v<T, f16_t>) return widen<A>(narrow<T>(apply<kOp>(acc, x)));
-  else return apply<kOp>(acc, x);
+  if constexpr (std::is_same_v<T, f16_t>) {
+    if constexpr (kOp == ReduceOp::kSum) {
+      if (acc != acc && x != x) return acc;
+    }
+    return widen<A>(narrow<T>(apply<kOp>(acc, x)));
+  } else {
+    return apply<kOp>(acc, x);
+  }
 }
 
 constexpr size_t kBlock = 512;

@@ -11,6 +11,13 @@
 // operand only when it is greater / less: a NaN is never taken (NaNs alone give -inf / +inf),
 // and of equal values (-0, +0) the earlier stays.
 //
+// Of two NaNs a float sum keeps the later operand's (b), bits and all, as XLA:CPU's float32,
+// float64 and bfloat16 (float32-accumulated) folds do: a NaN made on the way (inf - inf, the
+// machine's negative default NaN) meeting one of the operands (numpy's positive NaN) gives
+// the operand's. A compiler may put either operand first in the add instruction, whose NaN
+// it keeps, so the choice is made explicitly. XLA:CPU's float16 folds keep the earlier one's
+// (step() in common/reduce.cc and cuda/kernels/reduce.cu).
+//
 // A fold over values stored as float16 rounds its float32 accumulator to float16 after every
 // step, as XLA:CPU adds float16 values one pair at a time (float32 holds each exact sum closely
 // enough that rounding it again gives float16's own sum: 24 >= 2 * 11 + 2 bits); bfloat16 keeps
@@ -53,8 +60,10 @@ JACCL_REDUCE_INLINE A apply(A a, A b) {
       return static_cast<A>(kOp == ReduceOp::kSum
                                 ? static_cast<U>(static_cast<U>(a) + static_cast<U>(b))
                                 : static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+    } else if constexpr (kOp == ReduceOp::kSum) {
+      return a != a && b != b ? b : a + b;  // a seeded: never -0
     } else {
-      return kOp == ReduceOp::kSum ? a + b : a * b;  // a seeded: never -0
+      return a * b;
     }
   } else if constexpr (kOp == ReduceOp::kMax) {
     return b > a ? b : a;

@@ -58,11 +58,17 @@ __device__ __forceinline__ T narrow(A v) {
 }
 
 // One step of a fold over values stored as T: apply<kOp>, then float16's rounding after every
-// step (common/reduce_apply.h).
+// step; of two NaNs a float16 sum keeps the earlier (common/reduce_apply.h).
 template <ReduceOp kOp, typename T, typename A>
 __device__ __forceinline__ A step(A acc, A x) {
-  if constexpr (std::is_same_v<T, __half>) return widen<A>(narrow<T>(apply<kOp>(acc, x)));
-  else return apply<kOp>(acc, x);
+  if constexpr (std::is_same_v<T, __half>) {
+    if constexpr (kOp == ReduceOp::kSum) {
+      if (acc != acc && x != x) return acc;
+    }
+    return widen<A>(narrow<T>(apply<kOp>(acc, x)));
+  } else {
+    return apply<kOp>(acc, x);
+  }
 }
 
 // The first operand as this fold takes it, and the fold's last step. A sum's seed (+0 first)
