@@ -4,7 +4,7 @@ under vmap, under grad and with axis_index_groups, alone or chained with one or 
 with jax.lax and with jax_jaccl.lax.
 Where jax.lax answers, jaccl's answer has the same shape, dtype and bits; where jax.lax
 refuses the program, so does jaccl (the first of two faults may be named differently). The
-one exception is a failure inside jax itself that jaccl's rules do not share (JAX_FAILURES)."""
+exceptions are failures inside jax itself that jaccl's rules do not share (JAX_FAILURES)."""
 
 from __future__ import annotations
 
