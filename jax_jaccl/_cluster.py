@@ -124,7 +124,10 @@ def note_connected(distributed) -> None:
         initialize(*args, **kwargs)
         job = _settings.launch()
         path = os.path.join(job.connected_dir, f"connected-{job.process_id}-{job.restart}")
-        with open(path, "w"):
+        try:
+            with open(path, "w"):
+                pass
+        except OSError:  # jaccl-run gone: no one to tell, and the program goes on
             pass
 
     state.initialize = initialize_and_note
