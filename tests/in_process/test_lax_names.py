@@ -324,8 +324,8 @@ def test_psum_scatter_start_and_done():
 def test_a_reduction_over_axes_of_mixed_states_follows_jax_lax(name):
     """After a reduction over "a" the value is invariant over "a" and varying over "b"
     (check_vma's types): a second reduction over ("a", "b") is refused where jax.lax refuses it
-    (psum, pmean and psum_scatter; pmax and pmin from jax 0.11.2, where jax.lax's pvary
-    such an input before), and computes what jax.lax computes where it takes it."""
+    (psum, pmean and psum_scatter; pmax and pmin from jax 0.11.2: before, jax.lax pvaries such
+    an input and answers), and computes what jax.lax computes where it takes it."""
     def program(L, v):
         return getattr(L, name)(L.psum(v, "a"), ("a", "b"))
 

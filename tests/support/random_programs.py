@@ -11,11 +11,11 @@ under jax.vmap, under jax.grad (float types), or with axis_index_groups. A third
 programs (plain or under grad) chain one or two more collectives after the first, each over
 its own drawn axes and fitted to the shape the one before it leaves, so that values move from
 varying to invariant over some axes and back (check_vma's types in sequence), as in a
-training step's sharded layers. outcome(program, L)
-runs it with `L` (jax.lax or jax_jaccl.lax) and gives ("ok", result) or ("raised", the
-exception); the result is every device's block this process holds, {its index in the global
-result (a tuple of (start, stop)): values}, so that a job of several processes gives each its
-own and one process all of them. Invalid programs are drawn on purpose: both modules must
+training step's sharded layers. outcome(program, L) runs it with `L` (jax.lax or
+jax_jaccl.lax) and gives ("ok", result) or ("raised", the exception); the result is every
+device's block this process holds, {its index in the global result (a tuple of (start,
+stop)): values}, so that a job of several processes gives each its own and one process all of
+them. Invalid programs are drawn on purpose: both modules must
 refuse them. mismatch(program, L) runs it with jax.lax and with `L` in this process and says
 how their answers differ ("" where they agree, or both refuse)."""
 
