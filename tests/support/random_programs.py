@@ -17,7 +17,7 @@ device's block this process holds, {its index in the global result (a tuple of (
 stop)): values}, so that a job of several processes gives each its own and one process all of
 them. Invalid programs are drawn on purpose: both modules must
 refuse them. mismatch(program, L) runs it with jax.lax and with `L` in this process and says
-how their answers differ ("" where they agree, or both refuse)."""
+whether jax.lax answered and how the answers differ ("" where they agree, or both refuse)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from util import assert_equal
 
 OPS = ("psum", "pmean", "pmax", "pmin", "all_gather", "all_to_all", "psum_scatter", "ppermute",
        "pshuffle", "pswapaxes")
@@ -277,23 +279,21 @@ def outcome(p: Program, L):
         return "raised", e
 
 
-def mismatch(p: Program, L) -> str:
-    """How `L`'s answer to `p` differs from jax.lax's in this process; "" where they agree (or
-    both refuse it, or jax.lax fails inside jax: JAX_FAILURES)."""
-    from util import assert_equal
-
+def mismatch(p: Program, L) -> tuple[bool, str]:
+    """(whether jax.lax answers `p`, how `L`'s answer differs from it in this process): "" where
+    they agree (or both refuse it, or jax.lax fails inside jax: JAX_FAILURES)."""
     want, got = outcome(p, jax.lax), outcome(p, L)
     if want[0] == "raised":
         if got[0] == "ok" and not any(k in str(want[1]) for k in JAX_FAILURES):
-            return f"{p}: jax.lax raised {want[1]!r}, jaccl answered"
-        return ""
+            return False, f"{p}: jax.lax raised {want[1]!r}, jaccl answered"
+        return False, ""
     if got[0] == "raised":
-        return f"{p}: jax.lax answered, jaccl raised {got[1]!r}"
+        return True, f"{p}: jax.lax answered, jaccl raised {got[1]!r}"
     if got[1].keys() != want[1].keys():
-        return f"{p}: blocks {sorted(got[1])} where jax.lax's are {sorted(want[1])}"
+        return True, f"{p}: blocks {sorted(got[1])} where jax.lax's are {sorted(want[1])}"
     for block in want[1]:
         try:
-            assert_equal(got[1][block], want[1][block], err_msg=f"block {block}")
+            assert_equal(got[1][block], want[1][block], err_msg=f"{p}, block {block}")
         except AssertionError as e:
-            return f"{p}: {str(e).splitlines()[0][:300]}"
-    return ""
+            return True, str(e).splitlines()[0][:600]
+    return True, ""

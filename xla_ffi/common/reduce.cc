@@ -42,9 +42,7 @@ inline T narrow(A x) {
 template <ReduceOp kOp, typename T, typename A>
 inline A step(A acc, A x) {
   if constexpr (std::is_same_v<T, f16_t>) {
-    if constexpr (kOp == ReduceOp::kSum) {
-      if (acc != acc && x != x) return acc;
-    }
+    if (float16_keeps_earlier<kOp>(acc, x)) return acc;
     return widen<A>(narrow<T>(apply<kOp>(acc, x)));
   } else {
     return apply<kOp>(acc, x);

@@ -72,4 +72,12 @@ JACCL_REDUCE_INLINE A apply(A a, A b) {
   }
 }
 
+// Whether one step of a float16 fold keeps its earlier operand `a` as it is: of two NaNs a
+// float16 sum keeps the earlier, as XLA:CPU's does (each compiler's step(), before its
+// rounding to float16).
+template <ReduceOp kOp, typename A>
+JACCL_REDUCE_INLINE bool float16_keeps_earlier(A a, A b) {
+  return kOp == ReduceOp::kSum && a != a && b != b;
+}
+
 }  // namespace jaccl

@@ -62,9 +62,7 @@ __device__ __forceinline__ T narrow(A v) {
 template <ReduceOp kOp, typename T, typename A>
 __device__ __forceinline__ A step(A acc, A x) {
   if constexpr (std::is_same_v<T, __half>) {
-    if constexpr (kOp == ReduceOp::kSum) {
-      if (acc != acc && x != x) return acc;
-    }
+    if (float16_keeps_earlier<kOp>(acc, x)) return acc;
     return widen<A>(narrow<T>(apply<kOp>(acc, x)));
   } else {
     return apply<kOp>(acc, x);
