@@ -186,8 +186,8 @@ def _started_before() -> bool:
 
 def _rejoin(live: tuple | None) -> WorldInfo:
     """This process was lost and started again: it joins the world the others build over `live`
-    (a mesh's processes, this one among them) at the generation the world's first process
-    announced for exactly those processes with this incarnation of this one."""
+    (a mesh's processes, this one among them) at the generation the first of them that was not
+    started again announced for exactly those processes with this incarnation of this one."""
     from ._kv import KeyValueStore
 
     if _cuda_peers.local_gpus() or _xla_collectives.active():
@@ -197,7 +197,7 @@ def _rejoin(live: tuple | None) -> WorldInfo:
         raise RuntimeError("jaccl: a process started again joins the others when a program is "
                            "lowered over a mesh of the live devices (multihost_utils.live_devices)")
     kv, me, mine = KeyValueStore(), jax.process_index(), _my_incarnation()
-    if live == (me,):  # no first process of a world but itself, to announce one
+    if live == (me,):  # no other process of a world, to announce one
         raise RuntimeError(f"jaccl: process {me}, started again, finds no other process live "
                            "to rejoin (they finished or were lost): a mesh over its own "
                            "devices alone has no world to join")
@@ -247,7 +247,8 @@ def _next_generation(failed: WorldInfo, survivors: tuple) -> WorldInfo:
     if not engine.aborted():  # a process came back: this world's programs end first
         _wait_for_device_programs()
     engine.shutdown()
-    return _start(survivors, failed.generation + 1, failed.first_tag)
+    announcer = next(p for p in survivors if p not in back)  # this process at the latest
+    return _start(survivors, failed.generation + 1, failed.first_tag, announcer)
 
 
 def _at_exit() -> None:
@@ -316,9 +317,10 @@ def shutdown() -> None:
             _shutdowns += 1
 
 
-def _start(members: tuple | None = None, generation: int = 0, first_tag: str = "") -> WorldInfo:
+def _start(members: tuple | None = None, generation: int = 0, first_tag: str = "",
+           announcer: int | None = None) -> WorldInfo:
     """A world over `members` (JAX process indices; default all), `generation` worlds after
-    the first (whose job tag was `first_tag`)."""
+    the first (whose job tag was `first_tag`); process `announcer` announces it (_announce)."""
     settings = _settings.current()
     _settings.hand_to_engines(settings)
     if generation == 0:
@@ -330,7 +332,8 @@ def _start(members: tuple | None = None, generation: int = 0, first_tag: str = "
                     if d.process_index in members]
     xla_collectives = "jaccl" if _xla_collectives.active() else "gloo"
     space = _space(first_tag, generation, members)
-    incarnations = _announce(members, generation, first_tag) if count > 1 and _recoverable() else None
+    incarnations = (_announce(members, generation, first_tag, announcer)
+                    if count > 1 and _recoverable() else None)
     mine = {"pid": os.getpid(), "host": host_id(),
             "settings": dict(settings.agreed(), JACCL_XLA_COLLECTIVES=xla_collectives),
             "gpus": len(_cuda_peers.local_gpus())}
@@ -414,11 +417,12 @@ def _start(members: tuple | None = None, generation: int = 0, first_tag: str = "
                      generation, first_tag or job_tag, incarnations or ())
 
 
-def _announce(members: tuple, generation: int, first_tag: str) -> tuple:
-    """The members' incarnations (empty where unknown); the world's first process announces a
-    later generation with them, for a member that was started again to find (_rejoin())."""
+def _announce(members: tuple, generation: int, first_tag: str, announcer: int | None) -> tuple:
+    """The members' incarnations (empty where unknown); process `announcer` (the first member
+    that was not started again: process 0 may be one that was) announces a later generation
+    with them, for a member that was started again to find (_rejoin())."""
     incarnations = _incarnations(members) or ()
-    if generation > 0 and members.index(jax.process_index()) == 0 and incarnations:
+    if generation > 0 and jax.process_index() == announcer and incarnations:
         from ._kv import KeyValueStore
 
         KeyValueStore().set(f"{_KV_PREFIX}/{first_tag}/worlds/{generation}",

@@ -20,11 +20,11 @@ coordination service itself, recoverable (JACCL_COORDINATION_SERVICE=launcher; p
 starts none: _cluster.py), so that losing process 0 does not end the job as it does where
 process 0 runs it; and it tells the service at once when a process that had connected to it
 dies, so that the others need not wait for JAX's heartbeat timeout (_report_lost).
-`--restarts R` (with `--keep-going`) starts a lost process other than 0 again, R times in all
-over the job, while the coordination service runs, with its rank and environment and
-JACCL_RESTART=<how many times it was started before>: under JAX's recoverability it rejoins
-the others (jaccl builds a world that includes it when a program is lowered over a mesh of its
-devices too; docs/multi-process-and-hosts.md).
+`--restarts R` (with `--keep-going`) starts a lost process again, R times in all over the job,
+while the coordination service runs (process 0 only where jaccl-run runs it), with its rank,
+its environment and JACCL_RESTART=<how many times it was started before>: under JAX's
+recoverability it rejoins the others (jaccl builds a world that includes it when a program is
+lowered over a mesh of its devices too; docs/multi-process-and-hosts.md).
 
 The collectives XLA emits itself (jit with shardings, jax.lax in shard_map) run on jaccl's
 engine too (docs/xla-collectives.md), by default whenever the job has several processes of
@@ -208,22 +208,25 @@ def _service_here(args, port: int):
                                       launch.shutdown_timeout_s)
 
 
-def _report_lost(port: int, rank: int, out, lock) -> None:
+def _report_lost(port: int, rank: int, out, lock, topology_again: bool) -> bool:
     """Tells the coordination service this process runs that process `rank`, which had
     connected to it, died: the others' multihost_utils.live_devices answers without it now,
     not at its heartbeat timeout (JACCL_HEARTBEAT_TIMEOUT), so a job goes on at once and the
     timeout can be long enough that a stalled machine does not make JAX count live processes
-    dead. Where the service cannot be told, says so (the others learn it at the timeout)."""
+    dead (`topology_again`: process 0 is to start again, see _compat.report_lost). Where the
+    service cannot be told, says so (the others learn it at the timeout) and returns False."""
     from ._compat import report_lost
 
     try:
-        report_lost(f"127.0.0.1:{port}", rank, timeout_s=10)
+        report_lost(f"127.0.0.1:{port}", rank, timeout_s=10, topology_again=topology_again)
+        return True
     except Exception as e:  # noqa: BLE001 - the job goes on; JAX's heartbeat still tells them
         with lock:
             out.write(f"jaccl-run: JAX's coordination service could not be told that process "
                       f"{rank} is gone ({e}); the others learn it at its heartbeat "
                       "timeout\n".encode())
             out.flush()
+        return False
 
 
 def run(args) -> int:
@@ -285,8 +288,9 @@ def run(args) -> int:
             """Names each process that failed since the last look: the first always, the
             others with --keep-going (else they are the job being stopped); starts it again
             while --restarts allows and JAX's coordination service (which a process started
-            again registers with) runs, here or in process 0; never process 0 itself (XLA's
-            CPU client publishes the job's topology from it, once: a second one is refused)."""
+            again registers with) runs, here or in process 0; process 0 itself only where the
+            service runs here and was told of its loss (its device topology, which XLA's CPU
+            client publishes once, removed with it: _compat.report_lost)."""
             nonlocal failed_at
             for rank, p in enumerate(procs):
                 rc = p.poll()
@@ -294,15 +298,18 @@ def run(args) -> int:
                 if rc in (None, 0) or (rank, restarts[rank]) in lost or stopping:
                     continue
                 failed_at = failed_at or time.monotonic()
-                if connected_dir and os.path.exists(  # first of all: the others wait on it
-                        os.path.join(connected_dir, f"connected-{rank}-{restarts[rank]}")):
-                    _report_lost(port, rank, out, lock)
+                budget = may_restart and sum(restarts) < args.restarts
+                again = budget and (service is not None or procs[0].poll() is None)
+                connected = connected_dir is not None and os.path.exists(
+                    os.path.join(connected_dir, f"connected-{rank}-{restarts[rank]}"))
+                reported = connected and _report_lost(  # first of all: the others wait on it
+                    port, rank, out, lock, topology_again=again and rank == 0)
+                again = again and (rank != 0 or reported)
                 stderr_pump[rank].join(timeout=1)  # its last words, before we name them
                 why = f" ({errors.pop(rank)})" if rank in errors else ""
                 words = f"process {rank} {_how(rc)}{why} at {time.monotonic() - started:.1f} s"
                 lost[(rank, restarts[rank])] = words, rc
-                if (may_restart and sum(restarts) < args.restarts and rank != 0 and
-                        (service is not None or procs[0].poll() is None)):
+                if again:
                     then = "starting it again (--restarts)"
                     restarts[rank] += 1
                     procs[rank] = start(rank, restarts[rank])
@@ -310,9 +317,11 @@ def run(args) -> int:
                     stderr_pump[rank] = pumps[-1]
                 elif args.keep_going:
                     then = "the others go on (--keep-going)"
-                    if rank == 0 and args.restarts:
-                        then += ("; process 0 is not started again (XLA's CPU client publishes "
-                                 "the job's device topology from it once)")
+                    if rank == 0 and budget:
+                        then += "; process 0 is not started again (" + (
+                            "JAX's coordination service ran in it" if service is None else
+                            "it had not connected to JAX's coordination service, or the "
+                            "service could not be told") + ")"
                 else:
                     then = f"stopping the others in {args.grace:.0f} s"
                 with lock:

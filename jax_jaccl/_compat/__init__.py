@@ -430,13 +430,17 @@ def start_coordination_service(address: str, num_processes: int, heartbeat_s: fl
                                                 shutdown_timeout=int(shutdown_s), recoverable=True)
 
 
-def report_lost(address: str, process: int, timeout_s: float) -> None:
+def report_lost(address: str, process: int, timeout_s: float, *, topology_again=False) -> None:
     """Tells the recoverable coordination service at `address` (start_coordination_service's)
     that `process` is gone, as jaccl-run saw it die: a client in its name registers (a new
     incarnation of it, as a process started again would) and disconnects, so that the service
     stops counting it live now, not at its heartbeat timeout. The survivors'
     multihost_utils.live_devices answers without it; a process started again in its place
-    registers as usual. Raises what the client raises (the service unreachable)."""
+    registers as usual. `topology_again` (process 0 about to be started again): also removes
+    the device topology XLA's CPU client published from it, once for the job (the others read
+    it at start-up), which the new process 0 publishes anew (XLA refuses a second: "key
+    cpu:global_topology/cpu already exists"). Raises what the client raises (the service
+    unreachable)."""
     from jax._src.lib import _jax
 
     client = _jax.get_distributed_runtime_client(
@@ -445,4 +449,6 @@ def report_lost(address: str, process: int, timeout_s: float) -> None:
         missed_heartbeat_callback=lambda *_: None,  # never ends this process (jaccl-run)
         shutdown_on_destruction=True)  # else shutdown() skips telling the service
     client.connect()
+    if topology_again:
+        client.key_value_delete("cpu:global_topology")  # the directory: every platform's entry
     client.shutdown()
