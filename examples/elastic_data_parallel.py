@@ -22,10 +22,12 @@ that never reached it, which is then killed (by them on its host, by itself at t
 from another: JACCL_EVICT_STALLED=1, which jaccl-run --keep-going sets), so the job goes on as
 after a loss.
 
-`--jax-lax` sums the gradients with jax.lax.psum instead, XLA's own collective, which jaccl-run
-carries on jaccl's engine by default (one CPU device per process; with several, when asked:
---xla-collectives jaccl): the survivors go on the same way, jaccl building their world when
-XLA makes its communicator for their devices.
+`--jax-lax` sums the gradients with jax.lax.psum instead (and gathers the state of `--rejoin`
+with jax.lax.all_gather), XLA's own collectives, which jaccl-run carries on jaccl's engine by
+default (one CPU device per process; with several, when asked: --xla-collectives jaccl): the
+survivors go on the same way, jaccl building their world when XLA makes its communicator for
+their devices, and a process that comes back rejoins them when XLA first runs a collective
+over all of them (one CPU device per process).
 
 `--state-out PATH` writes the state the survivors went on from (the step and the parameters
 before it); `--resume PATH` starts a job there: a job of the survivors' size resumed from it
@@ -95,14 +97,14 @@ def on_mesh(mesh, array, spec):
     return jax.make_array_from_callback(array.shape, NamedSharding(mesh, spec), lambda i: array[i])
 
 
-def shared_state(mesh, step: int, w):
+def shared_state(mesh, step: int, w, all_gather=lax.all_gather):
     """The state to go on from: every device's (step, w) gathered over the mesh, the furthest
     step's taken (the survivors hold the same bits; a process started again holds step 0)."""
     mine = np.concatenate([w, [np.float32(step)]])[None]  # steps < 2**24: exact in float32
     n = mesh.devices.size
     states = jax.make_array_from_callback((n, FEATURES + 1), NamedSharding(mesh, P(AXIS)),
                                           lambda i: mine)
-    gather = jax.jit(jax.shard_map(lambda s: lax.all_gather(s, AXIS, tiled=True)[None], mesh=mesh,
+    gather = jax.jit(jax.shard_map(lambda s: all_gather(s, AXIS, tiled=True)[None], mesh=mesh,
                                    in_specs=P(AXIS), out_specs=P(AXIS)))
     every = np.asarray(gather(states).addressable_data(0))[0]  # every device's, as this one got them
     furthest = every[int(np.argmax(every[:, -1]))]
@@ -172,7 +174,8 @@ def main():
                 if args.rejoin and (failed or processes != last_processes):
                     compiled.clear()  # a program of an earlier world may name the same devices
                     was = step
-                    step, w = shared_state(mesh, step, w)
+                    step, w = shared_state(mesh, step, w,
+                                           jax.lax.all_gather if args.jax_lax else lax.all_gather)
                     if last_processes is None and step != was:
                         print(f"rejoined at step {step} with processes {processes}", flush=True)
                     elif last_processes is not None and set(processes) - set(last_processes):

@@ -109,7 +109,7 @@ def init(devices=None) -> WorldInfo:
         if _world is not None and live is not None and _recoverable():
             _renew(live)
         if _world is None:
-            _world = _rejoin(live) if _started_before() else _start()
+            _world = _rejoin(live) if started_again() else _start()
             atexit.register(_at_exit)
             if _world.process_count > 1:
                 _uncaught.install()  # also where jax.distributed.initialize() was called directly
@@ -121,14 +121,15 @@ def _recoverable() -> bool:
     return bool(getattr(jax.config, "jax_enable_recoverability", False))
 
 
-def _renew(live: tuple) -> None:
+def _renew(live: tuple, in_program: bool = False) -> None:
     """Under _lock, JAX's recoverability on: the next world over the processes `live` when
-    this process is one of them and they need one (_changed())."""
+    this process is one of them and they need one (_changed()); `in_program`: asked from
+    inside a running device program (XLA's collective, through the MPI shim)."""
     global _world, _no_next_world
     if jax.process_index() in live and _changed(_world, live):
         failed, _world = _world, None  # if the new world fails to start: none, for good
         try:
-            _world = _next_generation(failed, live)
+            _world = _next_generation(failed, live, in_program)
         except BaseException as e:
             _no_next_world = (f"jaccl: no world over processes {list(live)} after generation "
                               f"{failed.generation} ({type(e).__name__}: {e})")
@@ -172,7 +173,7 @@ def _my_incarnation() -> int:
     return int(_compat.distributed_state().client.get_live_nodes([me])[me])
 
 
-def _started_before() -> bool:
+def started_again() -> bool:
     """Whether an earlier incarnation of this process started a world (so this one, started
     again, rejoins): the key _start() leaves for each, under JAX's recoverability."""
     if not _recoverable() or jax.process_count() == 1:
@@ -187,13 +188,18 @@ def _started_before() -> bool:
 def _rejoin(live: tuple | None) -> WorldInfo:
     """This process was lost and started again: it joins the world the others build over `live`
     (a mesh's processes, this one among them) at the generation the first of them that was not
-    started again announced for exactly those processes with this incarnation of this one."""
+    started again announced for exactly those processes with this incarnation of this one.
+    `live` None (XLA's first collective here, with XLA's collectives on jaccl): the world
+    announced with this incarnation, whatever its members."""
     from ._kv import KeyValueStore
 
-    if _cuda_peers.local_gpus() or _xla_collectives.active():
-        raise RuntimeError("jaccl: a process started again cannot rejoin on GPUs or with XLA's "
-                           "collectives on jaccl (--xla-collectives gloo keeps them on JAX's)")
-    if live is None:
+    if _cuda_peers.local_gpus():
+        raise RuntimeError("jaccl: a process started again cannot rejoin on GPUs")
+    if _xla_collectives.active() and jax.local_device_count() > 1:
+        raise RuntimeError("jaccl: a process started again cannot rejoin with XLA's collectives "
+                           "on jaccl and several CPU devices per process (--xla-collectives "
+                           "gloo keeps them on JAX's)")
+    if live is None and not _xla_collectives.active():
         raise RuntimeError("jaccl: a process started again joins the others when a program is "
                            "lowered over a mesh of the live devices (multihost_utils.live_devices)")
     kv, me, mine = KeyValueStore(), jax.process_index(), _my_incarnation()
@@ -207,16 +213,19 @@ def _rejoin(live: tuple | None) -> WorldInfo:
     while True:
         for key, value in kv.dir(f"{_KV_PREFIX}/{first_tag}/worlds/"):
             world = json.loads(value)
-            if tuple(world["members"]) == live and world["incarnations"][live.index(me)] == mine:
+            members = tuple(world["members"])
+            if (live in (None, members) and me in members and  # None: XLA's first collective
+                    world["incarnations"][members.index(me)] == mine):
                 generation = int(key.rsplit("/", 1)[-1])
-                joined = _start(live, generation, first_tag)
+                joined = _start(members, generation, first_tag)
                 engine.log_info(f"world generation {generation}: process {me} started again, "
-                                f"rejoins processes {list(live)}")
+                                f"rejoins processes {list(members)}")
                 return joined
         if time.monotonic() > deadline:
-            raise TimeoutError(f"jaccl: process {me}, started again, found no world of processes "
-                               f"{list(live)} with it within {_settings.current().timeout_s:.0f} s "
-                               "(do the others lower the same program over the same live devices?)")
+            which = "" if live is None else f"of processes {list(live)} "
+            raise TimeoutError(f"jaccl: process {me}, started again, found no world {which}with "
+                               f"it within {_settings.current().timeout_s:.0f} s (do the others "
+                               "run the same program over the same live devices?)")
         time.sleep(0.05)
 
 
@@ -229,9 +238,10 @@ def _space(first_tag: str, generation: int, members: tuple) -> str:
     return f"{_KV_PREFIX}/{first_tag}/generation/{generation}/{'.'.join(map(str, members))}"
 
 
-def _next_generation(failed: WorldInfo, survivors: tuple) -> WorldInfo:
+def _next_generation(failed: WorldInfo, survivors: tuple, in_program: bool = False) -> WorldInfo:
     """The world after a lost process or one that came back: the last one released (its calls
-    have all failed, or, when none failed, its programs ended; its links closed), a new one
+    have all failed, or, when none failed, its programs ended, but for the one asking when
+    `in_program`; its links closed), a new one
     started over `survivors` (JAX process indices, those that came back among them, every one
     of which builds it at the same point of the same program), renumbered 0..n-1 in that order,
     its key-value exchange, shared memory and TCP links its own (the job tag carries the
@@ -244,11 +254,14 @@ def _next_generation(failed: WorldInfo, survivors: tuple) -> WorldInfo:
         failed.incarnations[failed.members.index(p)] != i]
     engine.log_info(f"world generation {failed.generation + 1}: processes {list(survivors)} of "
                     f"{list(failed.members)} go on" + (f", {sorted(back)} back" if back else ""))
-    if not engine.aborted():  # a process came back: this world's programs end first
+    if not engine.aborted() and not in_program:  # a process came back: programs end first
         _wait_for_device_programs()
     engine.shutdown()
     announcer = next(p for p in survivors if p not in back)  # this process at the latest
-    return _start(survivors, failed.generation + 1, failed.first_tag, announcer)
+    world = _start(survivors, failed.generation + 1, failed.first_tag, announcer)
+    if back and _xla_collectives.active():
+        _xla_collectives.came_back()  # XLA's communicators are made again with those back
+    return world
 
 
 def _at_exit() -> None:
@@ -501,6 +514,24 @@ def attach_on_first_use() -> None:
                         "called jaccl.init())")
     except BaseException as e:  # noqa: BLE001 - it becomes the collective's error
         _xla_collectives.refuse(f"{type(e).__name__}: {e}")
+
+
+def renew_with_those_back() -> None:
+    """What the MPI shim runs (on an XLA thread, inside the program) when XLA runs a collective
+    on a communicator whose devices the world lacks: the world over the processes JAX's last
+    multihost_utils.live_devices block reported, those that came back among them, as
+    init(devices) builds it when a jaccl op is lowered over their mesh (one CPU device per
+    process: the program asking is the only one in flight). When it cannot, the collective
+    fails saying why."""
+    try:
+        with _lock:
+            if _no_next_world is not None:
+                raise RuntimeError(_no_next_world)
+            if _world is not None and _recoverable() and not engine.aborted():
+                _renew(tuple(sorted(_live_incarnations())), in_program=True)
+    except BaseException as e:  # noqa: BLE001 - the collective XLA runs then fails with this
+        _xla_collectives.renew_failed(f"jaccl: no world with the processes that came back for "
+                                      f"XLA's collectives: {type(e).__name__}: {e}")
 
 
 def renew_after_loss() -> None:

@@ -18,6 +18,9 @@ Contract:
   its world rank right after MPI_Init_thread); attach() runs after jaccl's world is up (made
   with shared channels when the process has several CPU devices: shares_channels()), raises
   ValueError with the reason when it cannot.
+- came_back() tells the shim that the world just attached has a process that came back
+  (started again): XLA's communicators made before are split again at their first use, as
+  that process makes its own (one CPU device per process).
 - refuse(reason) hands the shim the error of the collective it attaches for (the start of
   jaccl that _bootstrap.attach_on_first_use() tried on its behalf failed); renew_failed(reason)
   the error of the communicator XLA makes after a lost process, when
@@ -144,6 +147,12 @@ def attach() -> None:
     from . import _ext
 
     _ext.engine.mpiabi_attach(shim_path())
+
+
+def came_back() -> None:
+    shim = _handle()
+    if shim is not None:
+        shim.jaccl_mpiabi_came_back()
 
 
 def renew_failed(reason: str) -> None:

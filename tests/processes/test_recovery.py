@@ -8,7 +8,8 @@ on from, bit for bit; two losses one after the other (the second named by its
 jax.process_index() though the second world renumbered the survivors) on one host and between
 emulated hosts over jaccl's TCP and the OFI transport (the loss seen as a closed link, every
 world of survivors linked anew); a process started again (jaccl-run --restarts) rejoining with
-the survivors' state, on one host and between emulated hosts over TCP, process 0 too; MoE serving that cannot
+the survivors' state, on one host and between emulated hosts over TCP, process 0 too, and in a
+program of XLA's collectives alone on jaccl's engine; MoE serving that cannot
 shrink going on with moe_dispatch's lost_ranks (examples/elastic_moe_serving.py); a process that
 stalls evicted at the others' deadline (JACCL_EVICT_STALLED: killed by them on one host, by
 itself at their request between emulated hosts over TCP and OFI) and lost the same way;
@@ -137,12 +138,17 @@ def test_two_losses_one_after_the_other_named_as_jax_numbers_them(hosts):
 # (a hostfile whose host has a command prefix, as between hosts): jaccl-run's own service is
 # told of the loss at once, so the others go on without it first. Process 0 comes back only
 # where jaccl-run runs the service (it removes the device topology the lost one published).
-@pytest.mark.parametrize("back, hosts, who", [
-    pytest.param("before-the-heartbeat", {}, 2, id="before-the-heartbeat"),
-    pytest.param("after-the-others-went-on", {}, 2, id="after-the-others-went-on"),
-    pytest.param("after-the-others-went-on", TCP, 2, id="after-the-others-went-on-hosts-tcp"),
-    pytest.param("after-the-others-went-on", {}, 0, id="after-the-others-went-on-process-0")])
-def test_a_process_started_again_rejoins_with_the_survivors_state(tmp_path, back, hosts, who):
+# "jax-lax": no jaccl op in the program (jax.lax.psum and all_gather, XLA's collectives on
+# jaccl's engine through the MPI shim): the others' world with it is built when XLA first runs
+# a collective over all of them, their communicators from before split again with it.
+@pytest.mark.parametrize("back, hosts, who, xla", [
+    pytest.param("before-the-heartbeat", {}, 2, "gloo", id="before-the-heartbeat"),
+    pytest.param("after-the-others-went-on", {}, 2, "gloo", id="after-the-others-went-on"),
+    pytest.param("after-the-others-went-on", TCP, 2, "gloo",
+                 id="after-the-others-went-on-hosts-tcp"),
+    pytest.param("after-the-others-went-on", {}, 0, "gloo", id="after-the-others-went-on-process-0"),
+    pytest.param("after-the-others-went-on", {}, 1, "jaccl", id="after-the-others-went-on-jax-lax")])
+def test_a_process_started_again_rejoins_with_the_survivors_state(tmp_path, back, hosts, who, xla):
     late = back == "after-the-others-went-on"
     others = [r for r in (0, 1, 2) if r != who]
     env = {**hosts, "JACCL_DEBUG": "info", "JACCL_HEARTBEAT_TIMEOUT": "20",
@@ -152,9 +158,11 @@ def test_a_process_started_again_rejoins_with_the_survivors_state(tmp_path, back
     if not late:
         hostfile = tmp_path / "hosts.json"
         hostfile.write_text(json.dumps({"hosts": [{"prefix": ["env"], "processes": 3}]}))
+    lax_args = ["--jax-lax"] if xla == "jaccl" else []
     job = run_job("elastic.py", 3, args=["--steps", "40" if late else "16", "--pace", "0.25",
-                                         "--kill-at", "3", "--who", str(who), "--rejoin"],
-                  env=env, timeout=180, keep_going=True, restarts=1, hostfile=hostfile)
+                                         "--kill-at", "3", "--who", str(who), "--rejoin", *lax_args],
+                  env=env, timeout=180, keep_going=True, restarts=1, hostfile=hostfile,
+                  xla_collectives=xla)
     out = clean(job.output)
     assert job.returncode == 0, out[-4000:]
     assert re.search(rf"jaccl-run: process {who} was killed by SIGKILL at [\d.]+ s; starting it "
@@ -166,6 +174,8 @@ def test_a_process_started_again_rejoins_with_the_survivors_state(tmp_path, back
     assert len(rejoined) == 1 and rejoined[0] >= 3, out[-3000:]
     assert re.search(rf"INFO world generation \d+: process {who} started again, rejoins "
                      r"processes \[0, 1, 2\]", job.output), out[-3000:]
+    if xla == "jaccl":  # it joined at XLA's first collective: no jaccl op ran in the program
+        assert "XLA's first collective started jaccl's engine" in "\n".join(job.lines(who))
     for rank in others:
         text = "\n".join(job.lines(rank))
         before = str(others) if late else "[0, 1, 2]"  # the world it came back to
@@ -228,7 +238,7 @@ NO_NEXT_WORLD = textwrap.dedent("""
     jax.config.update("jax_enable_recoverability", True)
     import jax_jaccl as jaccl, jax_jaccl._bootstrap as bootstrap
     jaccl.init()
-    def fails(failed, live):
+    def fails(failed, live, in_program=False):
         raise TimeoutError("the survivors' key-value exchange timed out")
     bootstrap._next_generation, bootstrap._changed = fails, lambda world, live: True  # a loss
     for attempt in range(2):  # as the example's retries, or XLA's next communicator

@@ -117,11 +117,15 @@ def write_exports(rows, pointers, out):
     out.write_text("\n".join(lines) + "\n")
 
 
+# What jaccl itself calls in the shim (_jaccl's attach, jax_jaccl._xla_collectives through ctypes).
+JACCL_OWN = ["jaccl_mpiabi_attach", "jaccl_mpiabi_expect", "jaccl_mpiabi_refuse",
+             "jaccl_mpiabi_renew_failed", "jaccl_mpiabi_came_back"]
+
+
 def write_map(rows, out):
-    names = [name for _, _, name in rows] + ["jaccl_mpiabi_attach", "jaccl_mpiabi_expect",
-                                             "jaccl_mpiabi_refuse"]
+    names = [name for _, _, name in rows] + JACCL_OWN
     body = "\n".join(f"    {n};" for n in names)
-    out.write_text("/* Generated: the symbols MPItrampoline resolves, and jaccl's own three. */\n"
+    out.write_text("/* Generated: the symbols MPItrampoline resolves, and jaccl's own. */\n"
                    f"{{\n  global:\n{body}\n  local:\n    *;\n}};\n")
 
 

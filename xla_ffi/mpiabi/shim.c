@@ -22,7 +22,9 @@
  * code and keeps jaccl's message for MPI_Error_string (XLA puts it in the JAX exception).
  * After a lost process (the world failed, JAX's recoverability on), a split of MPI_COMM_WORLD
  * first lets the interpreter build the survivors' world (renew_after_loss()), which attaches
- * again: MPI_COMM_WORLD is the survivors from then on.
+ * again: MPI_COMM_WORLD is the survivors from then on. When a process comes back (started
+ * again), the others' communicators are split again at their first use (comm_in_use()), as the
+ * one that came back makes its own.
  * Thread-safe: XLA calls from any of its worker threads. */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -72,8 +74,14 @@ typedef struct JmpiComm {
   int rank, size;
   int local_devices;  /* MPI_COMM_WORLD with several devices per process: how many; else 1 */
   uint64_t split_round; /* the split round that made it, with several devices per process */
+  int xla_group;      /* made by splitting MPI_COMM_WORLD of one device per process */
+  unsigned comebacks; /* how many processes had come back when it was (last) made */
   int64_t devices[];  /* the group in rank order */
 } JmpiComm;
+
+/* Processes that came back (started again) into this process's world so far:
+ * jaccl_mpiabi_came_back(). */
+static atomic_uint comebacks;
 
 static JmpiComm* world_comm;
 static JmpiComm* self_comm;
@@ -87,6 +95,8 @@ static JmpiComm* new_comm(int rank, int size) {
     c->size = size;
     c->local_devices = 1;
     c->split_round = 0;
+    c->xla_group = 0;
+    c->comebacks = atomic_load(&comebacks);
   }
   return c;
 }
@@ -649,10 +659,102 @@ JMPI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t*
               "docs/xla-collectives.md): %s", color, why);
   } else {
     rc = comm_of_color(parent, all, color, parent->rank, parent->split_round, newcomm);
+    if (rc == JMPI_SUCCESS && *newcomm != 0 && comm == JMPI_COMM_WORLD) {
+      ((JmpiComm*)*newcomm)->xla_group = 1;
+    }
   }
   free(all);
   if (rc != JMPI_SUCCESS) remember_split_failure();
   return rc;
+}
+
+/* A process came back into the world now attached (the interpreter says so: a world with a
+ * process started again, built by the others): every communicator XLA made before is split
+ * again at its first use, where the process that came back splits MPI_COMM_WORLD for the
+ * same group (XLA keeps its communicators; the new process makes every one afresh). */
+JMPI_EXPORT void jaccl_mpiabi_came_back(void) { atomic_fetch_add(&comebacks, 1); }
+
+/* XLA's communicator `c`, made before a process came back, at its first use since: the split
+ * XLA made it with, again (color: the group's first device, key: this rank), over
+ * MPI_COMM_WORLD, with the process that came back splitting for the first time; the group must
+ * come out the same. */
+static int split_again(JmpiComm* c) {
+  const unsigned now = atomic_load(&comebacks);
+  const JmpiComm* world = world_comm;
+  const int n = world->size;
+  int64_t mine[2] = {c->devices[0], c->rank};
+  int64_t* all = malloc(2 * (size_t)n * sizeof(int64_t));
+  if (all == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
+  int rc = collective_at(atomic_load(&engine)->kind_all_gather, world, type_of(JMPI_INT64_T), 0,
+                         mine, all, 2, 2 * (size_t)n, kJacclShimSplitSite);
+  uintptr_t made = 0;
+  if (rc == JMPI_SUCCESS) {
+    rc = comm_of_color(world, all, (int)c->devices[0], world->rank, 0, &made);
+  }
+  free(all);
+  if (rc != JMPI_SUCCESS) {
+    char why[kMessageBytes];
+    snprintf(why, sizeof why, "%s", last_message);
+    return fail(rc, "jaccl: making XLA's communicator of devices led by device %lld again, "
+                "after a process came back, failed: %s", (long long)c->devices[0], why);
+  }
+  JmpiComm* again = (JmpiComm*)made;
+  const int same = again != NULL && again->size == c->size && again->rank == c->rank &&
+                   memcmp(again->devices, c->devices, (size_t)c->size * sizeof(int64_t)) == 0;
+  free(again);
+  if (!same) {
+    return fail(JMPI_ERR_OTHER, "jaccl: XLA's communicator of devices led by device %lld, made "
+                "before a process came back, is not the group the processes made again (the "
+                "process that came back runs another program?)", (long long)c->devices[0]);
+  }
+  c->comebacks = now;
+  return JMPI_SUCCESS;
+}
+
+/* Whether XLA's communicator `c` has a device that the world attached lacks. */
+static int outside_world(const JmpiComm* c) {
+  const JacclMpiEngine* e = atomic_load(&engine);
+  const int n = e->num_processes * e->devices_per_process;
+  for (int i = 0; i < c->size; ++i) {
+    int found = 0;
+    for (int j = 0; j < n && !found; ++j) found = e->devices[j] == c->devices[i];
+    if (!found) return 1;
+  }
+  return 0;
+}
+
+/* XLA runs a collective on `c`, made before a process was lost, whose devices the world now
+ * lacks: where the process came back (JAX's last live_devices block reported it), jaccl
+ * builds the world with it here, as a jaccl op lowered over their mesh would (a program of
+ * XLA's collectives alone); the interpreter does it (jax_jaccl._bootstrap.renew_with_those_back();
+ * why not, through jaccl_mpiabi_renew_failed). Fails where the world still lacks them. */
+static int world_with_those_back(const JmpiComm* c) {
+  pthread_mutex_lock(&renew_lock);
+  renew_problem[0] = '\0';
+  if (outside_world(c)) {
+    run_python("__import__('jax_jaccl._bootstrap')._bootstrap.renew_with_those_back()");
+  }
+  int rc = JMPI_SUCCESS;
+  if (renew_problem[0] != '\0') {
+    rc = fail(JMPI_ERR_OTHER, "%s", renew_problem);
+  } else if (outside_world(c)) {
+    rc = fail(JMPI_ERR_OTHER, "jaccl: XLA's communicator of devices led by device %lld has "
+              "devices outside jaccl's world (their processes were lost and are not live "
+              "again): run the program over a mesh of the live devices", (long long)c->devices[0]);
+  }
+  pthread_mutex_unlock(&renew_lock);
+  return rc;
+}
+
+/* The communicator of a collective or transfer XLA runs on `handle` (comm_of()): the world
+ * built first with processes that came back where it lacks its devices, and the communicator
+ * split again where a process came back since it was made. */
+static JmpiComm* comm_in_use(uintptr_t handle) {
+  JmpiComm* c = comm_of(handle);
+  if (c == NULL || !c->xla_group) return c;
+  if (outside_world(c) && world_with_those_back(c) != JMPI_SUCCESS) return NULL;
+  if (c->comebacks != atomic_load(&comebacks) && split_again(c) != JMPI_SUCCESS) return NULL;
+  return c;
 }
 
 JMPI_EXPORT int MPIABI_Comm_dup(uintptr_t comm, uintptr_t* newcomm) {
@@ -685,7 +787,7 @@ JMPI_EXPORT int MPIABI_Comm_free(uintptr_t* comm) {
 
 JMPI_EXPORT int MPIABI_Allreduce(const void* send, void* recv, int count, uintptr_t datatype,
                                  uintptr_t op, uintptr_t comm) {
-  JmpiComm* c = comm_of(comm);
+  JmpiComm* c = comm_in_use(comm);
   const JmpiType* type = c ? type_of(datatype) : NULL;
   int32_t code = 0;  /* set by op_of when it succeeds */
   if (type == NULL || op_of(op, type, &code) != JMPI_SUCCESS) return last_code;
@@ -696,7 +798,7 @@ JMPI_EXPORT int MPIABI_Allreduce(const void* send, void* recv, int count, uintpt
 
 static int reduce_scatter(const char* name, const void* send, void* recv, int count,
                           uintptr_t datatype, uintptr_t op, uintptr_t comm) {
-  JmpiComm* c = comm_of(comm);
+  JmpiComm* c = comm_in_use(comm);
   const JmpiType* type = c ? type_of(datatype) : NULL;
   int32_t code = 0;  /* set by op_of when it succeeds */
   if (type == NULL || op_of(op, type, &code) != JMPI_SUCCESS) return last_code;
@@ -713,7 +815,7 @@ JMPI_EXPORT int MPIABI_Reduce_scatter_block(const void* send, void* recv, int co
 /* XLA's counts are all equal (a reduce-scatter of equal blocks); others are refused. */
 JMPI_EXPORT int MPIABI_Reduce_scatter(const void* send, void* recv, const int counts[],
                                       uintptr_t datatype, uintptr_t op, uintptr_t comm) {
-  JmpiComm* c = comm_of(comm);
+  JmpiComm* c = comm_in_use(comm);
   if (c == NULL) return last_code;
   for (int r = 1; r < c->size; ++r) {
     if (counts[r] != counts[0]) {
@@ -726,7 +828,7 @@ JMPI_EXPORT int MPIABI_Reduce_scatter(const void* send, void* recv, const int co
 
 JMPI_EXPORT int MPIABI_Allgather(const void* send, int send_count, uintptr_t send_type,
                                  void* recv, int recv_count, uintptr_t recv_type, uintptr_t comm) {
-  JmpiComm* c = comm_of(comm);
+  JmpiComm* c = comm_in_use(comm);
   const JmpiType* type = c ? type_of(send_type) : NULL;
   if (type == NULL) return last_code;
   if (send_type != recv_type || send_count != recv_count || send == JMPI_IN_PLACE) {
@@ -738,7 +840,7 @@ JMPI_EXPORT int MPIABI_Allgather(const void* send, int send_count, uintptr_t sen
 }
 
 JMPI_EXPORT int MPIABI_Barrier(uintptr_t comm) {
-  JmpiComm* c = comm_of(comm);
+  JmpiComm* c = comm_in_use(comm);
   if (c == NULL) return last_code;
   int32_t in = 0, out = 0;
   return collective(atomic_load(&engine)->kind_all_reduce, c, type_of(JMPI_INT32_T), ops[0].code,
@@ -790,7 +892,7 @@ static int check_peer(const JmpiComm* c, int peer, const char* what) {
 JMPI_EXPORT int MPIABI_Sendrecv(const void* send, int send_count, uintptr_t send_type, int dest,
                                 int send_tag, void* recv, int recv_count, uintptr_t recv_type,
                                 int source, int recv_tag, uintptr_t comm, void* status) {
-  JmpiComm* c = comm_of(comm);
+  JmpiComm* c = comm_in_use(comm);
   uint64_t send_bytes = 0, recv_bytes = 0;  /* set by bytes_of when it succeeds */
   if (c == NULL || bytes_of(send_type, send_count, &send_bytes) != JMPI_SUCCESS ||
       bytes_of(recv_type, recv_count, &recv_bytes) != JMPI_SUCCESS ||
@@ -828,7 +930,7 @@ static __thread JmpiRequest* queue;
 
 static int post(int is_send, void* buf, int count, uintptr_t datatype, int peer, int tag,
                 uintptr_t comm, uintptr_t* request) {
-  JmpiComm* c = comm_of(comm);
+  JmpiComm* c = comm_in_use(comm);
   uint64_t bytes = 0;  /* set by bytes_of when it succeeds */
   if (c == NULL || bytes_of(datatype, count, &bytes) != JMPI_SUCCESS ||
       check_peer(c, peer, is_send ? "MPI_Isend to" : "MPI_Irecv from") != JMPI_SUCCESS) {
