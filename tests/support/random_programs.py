@@ -8,10 +8,11 @@ axis, split and concat axes, partial permutations, axis_index_groups in groups o
 size and member order), a dtype, a shape whose sizes fit the group or not, float values with
 -0, NaN and infinities in them, inside a jitted shard_map with check_vma on or off, plain,
 under jax.vmap, under jax.grad (float types), or with axis_index_groups. A third of the
-programs (plain or under grad) chain one or two more collectives after the first, each over
-its own drawn axes and fitted to the shape the one before it leaves, so that values move from
-varying to invariant over some axes and back (check_vma's types in sequence), as in a
-training step's sharded layers. outcome(program, L) runs it with `L` (jax.lax or
+programs chain one or two more collectives after the first (under vmap, inside it; with
+axis_index_groups, the later ones over whole axes), each over its own drawn axes and fitted
+to the shape the one before it leaves (under vmap, the shape each call sees), so that values
+move from varying to invariant over some axes and back (check_vma's types in sequence), as in
+a training step's sharded layers. outcome(program, L) runs it with `L` (jax.lax or
 jax_jaccl.lax) and gives ("ok", result) or ("raised", the exception); the result is every
 device's block this process holds, {its index in the global result (a tuple of (start,
 stop)): values}, so that a job of several processes gives each its own and one process all of
@@ -152,20 +153,23 @@ def _fitted(rng, op, dims, n):
     return _arguments(rng, op, rank, n, list(dims))  # the others take any shape
 
 
-def _block_shape(mesh, steps, dtype, check_vma, shape):
-    """The shape of one device's block after `steps` (jax.lax's), or None where they fail."""
+def _block_shape(mesh, steps, dtype, check_vma, shape, mode):
+    """The shape of the block each call of a step after `steps` (jax.lax's) sees on a device
+    (under vmap: without the mapped dimension), or None where they fail."""
     spec = P(tuple(mesh.axis_names))
     wide = jax.enable_x64(True) if dtype in WIDE else contextlib.nullcontext()
+    mapped = mode == "vmap" and len(shape) >= 2
     try:
         with wide:
-            out = jax.eval_shape(jax.shard_map(_chain(steps, jax.lax), mesh=mesh, in_specs=spec,
-                                               out_specs=spec, check_vma=check_vma),
+            out = jax.eval_shape(jax.shard_map(_mapped(_chain(steps, jax.lax), mode), mesh=mesh,
+                                               in_specs=spec, out_specs=spec, check_vma=check_vma),
                                  jax.ShapeDtypeStruct(shape, dtype))
     except Exception:  # noqa: BLE001 - an invalid program: nothing to chain to it
         return None
-    if not out.shape:
+    if len(out.shape) < (3 if mapped else 1):  # under vmap: a call's block of rank 1 or more
         return None
-    return [out.shape[0] // mesh.devices.size, *out.shape[1:]]
+    dims = [out.shape[0] // mesh.devices.size, *out.shape[1:]]
+    return dims[:1] + dims[2:] if mapped else dims
 
 
 def _chained(rng, mesh, steps, dtype, mode, check_vma, shape) -> list:
@@ -173,7 +177,7 @@ def _chained(rng, mesh, steps, dtype, mode, check_vma, shape) -> list:
     before leaves, while jax.lax accepts the program so far."""
     names = mesh.axis_names
     for _ in range(int(rng.integers(1, 3))):
-        dims = _block_shape(mesh, steps, dtype, check_vma, shape)
+        dims = _block_shape(mesh, steps, dtype, check_vma, shape, mode)
         if dims is None:
             break
         axes = tuple(str(a) for a in rng.permutation(names)[:rng.integers(1, len(names) + 1)])
@@ -228,7 +232,7 @@ def draw(seed: int, devices, one_order: bool = False) -> Program:
         mode = "plain"
     x = values(rng, [dims[0] * mesh.devices.size] + dims[1:], dtype)
     steps = [Step(op, axis_name, kwargs, groups)]
-    if mode in ("plain", "grad") and rng.random() < 1 / 3:
+    if rng.random() < 1 / 3:
         steps = _chained(rng, mesh, steps, dtype, mode, check_vma, x.shape)
     return Program(seed, mesh, steps, dtype, mode, check_vma, x)
 
@@ -254,10 +258,16 @@ def _chain(steps, L):
     return collectives
 
 
+def _mapped(collective, mode):
+    if mode == "vmap":  # over the second dimension, where there is one
+        return lambda v: jax.vmap(collective, in_axes=1, out_axes=1)(v) if v.ndim >= 2 else collective(v)
+    return collective
+
+
 def _body(p: Program, L):
     collective = _chain(p.steps, L)
-    if p.mode == "vmap":  # over the second dimension, where there is one
-        return lambda v: jax.vmap(collective, in_axes=1, out_axes=1)(v) if v.ndim >= 2 else collective(v)
+    if p.mode == "vmap":
+        return _mapped(collective, p.mode)
     if p.mode == "grad":
         return jax.grad(lambda v: (collective(v).astype(np.float32) * np.float32(1.5)).sum())
     return collective
