@@ -1,7 +1,7 @@
 """jaccl's MPI shim (libjaccl_mpiabi.so) stands where MPItrampoline, linked into jaxlib, expects an
 MPI wrapper: at `import jax` the trampoline resolves every name of its ABI in it and ends the
 process at the first one missing. So the shim exports exactly xla_ffi/mpiabi/abi_symbols.txt
-(and its two jaccl functions), and that list is the one the installed jaxlib's trampoline asks
+(and jaccl's own functions), and that list is the one the installed jaxlib's trampoline asks
 for: a jaxlib whose trampoline wants a new name fails here, naming it, not at a user's import."""
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ def test_the_list_is_what_the_installed_jaxlib_resolves():
 
 def test_the_shim_exports_the_list_and_nothing_else():
     names = set(exported(_xla_collectives.shim_path()))
-    assert names == listed() | {"jaccl_mpiabi_attach", "jaccl_mpiabi_expect", "jaccl_mpiabi_refuse"}
+    # jaccl's own: what _jaccl's attach and jax_jaccl._xla_collectives (ctypes) call
+    assert names == listed() | {"jaccl_mpiabi_attach", "jaccl_mpiabi_expect", "jaccl_mpiabi_refuse",
+                                "jaccl_mpiabi_renew_failed", "jaccl_mpiabi_came_back"}
 
 
 def test_the_scan_takes_whole_names_only():
