@@ -433,8 +433,14 @@ def _start(members: tuple | None = None, generation: int = 0, first_tag: str = "
 def _announce(members: tuple, generation: int, first_tag: str, announcer: int | None) -> tuple:
     """The members' incarnations (empty where unknown); process `announcer` (the first member
     that was not started again: process 0 may be one that was) announces a later generation
-    with them, for a member that was started again to find (_rejoin())."""
+    with them, for a member that was started again to find (_rejoin()). The first world may
+    start outside any live_devices block (XLA's collectives on jaccl start it in
+    jax_jaccl.distributed.initialize()): its incarnations are then the coordination service's,
+    so that a member started again in its place is seen as one."""
     incarnations = _incarnations(members) or ()
+    if not incarnations and generation == 0:
+        now = _compat.distributed_state().client.get_live_nodes(list(members))
+        incarnations = tuple(int(now[p]) for p in members) if all(p in now for p in members) else ()
     if generation > 0 and jax.process_index() == announcer and incarnations:
         from ._kv import KeyValueStore
 

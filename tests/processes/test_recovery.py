@@ -147,7 +147,8 @@ def test_two_losses_one_after_the_other_named_as_jax_numbers_them(hosts):
     pytest.param("after-the-others-went-on", TCP, 2, "gloo",
                  id="after-the-others-went-on-hosts-tcp"),
     pytest.param("after-the-others-went-on", {}, 0, "gloo", id="after-the-others-went-on-process-0"),
-    pytest.param("after-the-others-went-on", {}, 1, "jaccl", id="after-the-others-went-on-jax-lax")])
+    pytest.param("after-the-others-went-on", {}, 1, "jaccl", id="after-the-others-went-on-jax-lax"),
+    pytest.param("before-the-heartbeat", {}, 2, "jaccl", id="before-the-heartbeat-jax-lax")])
 def test_a_process_started_again_rejoins_with_the_survivors_state(tmp_path, back, hosts, who, xla):
     late = back == "after-the-others-went-on"
     others = [r for r in (0, 1, 2) if r != who]

@@ -76,12 +76,13 @@ typedef struct JmpiComm {
   uint64_t split_round; /* the split round that made it, with several devices per process */
   int xla_group;      /* made by splitting MPI_COMM_WORLD of one device per process */
   unsigned comebacks; /* how many processes had come back when it was (last) made */
+  unsigned inside;    /* the last attach whose world was seen to hold its devices */
   int64_t devices[];  /* the group in rank order */
 } JmpiComm;
 
 /* Processes that came back (started again) into this process's world so far:
- * jaccl_mpiabi_came_back(). */
-static atomic_uint comebacks;
+ * jaccl_mpiabi_came_back(); worlds attached so far (jaccl_mpiabi_attach()). */
+static atomic_uint comebacks, attaches;
 
 static JmpiComm* world_comm;
 static JmpiComm* self_comm;
@@ -97,6 +98,7 @@ static JmpiComm* new_comm(int rank, int size) {
     c->split_round = 0;
     c->xla_group = 0;
     c->comebacks = atomic_load(&comebacks);
+    c->inside = atomic_load(&attaches);
   }
   return c;
 }
@@ -302,6 +304,7 @@ JMPI_EXPORT int jaccl_mpiabi_attach(const JacclMpiEngine* e, char* error, size_t
   self_comm = self;
   processes_comm = processes;
   atomic_store(&engine, e);
+  atomic_fetch_add(&attaches, 1);
   return 0;
 }
 
@@ -723,15 +726,18 @@ static int outside_world(const JmpiComm* c) {
   return 0;
 }
 
-/* XLA runs a collective on `c`, made before a process was lost, whose devices the world now
- * lacks: where the process came back (JAX's last live_devices block reported it), jaccl
- * builds the world with it here, as a jaccl op lowered over their mesh would (a program of
- * XLA's collectives alone); the interpreter does it (jax_jaccl._bootstrap.renew_with_those_back();
- * why not, through jaccl_mpiabi_renew_failed). Fails where the world still lacks them. */
-static int world_with_those_back(const JmpiComm* c) {
+/* XLA runs a collective on `c`, which it made before, where the world failed (a lost process)
+ * or may lack c's devices (a world attached since): jaccl builds the next world here, as a
+ * jaccl op lowered over a mesh of the live devices would (a program of XLA's collectives
+ * alone): the survivors' (renew_after_loss()), or one with the processes that came back (JAX's
+ * last live_devices block reported them: jax_jaccl._bootstrap.renew_with_those_back(), why
+ * not through jaccl_mpiabi_renew_failed). Fails where the world still lacks c's devices. */
+static int world_for_use(JmpiComm* c) {
   pthread_mutex_lock(&renew_lock);
   renew_problem[0] = '\0';
-  if (outside_world(c)) {
+  if (atomic_load(&engine)->world_failed()) {
+    renew_after_loss();
+  } else if (outside_world(c)) {
     run_python("__import__('jax_jaccl._bootstrap')._bootstrap.renew_with_those_back()");
   }
   int rc = JMPI_SUCCESS;
@@ -741,18 +747,23 @@ static int world_with_those_back(const JmpiComm* c) {
     rc = fail(JMPI_ERR_OTHER, "jaccl: XLA's communicator of devices led by device %lld has "
               "devices outside jaccl's world (their processes were lost and are not live "
               "again): run the program over a mesh of the live devices", (long long)c->devices[0]);
+  } else {
+    c->inside = atomic_load(&attaches);
   }
   pthread_mutex_unlock(&renew_lock);
   return rc;
 }
 
-/* The communicator of a collective or transfer XLA runs on `handle` (comm_of()): the world
- * built first with processes that came back where it lacks its devices, and the communicator
- * split again where a process came back since it was made. */
+/* The communicator of a collective or transfer XLA runs on `handle` (comm_of()): first the
+ * world it needs (world_for_use()), then the communicator split again where a process came
+ * back since it was made. */
 static JmpiComm* comm_in_use(uintptr_t handle) {
   JmpiComm* c = comm_of(handle);
   if (c == NULL || !c->xla_group) return c;
-  if (outside_world(c) && world_with_those_back(c) != JMPI_SUCCESS) return NULL;
+  if ((atomic_load(&engine)->world_failed() || c->inside != atomic_load(&attaches)) &&
+      world_for_use(c) != JMPI_SUCCESS) {
+    return NULL;
+  }
   if (c->comebacks != atomic_load(&comebacks) && split_again(c) != JMPI_SUCCESS) return NULL;
   return c;
 }
