@@ -315,13 +315,15 @@ def run(args) -> int:
                     procs[rank] = start(rank, restarts[rank])
                     pump(rank, procs[rank])
                     stderr_pump[rank] = pumps[-1]
+                elif args.keep_going and rank == 0 and service is None:
+                    then = ("JAX's coordination service ran in it: JAX's runtime ends the others "
+                            "(jaccl-run runs the service itself where no host is reached by ssh "
+                            "or a prefix)")
                 elif args.keep_going:
                     then = "the others go on (--keep-going)"
                     if rank == 0 and budget:
-                        then += "; process 0 is not started again (" + (
-                            "JAX's coordination service ran in it" if service is None else
-                            "it had not connected to JAX's coordination service, or the "
-                            "service could not be told") + ")"
+                        then += ("; process 0 is not started again (it had not connected to "
+                                 "JAX's coordination service, or the service could not be told)")
                 else:
                     then = f"stopping the others in {args.grace:.0f} s"
                 with lock:

@@ -274,6 +274,26 @@ def test_a_world_after_a_loss_that_could_not_be_built_is_refused_until_shutdown(
     assert "AGAIN 1" in done.stdout, done.stdout
 
 
+def test_a_lost_process_0_that_ran_jax_s_service_ends_the_job_at_once_saying_so(tmp_path):
+    """Where process 0 runs JAX's coordination service (a host behind a prefix or ssh), its loss
+    ends the others (JAX's runtime): at once, jaccl-run saying why, nothing left behind."""
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_text(json.dumps({"hosts": [{"prefix": ["env"], "processes": 3}]}))
+    job = run_job("elastic.py", 3, args=["--steps", "16", "--pace", "0.25", "--kill-at", "3",
+                                         "--who", "0"],
+                  env=HEARTBEAT, timeout=60, keep_going=True, hostfile=hostfile)
+    out = clean(job.output)
+    assert job.returncode == 128 + 9, out[-3000:]  # process 0's SIGKILL, the first failure
+    assert re.search(r"jaccl-run: process 0 was killed by SIGKILL at [\d.]+ s; JAX's coordination "
+                     r"service ran in it: JAX's runtime ends the others", job.output), out[-3000:]
+    assert "jaccl-run: 0 of 3 processes finished; lost: process 0 was killed" in job.output
+    ended = [float(t) for t in re.findall(r"jaccl-run: process [12] \w+ .* at ([\d.]+) s;",
+                                          job.output)]
+    lost = float(re.search(r"process 0 was killed by SIGKILL at ([\d.]+) s", job.output).group(1))
+    assert len(ended) == 2 and max(ended) - lost < HEARTBEAT_S / 2, out[-3000:]  # not a hang
+    assert job.leftovers() == []
+
+
 def test_moe_serving_goes_on_without_a_lost_expert_rank():
     """examples/elastic_moe_serving.py: process 2 killed at step 2; the survivors serve that
     step again and the next ones over their two devices with lost_ranks=(2,), the pairs routed
