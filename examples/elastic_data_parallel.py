@@ -27,7 +27,7 @@ with jax.lax.all_gather), XLA's own collectives, which jaccl-run carries on jacc
 default (one CPU device per process; with several, when asked: --xla-collectives jaccl): the
 survivors go on the same way, jaccl building their world when XLA makes its communicator for
 their devices, and a process that comes back rejoins them when XLA first runs a collective
-over all of them (one CPU device per process).
+over all of them.
 
 `--state-out PATH` writes the state the survivors went on from (the step and the parameters
 before it); `--resume PATH` starts a job there: a job of the survivors' size resumed from it

@@ -195,10 +195,6 @@ def _rejoin(live: tuple | None) -> WorldInfo:
 
     if _cuda_peers.local_gpus():
         raise RuntimeError("jaccl: a process started again cannot rejoin on GPUs")
-    if _xla_collectives.active() and jax.local_device_count() > 1:
-        raise RuntimeError("jaccl: a process started again cannot rejoin with XLA's collectives "
-                           "on jaccl and several CPU devices per process (--xla-collectives "
-                           "gloo keeps them on JAX's)")
     if live is None and not _xla_collectives.active():
         raise RuntimeError("jaccl: a process started again joins the others when a program is "
                            "lowered over a mesh of the live devices (multihost_utils.live_devices)")
@@ -526,9 +522,9 @@ def renew_with_those_back() -> None:
     """What the MPI shim runs (on an XLA thread, inside the program) when XLA runs a collective
     on a communicator whose devices the world lacks: the world over the processes JAX's last
     multihost_utils.live_devices block reported, those that came back among them, as
-    init(devices) builds it when a jaccl op is lowered over their mesh (one CPU device per
-    process: the program asking is the only one in flight). When it cannot, the collective
-    fails saying why."""
+    init(devices) builds it when a jaccl op is lowered over their mesh (the program asking is
+    the only one in flight; this process's other devices wait in the shim). When it cannot,
+    the collective fails saying why."""
     try:
         with _lock:
             if _no_next_world is not None:

@@ -20,7 +20,7 @@ Contract:
   ValueError with the reason when it cannot.
 - came_back() tells the shim that the world just attached has a process that came back
   (started again): XLA's communicators made before are split again at their first use, as
-  that process makes its own (one CPU device per process).
+  that process makes its own.
 - refuse(reason) hands the shim the error of the collective it attaches for (the start of
   jaccl that _bootstrap.attach_on_first_use() tried on its behalf failed); renew_failed(reason)
   the error of the communicator XLA makes after a lost process, when

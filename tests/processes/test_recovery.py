@@ -140,16 +140,22 @@ def test_two_losses_one_after_the_other_named_as_jax_numbers_them(hosts):
 # where jaccl-run runs the service (it removes the device topology the lost one published).
 # "jax-lax": no jaccl op in the program (jax.lax.psum and all_gather, XLA's collectives on
 # jaccl's engine through the MPI shim): the others' world with it is built when XLA first runs
-# a collective over all of them, their communicators from before split again with it.
-@pytest.mark.parametrize("back, hosts, who, xla", [
-    pytest.param("before-the-heartbeat", {}, 2, "gloo", id="before-the-heartbeat"),
-    pytest.param("after-the-others-went-on", {}, 2, "gloo", id="after-the-others-went-on"),
-    pytest.param("after-the-others-went-on", TCP, 2, "gloo",
+# a collective over all of them, their communicators from before split again with it (with 2
+# devices per process, in split rounds of each process's devices).
+@pytest.mark.parametrize("back, hosts, who, xla, devices", [
+    pytest.param("before-the-heartbeat", {}, 2, "gloo", 1, id="before-the-heartbeat"),
+    pytest.param("after-the-others-went-on", {}, 2, "gloo", 1, id="after-the-others-went-on"),
+    pytest.param("after-the-others-went-on", TCP, 2, "gloo", 1,
                  id="after-the-others-went-on-hosts-tcp"),
-    pytest.param("after-the-others-went-on", {}, 0, "gloo", id="after-the-others-went-on-process-0"),
-    pytest.param("after-the-others-went-on", {}, 1, "jaccl", id="after-the-others-went-on-jax-lax"),
-    pytest.param("before-the-heartbeat", {}, 2, "jaccl", id="before-the-heartbeat-jax-lax")])
-def test_a_process_started_again_rejoins_with_the_survivors_state(tmp_path, back, hosts, who, xla):
+    pytest.param("after-the-others-went-on", {}, 0, "gloo", 1,
+                 id="after-the-others-went-on-process-0"),
+    pytest.param("after-the-others-went-on", {}, 1, "jaccl", 1,
+                 id="after-the-others-went-on-jax-lax"),
+    pytest.param("after-the-others-went-on", {}, 2, "jaccl", 2,
+                 id="after-the-others-went-on-jax-lax-2-devices"),
+    pytest.param("before-the-heartbeat", {}, 2, "jaccl", 1, id="before-the-heartbeat-jax-lax")])
+def test_a_process_started_again_rejoins_with_the_survivors_state(tmp_path, back, hosts, who, xla,
+                                                                  devices):
     late = back == "after-the-others-went-on"
     others = [r for r in (0, 1, 2) if r != who]
     env = {**hosts, "JACCL_DEBUG": "info", "JACCL_HEARTBEAT_TIMEOUT": "20",
@@ -160,10 +166,10 @@ def test_a_process_started_again_rejoins_with_the_survivors_state(tmp_path, back
         hostfile = tmp_path / "hosts.json"
         hostfile.write_text(json.dumps({"hosts": [{"prefix": ["env"], "processes": 3}]}))
     lax_args = ["--jax-lax"] if xla == "jaccl" else []
-    job = run_job("elastic.py", 3, args=["--steps", "40" if late else "16", "--pace", "0.25",
-                                         "--kill-at", "3", "--who", str(who), "--rejoin", *lax_args],
-                  env=env, timeout=180, keep_going=True, restarts=1, hostfile=hostfile,
-                  xla_collectives=xla)
+    args = ["--steps", "40" if late else "16", "--pace", "0.25", "--kill-at", "3", "--who",
+            str(who), "--rejoin", *lax_args]
+    job = run_job("elastic.py", 3, devices, args=args, env=env, timeout=180, keep_going=True,
+                  restarts=1, hostfile=hostfile, xla_collectives=xla)
     out = clean(job.output)
     assert job.returncode == 0, out[-4000:]
     assert re.search(rf"jaccl-run: process {who} was killed by SIGKILL at [\d.]+ s; starting it "
@@ -182,10 +188,11 @@ def test_a_process_started_again_rejoins_with_the_survivors_state(tmp_path, back
         before = str(others) if late else "[0, 1, 2]"  # the world it came back to
         assert re.search(rf"INFO world generation \d+: processes \[0, 1, 2\] of {re.escape(before)} "
                          rf"go on, \[{who}\] back", text), out[-3000:]
-        assert ("step 3 ran on 2 devices" in text) == late, out[-3000:]
+        assert (f"step 3 ran on {2 * devices} devices" in text) == late, out[-3000:]
         if late:
             assert f"step {rejoined[0]}: processes [{who}] rejoined" in text, out[-3000:]
-        assert "step 15: loss" in text and text.count(" on 3 devices") >= 10, out[-3000:]
+        assert "step 15: loss" in text, out[-3000:]
+        assert text.count(f" on {3 * devices} devices") >= 10, out[-3000:]
     ended = finals(job, (0, 1, 2))
     assert len(ended) == 1  # the one that came back holds the survivors' bits
     assert job.leftovers() == []

@@ -74,7 +74,7 @@ typedef struct JmpiComm {
   int rank, size;
   int local_devices;  /* MPI_COMM_WORLD with several devices per process: how many; else 1 */
   uint64_t split_round; /* the split round that made it, with several devices per process */
-  int xla_group;      /* made by splitting MPI_COMM_WORLD of one device per process */
+  int xla_group;      /* made by XLA's split of MPI_COMM_WORLD */
   unsigned comebacks; /* how many processes had come back when it was (last) made */
   unsigned inside;    /* the last attach whose world was seen to hold its devices */
   int64_t devices[];  /* the group in rank order */
@@ -609,6 +609,7 @@ static int split_world(const JmpiComm* world, int color, int key, uintptr_t* new
     rc = last_code;
   } else {
     rc = comm_of_color(world, all, color, e->my_process * per_process + slot, round, newcomm);
+    if (rc == JMPI_SUCCESS && *newcomm != 0) ((JmpiComm*)*newcomm)->xla_group = 1;
   }
   free(all);
   if (rc != JMPI_SUCCESS) remember_split_failure();
@@ -675,25 +676,44 @@ JMPI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t*
  * process started again, built by the others): every communicator XLA made before is split
  * again at its first use, where the process that came back splits MPI_COMM_WORLD for the
  * same group (XLA keeps its communicators; the new process makes every one afresh). */
-JMPI_EXPORT void jaccl_mpiabi_came_back(void) { atomic_fetch_add(&comebacks, 1); }
+JMPI_EXPORT void jaccl_mpiabi_came_back(void) {
+  atomic_fetch_add(&comebacks, 1);
+  jmpi_split_rounds_restart();  /* with several devices per process: counted as it counts them */
+}
 
 /* XLA's communicator `c`, made before a process came back, at its first use since: the split
  * XLA made it with, again (color: the group's first device, key: this rank), over
- * MPI_COMM_WORLD, with the process that came back splitting for the first time; the group must
- * come out the same. */
+ * MPI_COMM_WORLD (with several devices per process, in a split round of this process's
+ * devices), with the process that came back splitting for the first time; the group must come
+ * out the same, and takes the round's number (the communicator's name in the engine). */
 static int split_again(JmpiComm* c) {
   const unsigned now = atomic_load(&comebacks);
+  const JacclMpiEngine* e = atomic_load(&engine);
   const JmpiComm* world = world_comm;
-  const int n = world->size;
-  int64_t mine[2] = {c->devices[0], c->rank};
+  const int n = world->size, per_process = world->local_devices, color = (int)c->devices[0];
   int64_t* all = malloc(2 * (size_t)n * sizeof(int64_t));
   if (all == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
-  int rc = collective_at(atomic_load(&engine)->kind_all_gather, world, type_of(JMPI_INT64_T), 0,
-                         mine, all, 2, 2 * (size_t)n, kJacclShimSplitSite);
-  uintptr_t made = 0;
-  if (rc == JMPI_SUCCESS) {
-    rc = comm_of_color(world, all, (int)c->devices[0], world->rank, 0, &made);
+  int rc, me = world->rank;
+  uint64_t round = 0;
+  if (per_process > 1) {
+    int slot = 0;
+    char error[kMessageBytes];
+    if (jmpi_split_round(per_process, e->num_processes, e->timeout_s, color, c->rank,
+                         exchange_pairs, processes_comm, all, &slot, &round, error,
+                         sizeof error) != 0) {
+      e->raise_abort(error);  /* the other processes stop too, as after split_world()'s */
+      rc = fail(JMPI_ERR_OTHER, "%s", error);
+    } else {
+      rc = check_groups(all, n, per_process);
+    }
+    me = e->my_process * per_process + slot;
+  } else {
+    int64_t mine[2] = {color, c->rank};
+    rc = collective_at(e->kind_all_gather, world, type_of(JMPI_INT64_T), 0, mine, all, 2,
+                       2 * (size_t)n, kJacclShimSplitSite);
   }
+  uintptr_t made = 0;
+  if (rc == JMPI_SUCCESS) rc = comm_of_color(world, all, color, me, round, &made);
   free(all);
   if (rc != JMPI_SUCCESS) {
     char why[kMessageBytes];
@@ -710,6 +730,7 @@ static int split_again(JmpiComm* c) {
                 "before a process came back, is not the group the processes made again (the "
                 "process that came back runs another program?)", (long long)c->devices[0]);
   }
+  c->split_round = round;
   c->comebacks = now;
   return JMPI_SUCCESS;
 }

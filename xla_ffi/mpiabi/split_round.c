@@ -21,7 +21,8 @@ static struct {
   int64_t* pairs;   /* (color, key) by arrival */
   int* slot_of;     /* by arrival: position among the sorted pairs */
   int64_t* all;     /* the finished round's exchange */
-  int capacity;     /* devices the arrays hold; `all` holds capacity * processes pairs */
+  int capacity;     /* devices the arrays hold; `all` holds capacity * `processes` pairs */
+  int processes;
   int failed;       /* the finished round's exchange failed: `message` */
   int broken;       /* a round timed out: `message`, for every later call */
   char message[1024];
@@ -45,7 +46,7 @@ static struct timespec deadline_after(double seconds) {
 }
 
 static int grow(int devices, int processes) {
-  if (meeting.capacity >= devices) return 0;
+  if (meeting.capacity >= devices && meeting.processes >= processes) return 0;
   int64_t* pairs = realloc(meeting.pairs, 2 * (size_t)devices * sizeof(int64_t));
   if (pairs != NULL) meeting.pairs = pairs;
   int* slots = realloc(meeting.slot_of, (size_t)devices * sizeof(int));
@@ -54,7 +55,14 @@ static int grow(int devices, int processes) {
   if (all != NULL) meeting.all = all;
   if (pairs == NULL || slots == NULL || all == NULL) return 1;
   meeting.capacity = devices;
+  meeting.processes = processes;
   return 0;
+}
+
+void jmpi_split_rounds_restart(void) {
+  pthread_mutex_lock(&lock);
+  meeting.round = 0;
+  pthread_mutex_unlock(&lock);
 }
 
 static int before(int a, int b) {  /* arrival a's pair sorts before arrival b's */

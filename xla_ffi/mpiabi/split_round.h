@@ -15,7 +15,8 @@
  * position of its own pair in its process's sorted list: which of the process's devices it is
  * given) and the round's number (1, 2, ...), or the failure: the exchange's, or a timeout when
  * fewer than `devices` calls arrive within timeout_s (a device that makes a communicator when
- * the others do not). Returns 0 on success. */
+ * the others do not). Returns 0 on success. jmpi_split_rounds_restart() numbers the rounds from
+ * 1 again (a process that came back starts there: the others restart with it), between rounds. */
 #ifndef JACCL_MPIABI_SPLIT_ROUND_H
 #define JACCL_MPIABI_SPLIT_ROUND_H
 
@@ -28,5 +29,6 @@ typedef int (*JmpiExchange)(const int64_t* mine, int64_t* all, void* context, ch
 int jmpi_split_round(int devices, int processes, double timeout_s, int color, int key,
                      JmpiExchange exchange, void* context, int64_t* all, int* slot,
                      uint64_t* round, char* error, size_t error_len);
+void jmpi_split_rounds_restart(void);
 
 #endif
