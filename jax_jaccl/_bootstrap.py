@@ -413,6 +413,8 @@ def _start(members: tuple | None = None, generation: int = 0, first_tag: str = "
     if xla_collectives == "jaccl":  # XLA:CPU's own collectives run on this world from here on
         try:
             _xla_collectives.attach()
+            if _recoverable():
+                _xla_collectives.recoverable()
         except BaseException:
             engine.shutdown()
             raise
@@ -520,7 +522,8 @@ def attach_on_first_use() -> None:
 
 def renew_with_those_back() -> None:
     """What the MPI shim runs (on an XLA thread, inside the program) when XLA runs a collective
-    on a communicator whose devices the world lacks: the world over the processes JAX's last
+    on a communicator whose devices the world lacks, or splits MPI_COMM_WORLD in a job that
+    recovers: where processes came back, the world over the processes JAX's last
     multihost_utils.live_devices block reported, those that came back among them, as
     init(devices) builds it when a jaccl op is lowered over their mesh (the program asking is
     the only one in flight; this process's other devices wait in the shim). When it cannot,

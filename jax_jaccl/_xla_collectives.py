@@ -18,6 +18,9 @@ Contract:
   its world rank right after MPI_Init_thread); attach() runs after jaccl's world is up (made
   with shared channels when the process has several CPU devices: shares_channels()), raises
   ValueError with the reason when it cannot.
+- recoverable() tells the shim that the job recovers from lost processes (JAX's
+  recoverability): before each split of MPI_COMM_WORLD it asks for a world with processes that
+  came back (_bootstrap.renew_with_those_back()).
 - came_back() tells the shim that the world just attached has a process that came back
   (started again): XLA's communicators made before are split again at their first use, as
   that process makes its own.
@@ -147,6 +150,12 @@ def attach() -> None:
     from . import _ext
 
     _ext.engine.mpiabi_attach(shim_path())
+
+
+def recoverable() -> None:
+    shim = _handle()
+    if shim is not None:
+        shim.jaccl_mpiabi_recoverable()
 
 
 def came_back() -> None:

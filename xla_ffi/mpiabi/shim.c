@@ -616,19 +616,43 @@ static int split_world(const JmpiComm* world, int color, int key, uintptr_t* new
   return rc;
 }
 
+/* Whether the world attached may change while the job runs (JAX's recoverability on: the
+ * interpreter says so at attach, jaccl_mpiabi_recoverable()). */
+static atomic_int recoverable;
+
+JMPI_EXPORT void jaccl_mpiabi_recoverable(void) { atomic_store(&recoverable, 1); }
+
+static void renew_with_those_back(void) {
+  run_python("__import__('jax_jaccl._bootstrap')._bootstrap.renew_with_those_back()");
+}
+
 /* Before a split of MPI_COMM_WORLD: the world of the survivors when the world failed
- * (renew_after_loss()). One device's thread of a process renews it while the process's other
- * devices' threads, splitting too, wait: between the failed world's end and the new one's
- * attach no world reports a failure, and MPI_COMM_WORLD is still the failed world's. */
+ * (renew_after_loss()); in a job that recovers, the world with the processes that came back
+ * when JAX reports some (renew_with_those_back(): the group XLA splits for may hold their
+ * devices, which a split of the world without them would silently leave out). One device's
+ * thread of a process renews it while the process's other devices' threads, splitting too,
+ * wait: between the old world's end and the new one's attach no world reports a failure, and
+ * MPI_COMM_WORLD is still the old world's. */
 static pthread_mutex_t renew_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Whether the world attached has device `id`. */
+static int in_world(int64_t id) {
+  const JacclMpiEngine* e = atomic_load(&engine);
+  const int n = e->num_processes * e->devices_per_process;
+  for (int j = 0; j < n; ++j) {
+    if (e->devices[j] == id) return 1;
+  }
+  return 0;
+}
 
 static int world_for_split(void) {
   pthread_mutex_lock(&renew_lock);
   const JacclMpiEngine* e = attached();
   int rc = e == NULL ? last_code : JMPI_SUCCESS;
-  if (e != NULL && e->world_failed()) {
+  if (e != NULL && (e->world_failed() || atomic_load(&recoverable))) {
     renew_problem[0] = '\0';
-    renew_after_loss();
+    if (e->world_failed()) renew_after_loss();
+    else renew_with_those_back();
     if (renew_problem[0] != '\0') rc = fail(JMPI_ERR_OTHER, "%s", renew_problem);
   }
   pthread_mutex_unlock(&renew_lock);
@@ -640,6 +664,16 @@ static int world_for_split(void) {
 JMPI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t* newcomm) {
   if (comm == JMPI_COMM_WORLD && world_for_split() != JMPI_SUCCESS) {
     *newcomm = 0;
+    remember_split_failure();
+    return last_code;
+  }
+  if (comm == JMPI_COMM_WORLD && color != JMPI_UNDEFINED && !in_world(color)) {
+    /* XLA's color is the group's first device: a group of devices the world lacks (a mesh
+     * over a lost process's devices) would otherwise be split without them */
+    *newcomm = 0;
+    fail(JMPI_ERR_OTHER, "jaccl: XLA makes the communicator of a group led by device %d, "
+         "which belongs to no process of jaccl's world (a lost process): run the program over "
+         "a mesh of the live devices (multihost_utils.live_devices)", color);
     remember_split_failure();
     return last_code;
   }
@@ -737,12 +771,8 @@ static int split_again(JmpiComm* c) {
 
 /* Whether XLA's communicator `c` has a device that the world attached lacks. */
 static int outside_world(const JmpiComm* c) {
-  const JacclMpiEngine* e = atomic_load(&engine);
-  const int n = e->num_processes * e->devices_per_process;
   for (int i = 0; i < c->size; ++i) {
-    int found = 0;
-    for (int j = 0; j < n && !found; ++j) found = e->devices[j] == c->devices[i];
-    if (!found) return 1;
+    if (!in_world(c->devices[i])) return 1;
   }
   return 0;
 }
@@ -759,7 +789,7 @@ static int world_for_use(JmpiComm* c) {
   if (atomic_load(&engine)->world_failed()) {
     renew_after_loss();
   } else if (outside_world(c)) {
-    run_python("__import__('jax_jaccl._bootstrap')._bootstrap.renew_with_those_back()");
+    renew_with_those_back();
   }
   int rc = JMPI_SUCCESS;
   if (renew_problem[0] != '\0') {

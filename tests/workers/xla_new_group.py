@@ -1,0 +1,75 @@
+"""A program of XLA's collectives alone (jax.lax.psum in shard_map, on jaccl's MPI shim) that
+meets a group XLA never made before, after a lost process, under jaccl-run --keep-going and
+JAX's recoverability; each step inside multihost_utils.live_devices.
+
+    python xla_new_group.py {back,lost}
+
+The last process kills itself at step 2. Every step sums each device's process index over the
+live devices in process order (a group XLA made at the start, then the survivors'), until:
+- back (jaccl-run --restarts 1): the three are live again, the process started again among
+  them: every process sums over a mesh in the order [last, 0, 1], a group new to XLA on every
+  process, and prints `SUM <value>` (3 processes: 0 + 1 + 2 = 3);
+- lost: the survivors, two steps after the loss, sum over a mesh of every device, the lost
+  process's first (a mesh over a lost process's devices), and print `RAISED <first line>` or
+  `SUM <value>`.
+"""
+
+import os
+import signal
+import sys
+import time
+
+import jax
+
+jax.config.update("jax_enable_recoverability", True)
+
+import numpy as np  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+from common import start  # noqa: E402
+
+args, index, count = start("a group new to XLA after a loss", {"mode": {"choices": ["back", "lost"]}})
+started_again = int(os.environ.get("JACCL_RESTART", "0")) > 0
+last = count - 1
+
+
+def total(devices) -> float:
+    mesh = Mesh(np.array(devices), ("x",))
+    x = jax.make_array_from_callback((len(devices),), NamedSharding(mesh, P("x")),
+                                     lambda i: np.array([float(index)], np.float32))
+    f = jax.jit(jax.shard_map(lambda v: jax.lax.psum(v, "x"), mesh=mesh, in_specs=P("x"),
+                              out_specs=P("x")))
+    return float(np.asarray(f(x).addressable_data(0))[0])
+
+
+def by_process(devices, first):
+    return sorted(devices, key=lambda d: (d.process_index != first, d.process_index))
+
+
+step, lost_at = 0, None
+while step < 60:
+    try:
+        with multihost_utils.live_devices(jax.devices()) as devices:
+            if step == 2 and index == last and not started_again:
+                os.kill(os.getpid(), signal.SIGKILL)
+            processes = sorted({d.process_index for d in devices})
+            if len(processes) < count and lost_at is None:
+                lost_at = step
+            if args.mode == "back" and len(processes) == count and (started_again or lost_at):
+                print(f"SUM {total(by_process(devices, last))}", flush=True)
+                break
+            if args.mode == "lost" and lost_at is not None and step >= lost_at + 2:
+                try:
+                    print(f"SUM {total(by_process(jax.devices(), last))}", flush=True)
+                except Exception as e:  # noqa: BLE001 - what the test reads
+                    print(f"RAISED {str(e).splitlines()[0][:400]}", flush=True)
+                break
+            total(by_process(devices, 0))
+            time.sleep(0.2)
+    except Exception as e:  # noqa: BLE001 - the loss: the step again over the live devices
+        print(f"step {step} failed ({type(e).__name__})", flush=True)
+        continue
+    step += 1
+print("DONE", flush=True)
+sys.stdout.flush()
