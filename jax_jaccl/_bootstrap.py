@@ -167,10 +167,17 @@ def _incarnations(members: tuple) -> tuple | None:
     return tuple(by_process[p] for p in members)
 
 
+def _service_incarnations(members) -> dict:
+    """{process: incarnation} of those of `members` JAX's coordination service counts live now
+    (at once: it asks of no one else)."""
+    now = _compat.distributed_state().client.get_live_nodes(list(members))
+    return {int(p): int(i) for p, i in now.items()}
+
+
 def _my_incarnation() -> int:
-    """This process's incarnation, from JAX's coordination service (at once: it asks of no one else)."""
+    """This process's incarnation, from JAX's coordination service."""
     me = jax.process_index()
-    return int(_compat.distributed_state().client.get_live_nodes([me])[me])
+    return _service_incarnations([me])[me]
 
 
 def started_again() -> bool:
@@ -437,8 +444,8 @@ def _announce(members: tuple, generation: int, first_tag: str, announcer: int | 
     so that a member started again in its place is seen as one."""
     incarnations = _incarnations(members) or ()
     if not incarnations and generation == 0:
-        now = _compat.distributed_state().client.get_live_nodes(list(members))
-        incarnations = tuple(int(now[p]) for p in members) if all(p in now for p in members) else ()
+        now = _service_incarnations(members)
+        incarnations = tuple(now[p] for p in members) if all(p in now for p in members) else ()
     if generation > 0 and jax.process_index() == announcer and incarnations:
         from ._kv import KeyValueStore
 

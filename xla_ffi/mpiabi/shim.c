@@ -659,8 +659,10 @@ static int world_for_split(void) {
   return rc;
 }
 
+static int split_of(const JmpiComm* parent, int color, int key, uintptr_t* newcomm);
+
 /* Collective over `comm`: everyone's (color, key) goes to everyone; the ranks of my color, by
- * key (ties by their rank in `comm`), make the new communicator. */
+ * key (ties by their rank in `comm`), make the new communicator (split_of()). */
 JMPI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t* newcomm) {
   if (comm == JMPI_COMM_WORLD && world_for_split() != JMPI_SUCCESS) {
     *newcomm = 0;
@@ -679,6 +681,14 @@ JMPI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t*
   }
   JmpiComm* parent = comm_of(comm);
   if (parent == NULL) return last_code;
+  return split_of(parent, color, key, newcomm);
+}
+
+/* MPI_Comm_split's work once the world is the one to split: with several devices per process,
+ * a split round (split_world()); else everyone's (color, key) to everyone over `parent`, the
+ * ranks of my color, by key (ties by their rank in `parent`), making the new communicator (one
+ * of MPI_COMM_WORLD: XLA's group). */
+static int split_of(const JmpiComm* parent, int color, int key, uintptr_t* newcomm) {
   if (parent->local_devices > 1) return split_world(parent, color, key, newcomm);
   const int n = parent->size;
   int64_t mine[2] = {color, key};
@@ -697,7 +707,7 @@ JMPI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t*
               "docs/xla-collectives.md): %s", color, why);
   } else {
     rc = comm_of_color(parent, all, color, parent->rank, parent->split_round, newcomm);
-    if (rc == JMPI_SUCCESS && *newcomm != 0 && comm == JMPI_COMM_WORLD) {
+    if (rc == JMPI_SUCCESS && *newcomm != 0 && parent == world_comm) {
       ((JmpiComm*)*newcomm)->xla_group = 1;
     }
   }
@@ -716,55 +726,24 @@ JMPI_EXPORT void jaccl_mpiabi_came_back(void) {
 }
 
 /* XLA's communicator `c`, made before a process came back, at its first use since: the split
- * XLA made it with, again (color: the group's first device, key: this rank), over
- * MPI_COMM_WORLD (with several devices per process, in a split round of this process's
- * devices), with the process that came back splitting for the first time; the group must come
- * out the same, and takes the round's number (the communicator's name in the engine). */
+ * XLA made it with, again (split_of() over MPI_COMM_WORLD with color: the group's first device,
+ * key: this rank), with the process that came back splitting for the first time; the group
+ * must come out the same, and takes the new split round's number (the communicator's name in
+ * the engine, with several devices per process). */
 static int split_again(JmpiComm* c) {
   const unsigned now = atomic_load(&comebacks);
-  const JacclMpiEngine* e = atomic_load(&engine);
-  const JmpiComm* world = world_comm;
-  const int n = world->size, per_process = world->local_devices, color = (int)c->devices[0];
-  int64_t* all = malloc(2 * (size_t)n * sizeof(int64_t));
-  if (all == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
-  int rc, me = world->rank;
-  uint64_t round = 0;
-  if (per_process > 1) {
-    int slot = 0;
-    char error[kMessageBytes];
-    if (jmpi_split_round(per_process, e->num_processes, e->timeout_s, color, c->rank,
-                         exchange_pairs, processes_comm, all, &slot, &round, error,
-                         sizeof error) != 0) {
-      e->raise_abort(error);  /* the other processes stop too, as after split_world()'s */
-      rc = fail(JMPI_ERR_OTHER, "%s", error);
-    } else {
-      rc = check_groups(all, n, per_process);
-    }
-    me = e->my_process * per_process + slot;
-  } else {
-    int64_t mine[2] = {color, c->rank};
-    rc = collective_at(e->kind_all_gather, world, type_of(JMPI_INT64_T), 0, mine, all, 2,
-                       2 * (size_t)n, kJacclShimSplitSite);
-  }
   uintptr_t made = 0;
-  if (rc == JMPI_SUCCESS) rc = comm_of_color(world, all, color, me, round, &made);
-  free(all);
-  if (rc != JMPI_SUCCESS) {
-    char why[kMessageBytes];
-    snprintf(why, sizeof why, "%s", last_message);
-    return fail(rc, "jaccl: making XLA's communicator of devices led by device %lld again, "
-                "after a process came back, failed: %s", (long long)c->devices[0], why);
-  }
+  if (split_of(world_comm, (int)c->devices[0], c->rank, &made) != JMPI_SUCCESS) return last_code;
   JmpiComm* again = (JmpiComm*)made;
   const int same = again != NULL && again->size == c->size && again->rank == c->rank &&
                    memcmp(again->devices, c->devices, (size_t)c->size * sizeof(int64_t)) == 0;
+  if (same) c->split_round = again->split_round;
   free(again);
   if (!same) {
     return fail(JMPI_ERR_OTHER, "jaccl: XLA's communicator of devices led by device %lld, made "
                 "before a process came back, is not the group the processes made again (the "
                 "process that came back runs another program?)", (long long)c->devices[0]);
   }
-  c->split_round = round;
   c->comebacks = now;
   return JMPI_SUCCESS;
 }
@@ -805,12 +784,13 @@ static int world_for_use(JmpiComm* c) {
   return rc;
 }
 
-/* The communicator of a collective or transfer XLA runs on `handle` (comm_of()): first the
- * world it needs (world_for_use()), then the communicator split again where a process came
- * back since it was made. */
+/* The communicator of a collective or transfer XLA runs on `handle` (comm_of()): in a job that
+ * recovers, first the world it needs (world_for_use()), then the communicator split again where
+ * a process came back since it was made; elsewhere the world never changes (nothing to ask on
+ * every call). */
 static JmpiComm* comm_in_use(uintptr_t handle) {
   JmpiComm* c = comm_of(handle);
-  if (c == NULL || !c->xla_group) return c;
+  if (c == NULL || !c->xla_group || !atomic_load(&recoverable)) return c;
   if ((atomic_load(&engine)->world_failed() || c->inside != atomic_load(&attaches)) &&
       world_for_use(c) != JMPI_SUCCESS) {
     return NULL;
