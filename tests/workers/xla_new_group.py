@@ -2,16 +2,16 @@
 meets a group XLA never made before, after a lost process, under jaccl-run --keep-going and
 JAX's recoverability; each step inside multihost_utils.live_devices.
 
-    python xla_new_group.py {back,lost}
+    python xla_new_group.py {back,lost,lost-inside}
 
 The last process kills itself at step 2. Every step sums each device's process index over the
 live devices in process order (a group XLA made at the start, then the survivors'), until:
 - back (jaccl-run --restarts 1): the three are live again, the process started again among
   them: every process sums over a mesh in the order [last, 0, 1], a group new to XLA on every
   process, and prints `SUM <value>` (3 processes: 0 + 1 + 2 = 3);
-- lost: the survivors, two steps after the loss, sum over a mesh of every device, the lost
-  process's first (a mesh over a lost process's devices), and print `RAISED <first line>` or
-  `SUM <value>`.
+- lost, lost-inside: the survivors, two steps after the loss, sum over a mesh of every device
+  (a mesh over a lost process's devices, in an order new to XLA) with the lost process's
+  devices first or after the first survivor's, and print `RAISED <first line>` or `SUM <value>`.
 """
 
 import os
@@ -29,7 +29,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 from common import start  # noqa: E402
 
-args, index, count = start("a group new to XLA after a loss", {"mode": {"choices": ["back", "lost"]}})
+args, index, count = start("a group new to XLA after a loss", {"mode": {"choices": ["back", "lost", "lost-inside"]}})
 started_again = int(os.environ.get("JACCL_RESTART", "0")) > 0
 last = count - 1
 
@@ -47,6 +47,15 @@ def by_process(devices, first):
     return sorted(devices, key=lambda d: (d.process_index != first, d.process_index))
 
 
+def lost_at_place(devices):
+    """Every device, the last process's where the mode puts it, the others' in an order XLA has
+    not seen (process 1's first)."""
+    live = by_process([d for d in devices if d.process_index != last], 1)
+    mine = [d for d in devices if d.process_index == last]
+    place = {"lost": 0, "lost-inside": 1}[args.mode]
+    return live[:place] + mine + live[place:]
+
+
 step, lost_at = 0, None
 while step < 60:
     try:
@@ -59,9 +68,9 @@ while step < 60:
             if args.mode == "back" and len(processes) == count and (started_again or lost_at):
                 print(f"SUM {total(by_process(devices, last))}", flush=True)
                 break
-            if args.mode == "lost" and lost_at is not None and step >= lost_at + 2:
+            if args.mode.startswith("lost") and lost_at is not None and step >= lost_at + 2:
                 try:
-                    print(f"SUM {total(by_process(jax.devices(), last))}", flush=True)
+                    print(f"SUM {total(lost_at_place(jax.devices()))}", flush=True)
                 except Exception as e:  # noqa: BLE001 - what the test reads
                     print(f"RAISED {str(e).splitlines()[0][:400]}", flush=True)
                 break

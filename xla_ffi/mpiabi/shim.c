@@ -84,6 +84,9 @@ typedef struct JmpiComm {
  * jaccl_mpiabi_came_back(); worlds attached so far (jaccl_mpiabi_attach()). */
 static atomic_uint comebacks, attaches;
 
+/* The most processes a world attached here had: a world with fewer lacks lost processes. */
+static int most_processes;
+
 static JmpiComm* world_comm;
 static JmpiComm* self_comm;
 static JmpiComm* processes_comm;  /* one device per process: where split rounds exchange */
@@ -302,6 +305,7 @@ JMPI_EXPORT int jaccl_mpiabi_attach(const JacclMpiEngine* e, char* error, size_t
    * as they are: a collective may still hold one (it fails, as its world did). */
   world_comm = world;
   self_comm = self;
+  if (e->num_processes > most_processes) most_processes = e->num_processes;
   processes_comm = processes;
   atomic_store(&engine, e);
   atomic_fetch_add(&attaches, 1);
@@ -496,58 +500,79 @@ static int exchange_pairs(const int64_t* mine, int64_t* all, void* context, char
   return rc != JMPI_SUCCESS;
 }
 
-/* A split round's groups as XLA makes them for one collective: every color's keys are 0..n-1
- * with the same n >= 2 for all, and key 0 (XLA's color is the group's first device) sits in
- * the process that has that device. Anything else means the processes made communicators for
- * different collectives in one round: XLA caches communicators per process, so a group made
- * earlier on one process (one that lies inside it, when two meshes order a process's devices
- * differently) is new on another, whose devices then split alone. Returns 0, or fails naming
- * the first broken group. */
-static int check_groups(const int64_t* all, int n, int per_process) {
+/* The groups of one split of MPI_COMM_WORLD as XLA makes them for one collective: every
+ * color's keys are 0..n-1 (XLA's key is the device's rank in its group) with the same n >= 2
+ * for all, and key 0 (XLA's color is the group's first device) sits in the process that has
+ * that device. Returns why the first group that breaks this does (its color and the members
+ * seen in `color`, `members`), or NULL. Two causes: a group's device that never split, its
+ * process lost (a mesh over a lost process's devices, after a loss), or, with several devices
+ * per process, processes that made communicators for different collectives in one round (XLA
+ * caches communicators per process, so a group made earlier on one process, one that lies
+ * inside it when two meshes order a process's devices differently, is new on another, whose
+ * devices then split alone). A group missing only its last members looks whole where every
+ * group misses as many: nothing in the split tells it apart. */
+static const char* broken_group(const int64_t* all, int n, int per_process, int64_t* color,
+                                int* members) {
   const JacclMpiEngine* e = atomic_load(&engine);
   unsigned char* seen = malloc((size_t)n);
-  if (seen == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
+  if (seen == NULL) return "out of memory";
+  const char* why = NULL;
   int size = -1;
-  for (int j = 0; j < n; ++j) {
-    const int64_t color = all[2 * j];
-    int first = color != JMPI_UNDEFINED;  /* each color once, at its first place */
-    for (int i = 0; first && i < j; ++i) first = all[2 * i] != color;
+  for (int j = 0; why == NULL && j < n; ++j) {
+    *color = all[2 * j];
+    int first = *color != JMPI_UNDEFINED;  /* each color once, at its first place */
+    for (int i = 0; first && i < j; ++i) first = all[2 * i] != *color;
     if (!first) continue;
-    int members = 0, key0 = -1, contiguous = 1;
+    int key0 = -1, contiguous = 1;
+    *members = 0;
     memset(seen, 0, (size_t)n);
     for (int i = 0; i < n; ++i) {
-      if (all[2 * i] != color) continue;
+      if (all[2 * i] != *color) continue;
       const int64_t key = all[2 * i + 1];
-      ++members;
+      ++*members;
       if (key == 0) key0 = i;
       if (key < 0 || key >= n || seen[key]) contiguous = 0;
       else seen[key] = 1;
     }
-    for (int k = 0; contiguous && k < members; ++k) contiguous = seen[k];
+    for (int k = 0; contiguous && k < *members; ++k) contiguous = seen[k];
     int home = -1;  /* the process of device `color` */
     for (int i = 0; i < n; ++i) {
-      if (e->devices[i] == color) home = i / per_process;
+      if (e->devices[i] == *color) home = i / per_process;
     }
-    const char* why = NULL;
     if (!contiguous) why = "its ranks are not 0..n-1";
-    else if (members < 2) why = "it has one device";
-    else if (size >= 0 && members != size) why = "other groups of the round have another size";
+    else if (*members < 2 && per_process > 1) why = "it has one device";
+    else if (size >= 0 && *members != size) why = "other groups of the split have another size";
     else if (key0 < 0 || home != key0 / per_process) why = "its first device is elsewhere";
-    if (why != NULL) {
-      fail(JMPI_ERR_OTHER, "jaccl: MPI_Comm_split: the processes made communicators for "
-           "different collectives at once (group of device %lld, %d members seen: %s). "
-           "With several CPU devices per process, every collective must find its groups "
-           "new on all processes or on none; XLA caches communicators per process, which "
-           "breaks this when meshes order a process's devices differently. Keep such "
-           "programs on gloo (jaccl-run --xla-collectives gloo)",
-           (long long)color, members, why);
-      free(seen);
-      return JMPI_ERR_OTHER;
-    }
-    size = members;
+    size = *members;
   }
   free(seen);
-  return JMPI_SUCCESS;
+  return why;
+}
+
+/* Whether the world attached lacks processes an earlier one had (lost, not back). */
+static int lacks_processes(void) { return atomic_load(&engine)->num_processes < most_processes; }
+
+/* Fails a split whose groups broken_group() refused, saying which of its causes is likely. */
+static int refuse_split(int64_t color, int members, const char* why) {
+  const JacclMpiEngine* e = atomic_load(&engine);
+  if (lacks_processes()) {
+    return fail(JMPI_ERR_OTHER, "jaccl: XLA's group of devices led by device %lld is not whole "
+                "(%d members split: %s): it has devices of no process of jaccl's world (a mesh "
+                "over a lost process's devices): run the program over a mesh of the live "
+                "devices (multihost_utils.live_devices)", (long long)color, members, why);
+  }
+  if (e->devices_per_process > 1) {
+    return fail(JMPI_ERR_OTHER, "jaccl: MPI_Comm_split: the processes made communicators for "
+                "different collectives at once (group of device %lld, %d members seen: %s). "
+                "With several CPU devices per process, every collective must find its groups "
+                "new on all processes or on none; XLA caches communicators per process, which "
+                "breaks this when meshes order a process's devices differently. Keep such "
+                "programs on gloo (jaccl-run --xla-collectives gloo)",
+                (long long)color, members, why);
+  }
+  return fail(JMPI_ERR_OTHER, "jaccl: MPI_Comm_split: the processes made communicators for "
+              "different groups at once (group of device %lld, %d members seen: %s): do they "
+              "run one program?", (long long)color, members, why);
 }
 
 /* The end of every split: the communicator of `color` out of the (color, key) of each of the
@@ -596,7 +621,9 @@ static int split_world(const JmpiComm* world, int color, int key, uintptr_t* new
   const int per_process = world->local_devices, n = world->size;
   int64_t* all = malloc(2 * (size_t)n * sizeof(int64_t));
   if (all == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
-  int slot = 0, rc = JMPI_SUCCESS;
+  int slot = 0, rc = JMPI_SUCCESS, members = 0;
+  int64_t color_seen = 0;
+  const char* why = NULL;
   uint64_t round = 0;
   char error[kMessageBytes];
   *newcomm = 0;
@@ -604,9 +631,11 @@ static int split_world(const JmpiComm* world, int color, int key, uintptr_t* new
                        processes_comm, all, &slot, &round, error, sizeof error) != 0) {
     e->raise_abort(error);  /* the other processes stop too */
     rc = fail(JMPI_ERR_OTHER, "%s", error);
-  } else if (check_groups(all, n, per_process) != JMPI_SUCCESS) {
-    e->raise_abort(last_message);  /* every process finds the same from the same round */
-    rc = last_code;
+  } else if ((why = broken_group(all, n, per_process, &color_seen, &members)) != NULL) {
+    /* every process finds the same from the same round; processes at odds also stop (a loss
+     * leaves the survivors' world whole: the program may go on over the live devices) */
+    rc = refuse_split(color_seen, members, why);
+    if (!lacks_processes()) e->raise_abort(last_message);
   } else {
     rc = comm_of_color(world, all, color, e->my_process * per_process + slot, round, newcomm);
     if (rc == JMPI_SUCCESS && *newcomm != 0) ((JmpiComm*)*newcomm)->xla_group = 1;
@@ -691,7 +720,9 @@ JMPI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t*
 static int split_of(const JmpiComm* parent, int color, int key, uintptr_t* newcomm) {
   if (parent->local_devices > 1) return split_world(parent, color, key, newcomm);
   const int n = parent->size;
-  int64_t mine[2] = {color, key};
+  int64_t mine[2] = {color, key}, color_seen = 0;
+  int members = 0;
+  const char* why = NULL;
   int64_t* all = malloc(2 * (size_t)n * sizeof(int64_t));
   if (all == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
   int rc = collective_at(atomic_load(&engine)->kind_all_gather, parent, type_of(JMPI_INT64_T), 0,
@@ -705,6 +736,9 @@ static int split_of(const JmpiComm* parent, int color, int key, uintptr_t* newco
               "needs it: if other processes had this one already, its devices listed in another "
               "order before, list them in one order or use --xla-collectives gloo: "
               "docs/xla-collectives.md): %s", color, why);
+  } else if (parent == world_comm &&
+             (why = broken_group(all, n, 1, &color_seen, &members)) != NULL) {
+    rc = refuse_split(color_seen, members, why);  /* every process finds the same */
   } else {
     rc = comm_of_color(parent, all, color, parent->rank, parent->split_round, newcomm);
     if (rc == JMPI_SUCCESS && *newcomm != 0 && parent == world_comm) {
