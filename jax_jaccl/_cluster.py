@@ -13,10 +13,11 @@ stand-in for the function that would (skip_own_service), and process 0 connects 
 service like every other process.
 
 Under jaccl-run's service each process also notes, once jax.distributed.initialize() has
-connected it (every process registered: JAX's registration is a barrier), a file
-connected-<process>-<restart> in JACCL_CONNECTED_DIR (note_connected): jaccl-run tells the
-service at once that a process which connected died (launch._report_lost); one that died before
-connecting is left to the service (telling it then would stand in for it in that barrier).
+connected it (every process registered: JAX's registration is a barrier), a line
+"jaccl-run-note: connected <restart>" on its stderr (note_connected), which jaccl-run reads
+instead of printing it (over ssh and prefixes too): jaccl-run tells the service at once that a
+process which connected died (launch._report_lost); one that died before connecting is left to
+the service (telling it then would stand in for it in that barrier).
 
 Contract: install() runs at interpreter start-up, from jax_jaccl_cluster.pth in site-packages,
 only in processes that jaccl-run (or the pytest plugin) started (JACCL_COORDINATOR is set). It
@@ -107,26 +108,25 @@ def skip_own_service(distributed) -> None:
 
 def under_launcher_service(distributed) -> None:
     """jax._src.distributed in a process of a job whose coordination service jaccl-run runs."""
-    job = _settings.launch()
-    if job.process_id == 0:
+    if _settings.launch().process_id == 0:
         skip_own_service(distributed)
-    if job.connected_dir:
-        note_connected(distributed)
+    note_connected(distributed)
+
+
+# The start of the line a process writes on its stderr once it connected (its restart follows).
+CONNECTED = b"jaccl-run-note: connected "
 
 
 def note_connected(distributed) -> None:
-    """Makes jax.distributed.initialize() leave connected-<process>-<restart> in
-    JACCL_CONNECTED_DIR once it returns (this process connected to the service)."""
+    """Makes jax.distributed.initialize() write CONNECTED and this start's restart number on
+    stderr once it returns (this process connected to the service)."""
     state = distributed.global_state
     initialize = state.initialize
 
     def initialize_and_note(*args, **kwargs):
         initialize(*args, **kwargs)
-        job = _settings.launch()
-        path = os.path.join(job.connected_dir, f"connected-{job.process_id}-{job.restart}")
         try:
-            with open(path, "w"):
-                pass
+            os.write(2, CONNECTED + b"%d\n" % _settings.launch().restart)
         except OSError:  # jaccl-run gone: no one to tell, and the program goes on
             pass
 

@@ -181,13 +181,11 @@ LAUNCH_VARIABLES = (
     Variable("xla_collectives", "JACCL_XLA_COLLECTIVES", "gloo", _one_of("gloo", "jaccl"), False,
              "what carries the collectives XLA emits itself: jaccl's engine or JAX's gloo "
              "(jaccl-run's --xla-collectives)"),
-    Variable("coordination_service", "JACCL_COORDINATION_SERVICE", "process0",
-             _one_of("process0", "launcher"), False,
-             "where JAX's coordination service runs: in process 0 (JAX's way) or in jaccl-run "
-             "(its --keep-going on one machine: the job survives a lost process 0)"),
-    Variable("connected_dir", "JACCL_CONNECTED_DIR", "", _text, False,
-             "where a process notes that it connected to jaccl-run's coordination service, so "
-             "that jaccl-run tells the service at once when it dies (jaccl-run sets it)"),
+    Variable("coordination_service", "JACCL_COORDINATION_SERVICE", "auto",
+             _one_of("auto", "process0", "launcher"), False,
+             "where JAX's coordination service runs: `launcher`: jaccl-run's (jaccl-run "
+             "--keep-going sets it: the job survives a lost process 0), else in process 0 "
+             "(JAX's way; `process0` in jaccl-run's own environment keeps it there)"),
 )
 
 
@@ -260,7 +258,6 @@ class Launch:
     shutdown_timeout_s: float
     xla_collectives: str
     coordination_service: str
-    connected_dir: str
     ifname: str
 
 

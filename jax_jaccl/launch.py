@@ -15,11 +15,13 @@ others run on (a job that goes on without a lost process): jaccl-run exits 0 whe
 process finished with 0, and ends with a line naming every process lost, how and when; a
 process that stalls (one that never reaches a collective the others wait in, JACCL_TIMEOUT) is
 evicted (killed) and lost the same way (JACCL_EVICT_STALLED=1, which --keep-going sets).
-With `--keep-going` on this machine (no ssh or prefixed hosts), jaccl-run runs JAX's
-coordination service itself, recoverable (JACCL_COORDINATION_SERVICE=launcher; process 0 then
-starts none: _cluster.py), so that losing process 0 does not end the job as it does where
-process 0 runs it; and it tells the service at once when a process that had connected to it
-dies, so that the others need not wait for JAX's heartbeat timeout (_report_lost).
+With `--keep-going`, jaccl-run runs JAX's coordination service itself, recoverable (here, or
+in a helper on the first host where hosts are reached by ssh or a prefix: _service.py;
+JACCL_COORDINATION_SERVICE=launcher, so process 0 starts none: _cluster.py), so that losing
+process 0 does not end the job as it does where process 0 runs it (JACCL_COORDINATION_SERVICE=
+process0 in jaccl-run's environment keeps it there); and it tells the service at once when a
+process that had connected to it dies, so that the others need not wait for JAX's heartbeat
+timeout (_report_lost).
 `--restarts R` (with `--keep-going`) starts a lost process again, R times in all over the job,
 while the coordination service runs (process 0 only where jaccl-run runs it), with its rank,
 its environment and JACCL_RESTART=<how many times it was started before>: under JAX's
@@ -54,16 +56,14 @@ import os
 import re
 import secrets
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-from . import _settings, _xla_collectives
+from . import _cluster, _service, _settings, _xla_collectives
 
 
 def free_port() -> int:
@@ -129,13 +129,18 @@ def parse(argv):
 _ERROR_LINE = re.compile(rb"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b(: .*)?$")
 
 
-def _pump(rank: int, stream, out, lock, errors=None) -> None:
+def _pump(rank: int, stream, out, lock, errors=None, connected=None) -> None:
     """Copies one of a process's streams to `out` a whole line at a time, each prefixed with
     "[rank] ". A process's stdout and stderr are pumped separately: Python writes print()'s
     text and its newline in two calls when unbuffered, so on one shared pipe a log line from
     the extension (stderr) could land between them and both lines would be garbled. With
-    `errors` (stderr's pump), the last line that ends a Python traceback is kept there."""
+    `errors` (stderr's pump), the last line that ends a Python traceback is kept there; with
+    `connected`, a process's note that it connected to jaccl-run's coordination service
+    (_cluster.CONNECTED) adds (rank, restart) there instead of being copied."""
     for line in iter(stream.readline, b""):
+        if connected is not None and line.startswith(_cluster.CONNECTED):
+            connected.add((rank, int(line[len(_cluster.CONNECTED):])))
+            continue
         if not line.endswith(b"\n"):
             line += b"\n"
         if errors is not None and _ERROR_LINE.match(line.rstrip()):
@@ -196,29 +201,26 @@ def _command(host: dict, env: dict, command: list) -> tuple[list, dict]:
     return list(host.get("prefix", [])) + list(command), env
 
 
-def _service_here(args, port: int):
-    """JAX's coordination service in this process when the job survives lost processes on this
-    machine (--keep-going, no ssh or prefixed host): None where process 0 runs it."""
-    if not args.keep_going or any(h.get("ssh") or h.get("prefix") for h in args.hosts):
+def _first_host_command(args):
+    """How jaccl-run starts a command on the first host (tail: the interpreter's arguments):
+    None where every host is this machine, started plainly."""
+    host = args.hosts[0]
+    if not any(h.get("ssh") or h.get("prefix") for h in args.hosts):
         return None
-    from ._compat import start_coordination_service
-
-    launch = _settings.launch()
-    return start_coordination_service(f"[::]:{port}", args.nprocs, launch.heartbeat_timeout_s,
-                                      launch.shutdown_timeout_s)
+    job_python = os.path.basename(args.command[0]).startswith("python")
+    python = args.command[0] if job_python else sys.executable if "ssh" not in host else "python3"
+    return lambda tail: _command(host, dict(os.environ), [python, *tail])
 
 
-def _report_lost(port: int, rank: int, out, lock, topology_again: bool) -> bool:
-    """Tells the coordination service this process runs that process `rank`, which had
-    connected to it, died: the others' multihost_utils.live_devices answers without it now,
-    not at its heartbeat timeout (JACCL_HEARTBEAT_TIMEOUT), so a job goes on at once and the
-    timeout can be long enough that a stalled machine does not make JAX count live processes
-    dead (`topology_again`: process 0 is to start again, see _compat.report_lost). Where the
-    service cannot be told, says so (the others learn it at the timeout) and returns False."""
-    from ._compat import report_lost
-
+def _report_lost(service, rank: int, out, lock, topology_again: bool) -> bool:
+    """Tells jaccl-run's coordination service that process `rank`, which had connected to it,
+    died: the others' multihost_utils.live_devices answers without it now, not at its
+    heartbeat timeout (JACCL_HEARTBEAT_TIMEOUT), so a job goes on at once and the timeout can be
+    long enough that a stalled machine does not make JAX count live processes dead
+    (`topology_again`: process 0 is to start again, see _compat.report_lost). Where the service
+    cannot be told, says so (the others learn it at the timeout) and returns False."""
     try:
-        report_lost(f"127.0.0.1:{port}", rank, timeout_s=10, topology_again=topology_again)
+        service.report_lost(rank, topology_again)
         return True
     except Exception as e:  # noqa: BLE001 - the job goes on; JAX's heartbeat still tells them
         with lock:
@@ -233,13 +235,17 @@ def run(args) -> int:
     port = free_port()
     job = _settings.read().job_id or secrets.token_hex(6)
     default_coordinator = _address(args.hosts[0])
-    service = _service_here(args, port)
-    # JACCL_CONNECTED_DIR: where the processes note that they connected to the service here
-    connected_dir = tempfile.mkdtemp(prefix=f"jaccl-run-{job}-") if service is not None else None
+    try:
+        service = _service.start(_first_host_command(args), port, args.nprocs) \
+            if args.keep_going else None
+    except RuntimeError as e:  # the helper on the first host: what it printed is above
+        print(e, file=sys.stderr)
+        return 1
     out = sys.stdout.buffer
     lock = threading.Lock()
     procs, pumps = [], []  # pumps: each start's two (stdout, stderr), in start order
     errors = {}  # rank -> the last error its stderr showed
+    connected = set()  # (rank, restart) of each start that connected to the service (_pump)
     placement = [host for host in args.hosts for _ in range(int(host.get("processes", 1)))]
 
     def start(rank: int, restart: int = 0) -> subprocess.Popen:
@@ -255,8 +261,7 @@ def run(args) -> int:
                    PYTHONUNBUFFERED="1")
         _xla_collectives.choose(env, args.xla_collectives)
         if service is not None:
-            env["JACCL_COORDINATION_SERVICE"] = "launcher"
-            env["JACCL_CONNECTED_DIR"] = connected_dir
+            env["JACCL_COORDINATION_SERVICE"] = "launcher"  # process 0 connects to it too
         if args.keep_going:  # a stalled process becomes a lost one the others go on without
             env.setdefault("JACCL_EVICT_STALLED", "1")
         if "ifname" in host:
@@ -270,7 +275,8 @@ def run(args) -> int:
 
     def pump(rank: int, p: subprocess.Popen) -> None:
         for stream, kept in ((p.stdout, None), (p.stderr, errors)):
-            t = threading.Thread(target=_pump, args=(rank, stream, out, lock, kept), daemon=True)
+            t = threading.Thread(target=_pump, args=(rank, stream, out, lock, kept, connected),
+                                 daemon=True)
             t.start()
             pumps.append(t)
 
@@ -288,9 +294,9 @@ def run(args) -> int:
             """Names each process that failed since the last look: the first always, the
             others with --keep-going (else they are the job being stopped); starts it again
             while --restarts allows and JAX's coordination service (which a process started
-            again registers with) runs, here or in process 0; process 0 itself only where the
-            service runs here and was told of its loss (its device topology, which XLA's CPU
-            client publishes once, removed with it: _compat.report_lost)."""
+            again registers with) runs, jaccl-run's or in process 0; process 0 itself only
+            where the service is jaccl-run's and was told of its loss (its device topology,
+            which XLA's CPU client publishes once, removed with it: _compat.report_lost)."""
             nonlocal failed_at
             for rank, p in enumerate(procs):
                 rc = p.poll()
@@ -300,10 +306,10 @@ def run(args) -> int:
                 failed_at = failed_at or time.monotonic()
                 budget = may_restart and sum(restarts) < args.restarts
                 again = budget and (service is not None or procs[0].poll() is None)
-                connected = connected_dir is not None and os.path.exists(
-                    os.path.join(connected_dir, f"connected-{rank}-{restarts[rank]}"))
-                reported = connected and _report_lost(  # first of all: the others wait on it
-                    port, rank, out, lock, topology_again=again and rank == 0)
+                if (rank, restarts[rank]) not in connected:
+                    stderr_pump[rank].join(timeout=1)  # a note of connecting not yet read?
+                reported = service is not None and (rank, restarts[rank]) in connected and \
+                    _report_lost(service, rank, out, lock, topology_again=again and rank == 0)
                 again = again and (rank != 0 or reported)
                 stderr_pump[rank].join(timeout=1)  # its last words, before we name them
                 why = f" ({errors.pop(rank)})" if rank in errors else ""
@@ -316,9 +322,8 @@ def run(args) -> int:
                     pump(rank, procs[rank])
                     stderr_pump[rank] = pumps[-1]
                 elif args.keep_going and rank == 0 and service is None:
-                    then = ("JAX's coordination service ran in it: JAX's runtime ends the others "
-                            "(jaccl-run runs the service itself where no host is reached by ssh "
-                            "or a prefix)")
+                    then = ("JAX's coordination service ran in it "
+                            "(JACCL_COORDINATION_SERVICE=process0): JAX's runtime ends the others")
                 elif args.keep_going:
                     then = "the others go on (--keep-going)"
                     if rank == 0 and budget:
@@ -364,7 +369,6 @@ def run(args) -> int:
             except OSError:
                 pass
         if service is not None:
-            shutil.rmtree(connected_dir, ignore_errors=True)
             service.shutdown()
 
 

@@ -18,7 +18,6 @@ saying why."""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -135,9 +134,9 @@ def test_two_losses_one_after_the_other_named_as_jax_numbers_them(hosts):
 # process ends with the same parameters (coming back before the heartbeat, those of a job that
 # lost no one). Between emulated hosts over jaccl's TCP, each world links its hosts anew (the
 # one it comes back to, too). Coming back before the heartbeat needs JAX's service in process 0
-# (a hostfile whose host has a command prefix, as between hosts): jaccl-run's own service is
-# told of the loss at once, so the others go on without it first. Process 0 comes back only
-# where jaccl-run runs the service (it removes the device topology the lost one published).
+# (JACCL_COORDINATION_SERVICE=process0): jaccl-run's own service is told of the loss at once, so
+# the others go on without it first. Process 0 comes back only where jaccl-run runs the service
+# (it removes the device topology the lost one published; between hosts: tests/multihost).
 # "jax-lax": no jaccl op in the program (jax.lax.psum and all_gather, XLA's collectives on
 # jaccl's engine through the MPI shim): the others' world with it is built when XLA first runs
 # a collective over all of them, their communicators from before split again with it (with 2
@@ -154,22 +153,19 @@ def test_two_losses_one_after_the_other_named_as_jax_numbers_them(hosts):
     pytest.param("after-the-others-went-on", {}, 2, "jaccl", 2,
                  id="after-the-others-went-on-jax-lax-2-devices"),
     pytest.param("before-the-heartbeat", {}, 2, "jaccl", 1, id="before-the-heartbeat-jax-lax")])
-def test_a_process_started_again_rejoins_with_the_survivors_state(tmp_path, back, hosts, who, xla,
-                                                                  devices):
+def test_a_process_started_again_rejoins_with_the_survivors_state(back, hosts, who, xla, devices):
     late = back == "after-the-others-went-on"
     others = [r for r in (0, 1, 2) if r != who]
     env = {**hosts, "JACCL_DEBUG": "info", "JACCL_HEARTBEAT_TIMEOUT": "20",
            "JACCL_TEST_RESTART_DELAY_S": "4" if late else "0",
            "JACCL_TEST_FAKE_HOSTS": "3" if hosts else "0"}
-    hostfile = None
     if not late:
-        hostfile = tmp_path / "hosts.json"
-        hostfile.write_text(json.dumps({"hosts": [{"prefix": ["env"], "processes": 3}]}))
+        env["JACCL_COORDINATION_SERVICE"] = "process0"
     lax_args = ["--jax-lax"] if xla == "jaccl" else []
     args = ["--steps", "40" if late else "16", "--pace", "0.25", "--kill-at", "3", "--who",
             str(who), "--rejoin", *lax_args]
     job = run_job("elastic.py", 3, devices, args=args, env=env, timeout=180, keep_going=True,
-                  restarts=1, hostfile=hostfile, xla_collectives=xla)
+                  restarts=1, xla_collectives=xla)
     out = clean(job.output)
     assert job.returncode == 0, out[-4000:]
     assert re.search(rf"jaccl-run: process {who} was killed by SIGKILL at [\d.]+ s; starting it "
@@ -307,18 +303,19 @@ def test_a_group_new_to_xla_after_a_loss_holds_every_device_or_is_refused(mode, 
     assert job.leftovers() == []
 
 
-def test_a_lost_process_0_that_ran_jax_s_service_ends_the_job_at_once_saying_so(tmp_path):
-    """Where process 0 runs JAX's coordination service (a host behind a prefix or ssh), its loss
-    ends the others (JAX's runtime): at once, jaccl-run saying why, nothing left behind."""
-    hostfile = tmp_path / "hosts.json"
-    hostfile.write_text(json.dumps({"hosts": [{"prefix": ["env"], "processes": 3}]}))
+def test_a_lost_process_0_that_ran_jax_s_service_ends_the_job_at_once_saying_so():
+    """Where process 0 runs JAX's coordination service (JACCL_COORDINATION_SERVICE=process0),
+    its loss ends the others (JAX's runtime): at once, jaccl-run saying why, nothing left
+    behind."""
     job = run_job("elastic.py", 3, args=["--steps", "16", "--pace", "0.25", "--kill-at", "3",
                                          "--who", "0"],
-                  env=HEARTBEAT, timeout=60, keep_going=True, hostfile=hostfile)
+                  env={**HEARTBEAT, "JACCL_COORDINATION_SERVICE": "process0"}, timeout=60,
+                  keep_going=True)
     out = clean(job.output)
     assert job.returncode == 128 + 9, out[-3000:]  # process 0's SIGKILL, the first failure
     assert re.search(r"jaccl-run: process 0 was killed by SIGKILL at [\d.]+ s; JAX's coordination "
-                     r"service ran in it: JAX's runtime ends the others", job.output), out[-3000:]
+                     r"service ran in it \(JACCL_COORDINATION_SERVICE=process0\): JAX's runtime "
+                     r"ends the others", job.output), out[-3000:]
     assert "jaccl-run: 0 of 3 processes finished; lost: process 0 was killed" in job.output
     ended = [float(t) for t in re.findall(r"jaccl-run: process [12] \w+ .* at ([\d.]+) s;",
                                           job.output)]
