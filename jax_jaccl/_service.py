@@ -29,8 +29,9 @@ _REPORT_TIMEOUT_S = 10
 
 
 def start(where, port: int, processes: int):
-    """The service for a job of `processes` at `port`: where(command) -> (argv, env) starts a
-    command on the first host, or None when every host is this machine."""
+    """The service for a job of `processes` at `port`. `where(arguments)` is the (argv, env)
+    that runs the job's python with `arguments` on the first host; None when every host is this
+    machine."""
     launch = _settings.launch()
     if launch.coordination_service == "process0":
         return None

@@ -623,7 +623,7 @@ static int split_world(const JmpiComm* world, int color, int key, uintptr_t* new
   if (all == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
   int slot = 0, rc = JMPI_SUCCESS, members = 0;
   int64_t color_seen = 0;
-  const char* why = NULL;
+  const char* broken = NULL;
   uint64_t round = 0;
   char error[kMessageBytes];
   *newcomm = 0;
@@ -631,10 +631,10 @@ static int split_world(const JmpiComm* world, int color, int key, uintptr_t* new
                        processes_comm, all, &slot, &round, error, sizeof error) != 0) {
     e->raise_abort(error);  /* the other processes stop too */
     rc = fail(JMPI_ERR_OTHER, "%s", error);
-  } else if ((why = broken_group(all, n, per_process, &color_seen, &members)) != NULL) {
+  } else if ((broken = broken_group(all, n, per_process, &color_seen, &members)) != NULL) {
     /* every process finds the same from the same round; processes at odds also stop (a loss
      * leaves the survivors' world whole: the program may go on over the live devices) */
-    rc = refuse_split(color_seen, members, why);
+    rc = refuse_split(color_seen, members, broken);
     if (!lacks_processes()) e->raise_abort(last_message);
   } else {
     rc = comm_of_color(world, all, color, e->my_process * per_process + slot, round, newcomm);
@@ -722,7 +722,7 @@ static int split_of(const JmpiComm* parent, int color, int key, uintptr_t* newco
   const int n = parent->size;
   int64_t mine[2] = {color, key}, color_seen = 0;
   int members = 0;
-  const char* why = NULL;
+  const char* broken = NULL;
   int64_t* all = malloc(2 * (size_t)n * sizeof(int64_t));
   if (all == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
   int rc = collective_at(atomic_load(&engine)->kind_all_gather, parent, type_of(JMPI_INT64_T), 0,
@@ -737,8 +737,8 @@ static int split_of(const JmpiComm* parent, int color, int key, uintptr_t* newco
               "order before, list them in one order or use --xla-collectives gloo: "
               "docs/xla-collectives.md): %s", color, why);
   } else if (parent == world_comm &&
-             (why = broken_group(all, n, 1, &color_seen, &members)) != NULL) {
-    rc = refuse_split(color_seen, members, why);  /* every process finds the same */
+             (broken = broken_group(all, n, 1, &color_seen, &members)) != NULL) {
+    rc = refuse_split(color_seen, members, broken);  /* every process finds the same */
   } else {
     rc = comm_of_color(parent, all, color, parent->rank, parent->split_round, newcomm);
     if (rc == JMPI_SUCCESS && *newcomm != 0 && parent == world_comm) {
