@@ -167,6 +167,29 @@ def _incarnations(members: tuple) -> tuple | None:
     return tuple(by_process[p] for p in members)
 
 
+def _refuse_lost_processes(devices, has_collectives) -> None:
+    """After each compilation in a job that recovers, with XLA's collectives on jaccl: refuses a
+    program that runs collectives over devices of lost processes, those JAX's last
+    multihost_utils.live_devices block did not report live and jaccl's world went on without
+    (a mesh of jax.devices() after a loss, not of the live devices). XLA's collectives on jaccl
+    would split its groups over the survivors: the shim refuses a group led by a lost device or
+    missing one inside, but one that lacks only its last members looks whole to it (XLA tells
+    it a group's first device and each member's rank, never its size), and the collective
+    would run over the live members only. gloo waits for the lost ones for good. (A process
+    lost since the world was last built is not known lost here: the program's first collective
+    meets it and fails, as any would.)"""
+    world, live = _world, _live_incarnations()
+    if world is None or not live:
+        return
+    processes = {int(d.process_index) for d in devices}
+    lost = sorted(processes - set(live) - set(world.members))
+    if lost and has_collectives():
+        raise RuntimeError(
+            f"jaccl: this program runs collectives over devices of processes {lost}, which "
+            "were lost: run it over a mesh of the live devices (those "
+            "multihost_utils.live_devices yields)")
+
+
 def _service_incarnations(members) -> dict:
     """{process: incarnation} of those of `members` JAX's coordination service counts live now
     (at once: it asks of no one else)."""
@@ -422,6 +445,7 @@ def _start(members: tuple | None = None, generation: int = 0, first_tag: str = "
             _xla_collectives.attach()
             if _recoverable():
                 _xla_collectives.recoverable()
+                _compat.after_each_compile(_refuse_lost_processes)
         except BaseException:
             engine.shutdown()
             raise

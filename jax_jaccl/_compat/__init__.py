@@ -11,6 +11,7 @@ jax._src.clusters by name at interpreter start-up, before jax can be imported.
 from __future__ import annotations
 
 import functools
+import re
 import threading
 
 import jax
@@ -38,6 +39,7 @@ INTERNALS = (
     ("jax._src.lib", "xla_client"), ("jax._src.lib.mlir", "ir"),
     ("jax._src.lib.mlir.dialects", "sdy"), ("jax._src.lib.mlir.dialects", "hlo"),
     ("jax._src.lib._jax", "get_distributed_runtime_service"), ("jax._src.distributed", "_jax"),
+    ("jax._src.compiler", "compile_or_get_cached"),
 )
 OPTIONAL_INTERNALS = (
     ("jax._src.config", "_check_vma"), ("jax._src.config", "raise_on_ppermute_sort_diff"),
@@ -452,3 +454,34 @@ def report_lost(address: str, process: int, timeout_s: float, *, topology_again=
     if topology_again:
         client.key_value_delete("cpu:global_topology")  # the directory: every platform's entry
     client.shutdown()
+
+
+_COLLECTIVE_OP = re.compile(r"\b(all-reduce|all-gather|all-to-all|collective-permute|"
+                            r"reduce-scatter|ragged-all-to-all)(-start)?\(")
+_compile_checks: list = []
+
+
+def after_each_compile(check) -> None:
+    """Calls check(devices, has_collectives) after each XLA compilation of this process (once
+    per new program; jit's cache serves the others): `devices`, the program's devices;
+    has_collectives(), whether the compiled program (SPMD-partitioned: the collectives XLA
+    inserted for shardings too) runs any collective. What check raises is the compilation's
+    error. Once per check."""
+    from jax._src import compiler
+
+    if check in _compile_checks:
+        return
+    if not _compile_checks:
+        compile_or_get_cached = compiler.compile_or_get_cached
+
+        @functools.wraps(compile_or_get_cached)
+        def compile_and_check(backend, computation, devices, *args, **kwargs):
+            executable = compile_or_get_cached(backend, computation, devices, *args, **kwargs)
+            has_collectives = functools.cache(lambda: any(
+                _COLLECTIVE_OP.search(m.to_string()) for m in executable.hlo_modules()))
+            for each in list(_compile_checks):
+                each(list(devices.flat), has_collectives)
+            return executable
+
+        compiler.compile_or_get_cached = compile_and_check
+    _compile_checks.append(check)

@@ -274,23 +274,27 @@ def test_a_world_after_a_loss_that_could_not_be_built_is_refused_until_shutdown(
     assert "AGAIN 1" in done.stdout, done.stdout
 
 
-@pytest.mark.parametrize("mode,devices", [("back", 1), ("lost", 1), ("lost-inside", 1),
-                                          ("lost-inside", 2)])
-def test_a_group_new_to_xla_after_a_loss_holds_every_device_or_is_refused(mode, devices):
+@pytest.mark.parametrize("mode, compiled, devices", [
+    ("back", "after", 1), ("lost", "before", 1), ("lost-inside", "before", 1),
+    ("lost-inside", "before", 2), ("lost-last", "after", 1)])
+def test_a_group_new_to_xla_after_a_loss_holds_every_device_or_is_refused(mode, compiled,
+                                                                          devices):
     """XLA's collectives on jaccl (no jaccl op in the program): after a loss, a group XLA makes
     for the first time splits MPI_COMM_WORLD. With the lost process back, the others' world
     must include it first (the split would otherwise leave its device out: a sum of two where
-    there are three); over a lost process's devices, first in the mesh or between two of the
-    survivors' (where the survivors' split completed without them: a sum of two), the split is
-    refused saying why."""
-    job = run_job("xla_new_group.py", 3, devices=devices, args=[mode], env=HEARTBEAT,
-                  timeout=120, keep_going=True, restarts=1 if mode == "back" else 0,
-                  xla_collectives="jaccl")
+    there are three). Over a lost process's devices: a program compiled after the loss is
+    refused as it compiles; one compiled before, at the split of its group where the group is led by a lost device or misses one
+    inside (the survivors' split completed without it: a sum of two). A program compiled
+    before the loss whose groups lack only their last members is not caught (docs)."""
+    job = run_job("xla_new_group.py", 3, devices=devices, args=[mode, "--compiled", compiled],
+                  env=HEARTBEAT, timeout=120, keep_going=True,
+                  restarts=1 if mode == "back" else 0, xla_collectives="jaccl")
     out = clean(job.output)
     assert job.returncode == 0, out[-4000:]
     ranks = (0, 1, 2) if mode == "back" else (0, 1)
-    why = {"lost": "belongs to no process of jaccl's world",
-           "lost-inside": "is not whole"}.get(mode)
+    why = {"lost": "belongs to no process of jaccl's world", "lost-inside": "is not whole",
+           "lost-last": "this program runs collectives over devices of processes [2], which "
+                        "were lost"}.get(mode)
     for rank in ranks:
         if mode == "back":
             assert job.values(rank, "SUM") == ["3.0"], out[-3000:]

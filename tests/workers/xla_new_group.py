@@ -2,16 +2,19 @@
 meets a group XLA never made before, after a lost process, under jaccl-run --keep-going and
 JAX's recoverability; each step inside multihost_utils.live_devices.
 
-    python xla_new_group.py {back,lost,lost-inside}
+    python xla_new_group.py {back,lost,lost-inside,lost-last} [--compiled before|after]
 
 The last process kills itself at step 2. Every step sums each device's process index over the
 live devices in process order (a group XLA made at the start, then the survivors'), until:
 - back (jaccl-run --restarts 1): the three are live again, the process started again among
   them: every process sums over a mesh in the order [last, 0, 1], a group new to XLA on every
   process, and prints `SUM <value>` (3 processes: 0 + 1 + 2 = 3);
-- lost, lost-inside: the survivors, two steps after the loss, sum over a mesh of every device
-  (a mesh over a lost process's devices, in an order new to XLA) with the lost process's
-  devices first or after the first survivor's, and print `RAISED <first line>` or `SUM <value>`.
+- lost, lost-inside, lost-last: the survivors, two steps after the loss, sum over a mesh of
+  every device (a mesh over a lost process's devices, in an order XLA has not run) with the
+  lost process's devices first, after the first survivor's or last, and print `RAISED <first
+  line>` or `SUM <value>`. `--compiled before`: that program was compiled (jit's lower and
+  compile) at the start, while every process was live, and first runs after the loss, so that
+  only the split of its group can tell; `after` (the default): compiled after the loss.
 """
 
 import os
@@ -29,18 +32,26 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 from common import start  # noqa: E402
 
-args, index, count = start("a group new to XLA after a loss", {"mode": {"choices": ["back", "lost", "lost-inside"]}})
+args, index, count = start("a group new to XLA after a loss", {
+    "mode": {"choices": ["back", "lost", "lost-inside", "lost-last"]},
+    "--compiled": {"choices": ["before", "after"], "default": "after"}})
 started_again = int(os.environ.get("JACCL_RESTART", "0")) > 0
 last = count - 1
 
 
-def total(devices) -> float:
+def program(devices):
+    """The jitted sum over a mesh of `devices`, and an input for it: each device's process."""
     mesh = Mesh(np.array(devices), ("x",))
     x = jax.make_array_from_callback((len(devices),), NamedSharding(mesh, P("x")),
                                      lambda i: np.array([float(index)], np.float32))
     f = jax.jit(jax.shard_map(lambda v: jax.lax.psum(v, "x"), mesh=mesh, in_specs=P("x"),
                               out_specs=P("x")))
-    return float(np.asarray(f(x).addressable_data(0))[0])
+    return f, x
+
+
+def total(devices, compiled=None) -> float:
+    f, x = program(devices)
+    return float(np.asarray((compiled or f)(x).addressable_data(0))[0])
 
 
 def by_process(devices, first):
@@ -52,10 +63,14 @@ def lost_at_place(devices):
     not seen (process 1's first)."""
     live = by_process([d for d in devices if d.process_index != last], 1)
     mine = [d for d in devices if d.process_index == last]
-    place = {"lost": 0, "lost-inside": 1}[args.mode]
+    place = {"lost": 0, "lost-inside": 1, "lost-last": len(live)}[args.mode]
     return live[:place] + mine + live[place:]
 
 
+ahead = None  # the program over every device, compiled while every process is live
+if args.mode.startswith("lost") and args.compiled == "before":
+    f, x = program(lost_at_place(jax.devices()))
+    ahead = f.lower(x).compile()
 step, lost_at = 0, None
 while step < 60:
     try:
@@ -70,7 +85,7 @@ while step < 60:
                 break
             if args.mode.startswith("lost") and lost_at is not None and step >= lost_at + 2:
                 try:
-                    print(f"SUM {total(lost_at_place(jax.devices()))}", flush=True)
+                    print(f"SUM {total(lost_at_place(jax.devices()), ahead)}", flush=True)
                 except Exception as e:  # noqa: BLE001 - what the test reads
                     print(f"RAISED {str(e).splitlines()[0][:400]}", flush=True)
                 break
