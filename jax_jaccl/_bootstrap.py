@@ -191,8 +191,9 @@ def _refuse_lost_processes(devices, has_collectives) -> None:
 
 
 def _service_incarnations(members) -> dict:
-    """{process: incarnation} of those of `members` JAX's coordination service counts live now
-    (at once: it asks of no one else)."""
+    """{process: incarnation} of those of `members` JAX's coordination service counts live now.
+    A meeting: it returns once every live one of `members` asked too (ask for this process
+    alone, or where all of them ask at the same point)."""
     now = _compat.distributed_state().client.get_live_nodes(list(members))
     return {int(p): int(i) for p, i in now.items()}
 
