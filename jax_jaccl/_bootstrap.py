@@ -558,14 +558,20 @@ def renew_with_those_back() -> None:
     recovers: where processes came back, the world over the processes JAX's last
     multihost_utils.live_devices block reported, those that came back among them, as
     init(devices) builds it when a jaccl op is lowered over their mesh (the program asking is
-    the only one in flight; this process's other devices wait in the shim). When it cannot,
-    the collective fails saying why."""
+    the only one in flight; this process's other devices wait in the shim). A process of the
+    world on this host that died since the world's last call revokes the world first (and the
+    survivors' is built where JAX already reported the loss): XLA keeps a communicator whose
+    split failed for the process's life, and a split that met the dead process would fail every
+    later step over its devices. When it cannot, the collective fails saying why."""
     try:
         with _lock:
             if _no_next_world is not None:
                 raise RuntimeError(_no_next_world)
             if _world is not None and _recoverable() and not engine.aborted():
-                _renew(tuple(sorted(_live_incarnations())), in_program=True)
+                dead = engine.dead_peer()
+                if dead:
+                    engine.raise_abort(dead)
+                _renew(tuple(sorted(_live_incarnations())), in_program=not dead)
     except BaseException as e:  # noqa: BLE001 - the collective XLA runs then fails with this
         _xla_collectives.renew_failed(f"jaccl: no world with the processes that came back for "
                                       f"XLA's collectives: {type(e).__name__}: {e}")

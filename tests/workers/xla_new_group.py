@@ -2,7 +2,7 @@
 meets a group XLA never made before, after a lost process, under jaccl-run --keep-going and
 JAX's recoverability; each step inside multihost_utils.live_devices.
 
-    python xla_new_group.py {back,lost,lost-inside,lost-last} [--compiled before|after]
+    python xla_new_group.py {back,lost,lost-inside,lost-last,quiet} [--compiled before|after]
 
 The last process kills itself at step 2. Every step sums each device's process index over the
 live devices in process order (a group XLA made at the start, then the survivors'), until:
@@ -14,7 +14,10 @@ live devices in process order (a group XLA made at the start, then the survivors
   lost process's devices first, after the first survivor's or last, and print `RAISED <first
   line>` or `SUM <value>`. `--compiled before`: that program was compiled (jit's lower and
   compile) at the start, while every process was live, and first runs after the loss, so that
-  only the split of its group can tell; `after` (the default): compiled after the loss.
+  only the split of its group can tell; `after` (the default): compiled after the loss;
+- quiet: the survivors run no collective in the step that loses the process, so that their
+  first call after the loss is XLA's split of the live devices' group, and two steps later
+  print `SUM <value>` over the live devices (0 + 1 = 1).
 """
 
 import os
@@ -33,7 +36,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 from common import start  # noqa: E402
 
 args, index, count = start("a group new to XLA after a loss", {
-    "mode": {"choices": ["back", "lost", "lost-inside", "lost-last"]},
+    "mode": {"choices": ["back", "lost", "lost-inside", "lost-last", "quiet"]},
     "--compiled": {"choices": ["before", "after"], "default": "after"}})
 started_again = int(os.environ.get("JACCL_RESTART", "0")) > 0
 last = count - 1
@@ -89,7 +92,11 @@ while step < 60:
                 except Exception as e:  # noqa: BLE001 - what the test reads
                     print(f"RAISED {str(e).splitlines()[0][:400]}", flush=True)
                 break
-            total(by_process(devices, 0))
+            if args.mode == "quiet" and lost_at is not None and step >= lost_at + 2:
+                print(f"SUM {total(by_process(devices, 0))}", flush=True)
+                break
+            if not (args.mode == "quiet" and step == 2):
+                total(by_process(devices, 0))
             time.sleep(0.2)
     except Exception as e:  # noqa: BLE001 - the loss: the step again over the live devices
         print(f"step {step} failed ({type(e).__name__})", flush=True)

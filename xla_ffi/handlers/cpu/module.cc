@@ -11,6 +11,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <memory>
+#include <numeric>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -217,6 +218,21 @@ NB_MODULE(_jaccl, m) {
   m.def("raise_abort", [](const std::string& reason) {
     if (jaccl::World* world = jaccl::World::get()) world->raise_abort(reason);
   }, nb::arg("reason"), nb::call_guard<nb::gil_scoped_release>());
+  // Why a process of the world on this host died or failed since the world's last call met it
+  // (a lost one no call has met yet), or "": jax_jaccl/_bootstrap.py asks before XLA splits
+  // MPI_COMM_WORLD in a job that recovers, so that the split never meets it.
+  m.def("dead_peer", []() -> std::string {
+    jaccl::World* world = jaccl::World::get();
+    if (world == nullptr || world->aborted()) return "";
+    std::vector<int> all(world->config().processes.size());
+    std::iota(all.begin(), all.end(), 0);
+    try {
+      world->check_health(all);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  });
   m.def("aborted", [] {
     jaccl::World* world = jaccl::World::get();
     return world != nullptr && world->aborted();
