@@ -283,9 +283,10 @@ def test_a_group_new_to_xla_after_a_loss_holds_every_device_or_is_refused(mode, 
     for the first time splits MPI_COMM_WORLD. With the lost process back, the others' world
     must include it first (the split would otherwise leave its device out: a sum of two where
     there are three). Over a lost process's devices: a program compiled after the loss is
-    refused as it compiles; one compiled before, at the split of its group where the group is led by a lost device or misses one
-    inside (the survivors' split completed without it: a sum of two). A program compiled
-    before the loss whose groups lack only their last members is not caught (docs). "quiet":
+    refused as it compiles; one compiled before, at the split of its group where the group is
+    led by a lost device or misses one inside (the survivors' split completed without it: a
+    sum of two). A program compiled before the loss whose groups lack only their last members
+    is not caught (docs). "quiet":
     the survivors' first call after the loss is XLA's split of the live devices' group; the
     world is revoked before it (a dead process on this host), else the split would meet the
     dead process and XLA would keep the failed communicator: every later step failing."""
