@@ -571,7 +571,7 @@ def renew_with_those_back() -> None:
                 dead = engine.dead_peer()
                 if dead:
                     engine.raise_abort(dead)
-                _renew(tuple(sorted(_live_incarnations())), in_program=not dead)
+                _renew(tuple(sorted(_live_incarnations())), in_program=True)
     except BaseException as e:  # noqa: BLE001 - the collective XLA runs then fails with this
         _xla_collectives.renew_failed(f"jaccl: no world with the processes that came back for "
                                       f"XLA's collectives: {type(e).__name__}: {e}")

@@ -274,8 +274,8 @@ def run(args) -> int:
                                 start_new_session=True, preexec_fn=_die_with_launcher)
 
     def pump(rank: int, p: subprocess.Popen) -> None:
-        for stream, kept in ((p.stdout, None), (p.stderr, errors)):
-            t = threading.Thread(target=_pump, args=(rank, stream, out, lock, kept, connected),
+        for stream, kept, notes in ((p.stdout, None, None), (p.stderr, errors, connected)):
+            t = threading.Thread(target=_pump, args=(rank, stream, out, lock, kept, notes),
                                  daemon=True)
             t.start()
             pumps.append(t)

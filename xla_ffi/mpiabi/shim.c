@@ -674,16 +674,20 @@ static int in_world(int64_t id) {
   return 0;
 }
 
+/* Under renew_lock: the world XLA's next call needs, built by the interpreter: the survivors'
+ * where the world failed (renew_after_loss()), else, with `ask_back`, the one with the
+ * processes that came back (renew_with_those_back()). Fails with the interpreter's reason where
+ * it could build none. */
+static int renew_world(int ask_back) {
+  renew_problem[0] = '\0';
+  if (atomic_load(&engine)->world_failed()) renew_after_loss();
+  else if (ask_back) renew_with_those_back();
+  return renew_problem[0] != '\0' ? fail(JMPI_ERR_OTHER, "%s", renew_problem) : JMPI_SUCCESS;
+}
+
 static int world_for_split(void) {
   pthread_mutex_lock(&renew_lock);
-  const JacclMpiEngine* e = attached();
-  int rc = e == NULL ? last_code : JMPI_SUCCESS;
-  if (e != NULL && (e->world_failed() || atomic_load(&recoverable))) {
-    renew_problem[0] = '\0';
-    if (e->world_failed()) renew_after_loss();
-    else renew_with_those_back();
-    if (renew_problem[0] != '\0') rc = fail(JMPI_ERR_OTHER, "%s", renew_problem);
-  }
+  const int rc = attached() == NULL ? last_code : renew_world(atomic_load(&recoverable));
   pthread_mutex_unlock(&renew_lock);
   return rc;
 }
@@ -798,22 +802,13 @@ static int outside_world(const JmpiComm* c) {
  * not through jaccl_mpiabi_renew_failed). Fails where the world still lacks c's devices. */
 static int world_for_use(JmpiComm* c) {
   pthread_mutex_lock(&renew_lock);
-  renew_problem[0] = '\0';
-  if (atomic_load(&engine)->world_failed()) {
-    renew_after_loss();
-  } else if (outside_world(c)) {
-    renew_with_those_back();
-  }
-  int rc = JMPI_SUCCESS;
-  if (renew_problem[0] != '\0') {
-    rc = fail(JMPI_ERR_OTHER, "%s", renew_problem);
-  } else if (outside_world(c)) {
+  int rc = renew_world(outside_world(c));
+  if (rc == JMPI_SUCCESS && outside_world(c)) {
     rc = fail(JMPI_ERR_OTHER, "jaccl: XLA's communicator of devices led by device %lld has "
               "devices outside jaccl's world (their processes were lost and are not live "
               "again): run the program over a mesh of the live devices", (long long)c->devices[0]);
-  } else {
-    c->inside = atomic_load(&attaches);
   }
+  if (rc == JMPI_SUCCESS) c->inside = atomic_load(&attaches);
   pthread_mutex_unlock(&renew_lock);
   return rc;
 }
