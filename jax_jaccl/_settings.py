@@ -149,6 +149,11 @@ VARIABLES = (
     Variable("async_min_kb", "JACCL_ASYNC_MIN_KB", "1024", _at_least(0), False,
              "CPU: smallest asynchronous call, KiB (smaller ones cost more in thread hops than "
              "they hide within a host; between slow hosts a smaller value may hide more)"),
+    Variable("single_copy_min_kb", "JACCL_SINGLE_COPY_MIN_KB", "256", _at_least(0), False,
+             "CPU: smallest block of an all_gather or all_to_all that a device reads straight "
+             "out of the sender's memory when both are on one host (another process's with "
+             "Linux's process_vm_readv, where the kernel allows it): one copy instead of two "
+             "through shared-memory frames; 0: never"),
     Variable("cuda_path", "JACCL_CUDA_PATH", "auto", _one_of("auto", "peer", "staged"), True,
              "GPUs: peer (fail where the peer path cannot be used), staged, or auto"),
     Variable("cuda_buffer_mb", "JACCL_CUDA_BUFFER_MB", "64", _at_least(1), True,
@@ -224,6 +229,7 @@ class Settings:
     moe_local_delay_us: int
     async_calls: bool
     async_min_kb: int
+    single_copy_min_kb: int
     cuda_path: str
     cuda_buffer_mb: int
     cuda_one_shot_kb: int
@@ -238,7 +244,8 @@ class Settings:
         """The keyword arguments of the CPU engine's configure()."""
         return dict(algorithm=self.algorithm, debug=self.debug, moe_schedule=self.moe_schedule,
                     moe_local_delay_us=self.moe_local_delay_us,
-                    async_min_bytes=self.async_min_kb * 1024 if self.async_calls else -1)
+                    async_min_bytes=self.async_min_kb * 1024 if self.async_calls else -1,
+                    single_copy_min_bytes=self.single_copy_min_kb * 1024)
 
     def cuda_part(self) -> dict:
         """The keyword arguments of the CUDA engine's configure()."""

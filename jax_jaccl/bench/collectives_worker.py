@@ -57,9 +57,11 @@ def main() -> None:
     shift = [(i, (i + 1) % n) for i in range(n)]
 
     def ops_for(impl):
-        if impl == "local":  # no communication: a jit-compiled x + 1 on the same input
-            return dict.fromkeys(("all_reduce", "reduce_scatter", "all_gather", "ppermute",
-                                  "ragged_all_to_all"), lambda v: v + 1)
+        if impl == "local":  # no communication: a jit-compiled x + 1 on the same input; for
+            # all_gather the gathered output (a fresh buffer, as jaccl's is) from the input alone
+            ops = dict.fromkeys(("all_reduce", "reduce_scatter", "ppermute",
+                                 "ragged_all_to_all"), lambda v: v + 1)
+            return dict(ops, all_gather=lambda v: jnp.tile(v, n))
         if impl == "jaccl_padded":
             return {"ragged_all_to_all": padded_all_to_all(jaccl.all_to_all)}
         if impl == "jaccl":
@@ -111,7 +113,8 @@ def main() -> None:
                 fn = ops_for(impl).get(op)
                 if fn is None:
                     continue
-                donate = (0,) if op in ("all_reduce", "ppermute") or impl == "local" else ()
+                donate = (0,) if op in ("all_reduce", "ppermute") or (
+                    impl == "local" and op != "all_gather") else ()
                 f = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
                                           check_vma=False), donate_argnums=donate)
                 x = jax.make_array_from_callback(

@@ -12,11 +12,13 @@ import statistics
 from .sizes import EVERY_OP, bus_factor, human
 
 NAMES = {"jaccl": "jaccl", "lax": "jax gloo", "mpi4jax": "mpi4jax", "mpi": "mpi4py (numpy)",
-         "local": "jit x+1", "shm": "shm copy (numpy)", "jaccl_padded": "jaccl padded",
+         "local": "local", "shm": "shm copy (numpy)", "jaccl_padded": "jaccl padded",
          "lax_on_jaccl": "lax on jaccl"}
 
 # What each implementation runs where the op's name alone does not say it.
-NOTES = {"ragged_all_to_all": "jaccl: ragged_all_to_all of the filled rows; jaccl padded and "
+NOTES = {"all_gather": "local: XLA writing the gathered output from the input alone "
+                       "(jnp.tile), into a fresh buffer as jaccl's output is",
+         "ragged_all_to_all": "jaccl: ragged_all_to_all of the filled rows; jaccl padded and "
                               "jax gloo: all_to_all of whole slots (XLA:CPU has no "
                               "ragged_all_to_all); busbw of the padded exchange",
          "ppermute": "a shift by one, in place; shm copy: two numpy processes swapping S bytes "

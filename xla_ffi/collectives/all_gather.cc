@@ -2,7 +2,10 @@
 // along the gather dimension when it is not the leading one).
 //
 // mesh (default): rank r sends its input to every peer at once, copies it
-// into its own block, and stores each peer's stream into that peer's block.
+// into its own block, and stores each peer's stream into that peer's block. One
+// task reads each chunk of the input once and writes it to the own block and to
+// the streams of every peer, but for peers of this host that read the input in
+// place (engine.h, "Single copy"), whose streams are tasks of their own.
 //
 // ring: ring.h's all-gather, the input split in halves between two
 // directions.
@@ -19,23 +22,34 @@ void mesh(Call& call, const Buffers& b) {
   const size_t esize = dtype_size(elem);
   Region in = Region::contiguous(b.in, esize, b.in_count);
   auto block = [&](int q) { return Region::block(b.out, esize, b.out_count, b.outer_out, n, q); };
+  const bool in_place = b.disjoint(esize);
   Phase phase;
+  Task send;
+  send.count = b.in_count;
+  send.srcs = {Endpoint::local(in, elem)};
+  send.sinks = {Endpoint::local(block(r), elem)};
   for (int q = 0; q < n; ++q) {
-    Task t;
-    t.count = b.in_count;
-    if (q == r) {
-      t.srcs = {Endpoint::local(in, elem)};
-      t.sinks = {Endpoint::local(block(r), elem)};
-      phase.push_back(std::move(t));
-      continue;
+    if (q == r) continue;
+    Endpoint stream = send_to(call, q, stream_tag(2, 0, r), elem);
+    if (in_place && single_copy_stream(call, r, q, b.in_count * esize)) {
+      Task alone;
+      alone.count = b.in_count;
+      alone.srcs = {Endpoint::local(in, elem)};
+      alone.sinks = {stream};
+      alone.single_copy = true;
+      phase.push_back(std::move(alone));
+    } else {
+      send.sinks.push_back(stream);
     }
-    t.srcs = {Endpoint::local(in, elem)};
-    t.sinks = {send_to(call, q, stream_tag(2, 0, r), elem)};
-    phase.push_back(std::move(t));
+  }
+  phase.push_back(std::move(send));
+  for (int q = 0; q < n; ++q) {
+    if (q == r) continue;
     Task store;
     store.count = b.in_count;
     store.srcs = {receive_from(call, q, stream_tag(2, 0, q), elem)};
     store.sinks = {Endpoint::local(block(q), elem)};
+    store.single_copy = true;
     phase.push_back(std::move(store));
   }
   std::vector<Phase> phases{std::move(phase)};

@@ -45,6 +45,14 @@ struct Buffers {
   size_t outer_out = 1;
   Permutation permutation;  // ppermute only
   RaggedRows ragged;        // ragged_all_to_all only
+
+  // Whether the input and the output share no byte: a stream of the input may then be read
+  // in place until the call ends (engine.h, "Single copy").
+  bool disjoint(size_t elem_bytes) const {
+    const char* i = static_cast<const char*>(in);
+    const char* o = static_cast<const char*>(out);
+    return i + in_count * elem_bytes <= o || o + out_count * elem_bytes <= i;
+  }
 };
 
 // What the automatic choice needs to know about the group.

@@ -1,17 +1,33 @@
 #include "collectives/engine.h"
 
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <map>
+#include <atomic>
 #include <cstring>
+#include <map>
 
 #include "collectives/waiter.h"
 #include "comm/world.h"
 #include "common/call_sites.h"
 #include "common/error.h"
 #include "common/text.h"
+#include "transport/shm/single_copy.h"
 
 namespace jaccl {
 namespace {
+
+std::atomic<int64_t> min_single_copy_bytes{256 * 1024};
+std::atomic<uint64_t> streams_in_place{0};
+
+// Streams whose bytes went as an address (engine.h, "Single copy"), to acknowledge after the
+// last phase: `owed` the ranks whose memory this rank read, `awaited` those that read its own.
+struct Acks {
+  std::vector<int> owed, awaited;
+};
+
+constexpr uint32_t kAckTag = 0xff000000u;  // above every algorithm's stream_tag()
 
 std::string describe_frame(const FrameHeader& h) {
   return text(kind_name(static_cast<CollectiveKind>(h.kind)), " #", h.seq, " of ",
@@ -19,7 +35,7 @@ std::string describe_frame(const FrameHeader& h) {
               op_shown(static_cast<CollectiveKind>(h.kind), h.redop),
               algorithm_name(static_cast<Algorithm>(h.algorithm)), ", communicator ", hex(h.comm),
               ")", at_site(h.site), ", stream ", h.tag, " of ", h.stream_count, " elements at ",
-              h.offset);
+              h.offset, (h.flags & kFrameAddress) ? " (its address)" : "");
 }
 
 struct TaskState {
@@ -32,6 +48,10 @@ struct TaskState {
   std::vector<Frame*> out_frames;
   std::vector<Operand> operands;
   std::vector<void*> sink_ptrs;
+  bool sends_address = false;  // sends one frame with its source's address, not the bytes
+  bool may_read = false;       // its stream may come as an address ...
+  bool reading = false;        // ... and did: it copies the bytes out of the sender's memory
+  AddressPayload from{};
   bool complete() const { return done == task->count; }
   size_t num_chunks() const { return (task->count + chunk - 1) / chunk; }
 };
@@ -70,8 +90,9 @@ struct ChannelOrder {
 
 class PhaseRunner {
  public:
-  PhaseRunner(const Call& call, Phase& phase, const Deadline& deadline, IdleWork* idle)
-      : call_(call), deadline_(deadline), idle_(idle), states_(phase.size()) {
+  PhaseRunner(const Call& call, Phase& phase, const Deadline& deadline, IdleWork* idle,
+              Acks* acks)
+      : call_(call), deadline_(deadline), idle_(idle), acks_(acks), states_(phase.size()) {
     std::map<std::pair<Channel*, bool>, int> order_of;
     for (size_t i = 0; i < phase.size(); ++i) {
       TaskState& s = states_[i];
@@ -108,6 +129,7 @@ class PhaseRunner {
       s.operands.resize(t.srcs.size());
       s.sink_ptrs.resize(t.sinks.size());
     }
+    for (TaskState& s : states_) choose_single_copy(s);
     for (ChannelOrder& order : orders_) order.settle();
   }
 
@@ -133,8 +155,37 @@ class PhaseRunner {
 
 
  private:
-  void check_frame(const Frame* frame, const Endpoint& e, const Task& t, size_t offset,
-                   size_t n) const {
+  // Marks a task that sends its stream as an address or may receive one (engine.h, "Single
+  // copy"); a sender's stream becomes one frame.
+  void choose_single_copy(TaskState& s) {
+    const Task& t = *s.task;
+    if (!t.single_copy || acks_ == nullptr || reduces(call_.kind) || t.count == 0 ||
+        t.srcs.size() != 1 || t.sinks.size() != 1 || s.orders.size() != 1 ||
+        orders_[s.orders[0]].tasks.size() != 1) {
+      return;
+    }
+    const Endpoint& src = t.srcs[0];
+    const Endpoint& sink = t.sinks[0];
+    if (src.dtype != call_.dtype || sink.dtype != call_.dtype) return;
+    if (src.channel == nullptr && sink.channel != nullptr) {
+      size_t run = 0;
+      src.memory.at(0, &run);
+      if (run < t.count || !single_copy_stream(call_, call_.member->rank, sink.peer,
+                                               t.count * dtype_size(call_.dtype))) {
+        return;
+      }
+      s.sends_address = true;
+      s.chunk = t.count;
+      orders_[s.orders[0]].chunks[0] = 1;
+    } else if (src.channel != nullptr && sink.channel == nullptr) {
+      s.may_read = true;
+    }
+  }
+
+  // Throws unless the frame is the next of stream `e`: elements [offset, offset + n), or,
+  // with kFrameAddress in `flags`, the address of them all.
+  void check_frame(const Frame* frame, const Endpoint& e, const Task& t, size_t offset, size_t n,
+                   uint32_t flags = 0) const {
     const FrameHeader& h = frame->header;
     const Communicator::Member& m = *call_.member;
     bool same_call = h.magic == kFrameMagic && h.comm == static_cast<uint32_t>(call_.comm->id()) &&
@@ -145,7 +196,9 @@ class PhaseRunner {
                      h.algorithm == static_cast<uint8_t>(call_.algorithm) &&
                      h.op_count == call_.op_count && h.src_rank == static_cast<uint32_t>(e.peer);
     bool same_stream = h.tag == e.tag && h.stream_count == t.count && h.offset == offset &&
-                       h.nbytes == n * dtype_size(e.dtype);
+                       h.flags == flags &&
+                       h.nbytes == (flags & kFrameAddress ? sizeof(AddressPayload)
+                                                          : n * dtype_size(e.dtype));
     if (same_call && same_stream) return;
     if (h.magic != kFrameMagic) {
       throw_error(ErrorKind::kMismatch, "corrupt frame from ", describe_rank(call_, e.peer), " to ",
@@ -163,6 +216,7 @@ class PhaseRunner {
     expected.tag = e.tag;
     expected.stream_count = t.count;
     expected.offset = offset;
+    expected.flags = flags;
     throw_error(ErrorKind::kMismatch, "ranks disagree: ", describe_rank(call_, m.rank), " is in ",
                 describe_frame(expected), " but ", describe_rank(call_, e.peer), " sent ",
                 describe_frame(h), disagreement_advice(call_.site, h.site));
@@ -189,6 +243,12 @@ class PhaseRunner {
       const TaskState& d = states_[j];
       if (d.done < std::min(b, d.task->count)) return false;
     }
+    if (s.sends_address) return send_address(s);
+    if (s.reading) {
+      read_in_place(s, a, n);
+      finish_step(s, b);
+      return true;
+    }
     for (size_t i = 0; i < t.srcs.size(); ++i) {
       const Endpoint& e = t.srcs[i];
       if (e.channel == nullptr) continue;
@@ -197,6 +257,10 @@ class PhaseRunner {
         give_back(t, i);
         blocked_.push_back(e.peer);
         return false;
+      }
+      if (s.may_read && a == 0 && (f->header.flags & kFrameAddress)) {
+        take_address(s, e, f);
+        return true;
       }
       check_frame(f, e, t, a, n);
       s.in_frames[i] = f;
@@ -219,33 +283,104 @@ class PhaseRunner {
     for (size_t i = 0; i < t.sinks.size(); ++i) {
       const Endpoint& e = t.sinks[i];
       if (e.channel == nullptr) continue;
-      FrameHeader& h = s.out_frames[i]->header;
-      h.magic = kFrameMagic;
-      h.comm = static_cast<uint32_t>(call_.comm->id());
-      h.seq = call_.seq;
-      h.kind = static_cast<uint8_t>(call_.kind);
-      h.dtype = static_cast<uint8_t>(call_.dtype);
-      h.redop = static_cast<uint8_t>(call_.op);
-      h.algorithm = static_cast<uint8_t>(call_.algorithm);
-      h.src_rank = static_cast<uint32_t>(call_.member->rank);
-      h.tag = e.tag;
-      h.op_count = call_.op_count;
-      h.stream_count = t.count;
-      h.offset = a;
-      h.nbytes = static_cast<uint32_t>(n * dtype_size(e.dtype));
-      h.site = call_.site;
-      h.lane = call_.comm->frame_lane();
-      std::memset(h.reserved, 0, sizeof h.reserved);
+      fill_header(s.out_frames[i]->header, e, t, a, n * dtype_size(e.dtype), 0);
       e.channel->commit();
     }
     for (const Endpoint& e : t.srcs) {
       if (e.channel != nullptr) e.channel->release();
     }
+    finish_step(s, b);
+    return true;
+  }
+
+  void fill_header(FrameHeader& h, const Endpoint& e, const Task& t, size_t offset,
+                   size_t nbytes, uint32_t flags) const {
+    h.magic = kFrameMagic;
+    h.comm = static_cast<uint32_t>(call_.comm->id());
+    h.seq = call_.seq;
+    h.kind = static_cast<uint8_t>(call_.kind);
+    h.dtype = static_cast<uint8_t>(call_.dtype);
+    h.redop = static_cast<uint8_t>(call_.op);
+    h.algorithm = static_cast<uint8_t>(call_.algorithm);
+    h.src_rank = static_cast<uint32_t>(call_.member->rank);
+    h.tag = e.tag;
+    h.op_count = call_.op_count;
+    h.stream_count = t.count;
+    h.offset = offset;
+    h.nbytes = static_cast<uint32_t>(nbytes);
+    h.site = call_.site;
+    h.lane = call_.comm->frame_lane();
+    h.flags = flags;
+  }
+
+  void finish_step(TaskState& s, size_t b) {
     s.done = b;
-    if (t.delivered != nullptr) *t.delivered = b;
+    if (s.task->delivered != nullptr) *s.task->delivered = b;
     ++s.chunks_done;
     for (int o : s.orders) orders_[o].advance();
+  }
+
+  // The one frame of a stream sent as an address; the receiver's acknowledgement is awaited
+  // after the last phase.
+  bool send_address(TaskState& s) {
+    const Task& t = *s.task;
+    const Endpoint& e = t.sinks[0];
+    Frame* f = e.channel->try_reserve();
+    if (f == nullptr) {
+      blocked_.push_back(e.peer);
+      return false;
+    }
+    size_t run = 0;
+    AddressPayload p{};
+    p.address = reinterpret_cast<uint64_t>(t.srcs[0].memory.at(0, &run));
+    p.bytes = t.count * dtype_size(call_.dtype);
+    p.pid = static_cast<int32_t>(getpid());
+    std::memcpy(f->payload(), &p, sizeof p);
+    fill_header(f->header, e, t, 0, sizeof p, kFrameAddress);
+    e.channel->commit();
+    acks_->awaited.push_back(e.peer);
+    finish_step(s, t.count);
     return true;
+  }
+
+  // A stream that came as an address: the frame is taken; the bytes are read chunk by chunk
+  // in the steps that follow (each advances the channel's order as a frame would).
+  void take_address(TaskState& s, const Endpoint& e, const Frame* f) {
+    const Task& t = *s.task;
+    check_frame(f, e, t, 0, t.count, kFrameAddress);
+    std::memcpy(&s.from, f->payload(), sizeof s.from);
+    e.channel->release();
+    if (s.from.bytes != t.count * dtype_size(call_.dtype)) {
+      throw_error(ErrorKind::kMismatch, "ranks disagree: ", describe_rank(call_, e.peer),
+                  " offered ", s.from.bytes, " bytes in place where ",
+                  describe_rank(call_, call_.member->rank), " expects ",
+                  t.count * dtype_size(call_.dtype), " in ", describe_call(call_));
+    }
+    s.reading = true;
+    acks_->owed.push_back(e.peer);
+    streams_in_place.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  void read_in_place(TaskState& s, size_t a, size_t n) {
+    const Task& t = *s.task;
+    const size_t esize = dtype_size(call_.dtype);
+    std::vector<iovec>& runs = runs_;
+    runs.clear();
+    for (size_t p = 0; p < n;) {
+      size_t run = 0;
+      char* at = t.sinks[0].memory.at(a + p, &run);
+      run = std::min(run, n - p);
+      runs.push_back(iovec{at, run * esize});
+      p += run;
+    }
+    const int peer = t.srcs[0].peer;
+    read_from_process(s.from.pid, s.from.address + a * esize, n * esize, runs,
+                      describe_rank(call_, peer));
+    // A sender whose call failed meanwhile (it raises its abort board before XLA may free or
+    // reuse the memory) may have left other bytes there: the read counts only if it had not.
+    if (a + n == t.count) {
+      call_.world->check_aborts({call_.world->device(call_.member->devices[peer]).process});
+    }
   }
 
   // Combines elements [a, a + n) of the task's sources into its sinks, one
@@ -295,21 +430,65 @@ class PhaseRunner {
   const Call& call_;
   const Deadline& deadline_;
   IdleWork* idle_;
+  Acks* acks_;  // null: no stream goes as an address (the acknowledgements' own phase)
   std::vector<TaskState> states_;
+  std::vector<iovec> runs_;
   std::vector<ChannelOrder> orders_;
   std::vector<int> blocked_;
 };
+
+// After the last phase, the acknowledgements of streams sent as addresses: one element (of
+// zeros) from each reader to the sender it read, which may then let its memory change.
+void acknowledge(const Call& call, const Acks& acks, const Deadline& deadline) {
+  static const unsigned char zeros[16] = {};
+  const size_t esize = dtype_size(call.dtype);
+  std::vector<unsigned char> received(esize * acks.awaited.size());
+  Phase phase;
+  for (int peer : acks.owed) {
+    Task t;
+    t.count = 1;
+    t.srcs = {Endpoint::local(Region::contiguous(zeros, esize, 1), call.dtype)};
+    t.sinks = {Endpoint::stream(call.member->to[peer], peer, kAckTag, call.dtype)};
+    phase.push_back(std::move(t));
+  }
+  for (size_t i = 0; i < acks.awaited.size(); ++i) {
+    const int peer = acks.awaited[i];
+    Task t;
+    t.count = 1;
+    t.srcs = {Endpoint::stream(call.member->from[peer], peer, kAckTag, call.dtype)};
+    t.sinks = {Endpoint::local(Region::contiguous(received.data() + i * esize, esize, 1),
+                               call.dtype)};
+    phase.push_back(std::move(t));
+  }
+  PhaseRunner(call, phase, deadline, nullptr, nullptr).run();
+}
 
 }  // namespace
 
 void run_phases(const Call& call, std::vector<Phase>& phases, IdleWork* idle) {
   Deadline deadline(call.timeout_s);
+  Acks acks;
   for (Phase& phase : phases) {
     for (Task& t : phase) {
       JACCL_CHECK(!t.srcs.empty() && !t.sinks.empty(), "task without source or sink");
     }
-    PhaseRunner(call, phase, deadline, idle).run();
+    PhaseRunner(call, phase, deadline, idle, &acks).run();
   }
+  if (!acks.owed.empty() || !acks.awaited.empty()) acknowledge(call, acks, deadline);
 }
+
+bool single_copy_stream(const Call& call, int from, int to, size_t bytes) {
+  const int64_t min = min_single_copy_bytes.load(std::memory_order_relaxed);
+  if (min <= 0 || bytes < static_cast<size_t>(min) || call.world == nullptr) return false;
+  const World& w = *call.world;
+  return w.readable(w.device(call.member->devices[to]).process,
+                    w.device(call.member->devices[from]).process);
+}
+
+void set_single_copy_min_bytes(int64_t bytes) { min_single_copy_bytes.store(bytes); }
+
+int64_t single_copy_min_bytes() { return min_single_copy_bytes.load(); }
+
+uint64_t streams_read_in_place() { return streams_in_place.load(); }
 
 }  // namespace jaccl

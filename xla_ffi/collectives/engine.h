@@ -22,6 +22,21 @@
 // (a send that must read a buffer before a reduction overwrites it). Phases
 // run one after another.
 //
+// Single copy between processes of one host (transport/shm/single_copy.h): a
+// task marked `single_copy`, whose one source is contiguous local memory and
+// whose one sink is a stream alone on its channel in the phase, sends one frame
+// with the source's address instead of its bytes (kFrameAddress) when the
+// receiver's process can read this one's memory and the stream carries at least
+// single_copy_min_bytes(); the receiving task (marked too, and alone on its
+// channel) then copies the bytes out of the sender's memory, a chunk per step,
+// and any frame of bytes is taken as usual. The sender's memory must stay as it
+// is until the receiver is done, so after its last phase the call runs one more:
+// every receiver of an address sends its sender a one-element acknowledgement,
+// and the sender waits for it. A call that fails raises its process's abort
+// board before XLA may free or reuse its memory, so the receiver, after its last
+// read, checks that the sender's process has not failed. Only copies (no
+// reduction, no conversion) go so.
+//
 // Waiting: when no task can move, the thread sleeps on its doorbell; every
 // ~10 ms without progress it checks the deadline, the peers' processes and
 // the abort board, and throws an Error naming the ranks it waits for. Every
@@ -73,6 +88,9 @@ struct Task {
   size_t count = 0;
   std::vector<int> after;  // indices of tasks (same phase) to stay behind, element for element
   size_t* delivered = nullptr;  // if set, kept equal to the elements done (for IdleWork)
+  // Sender: the source stays unchanged until the call ends, so the receiver may read it in
+  // place; receiver: the stream may come as an address (both: "Single copy" above).
+  bool single_copy = false;
 };
 
 using Phase = std::vector<Task>;
@@ -102,5 +120,15 @@ class IdleWork {
 };
 
 void run_phases(const Call& call, std::vector<Phase>& phases, IdleWork* idle = nullptr);
+
+// Whether a stream of `bytes` from rank `from` to rank `to` of the call's group goes as an
+// address ("Single copy" above): the setting allows it and the receiver's process can read the
+// sender's. The sender's choice: a receiving task marked single_copy takes either form.
+bool single_copy_stream(const Call& call, int from, int to, size_t bytes);
+// JACCL_SINGLE_COPY_MIN_KB in bytes; 0: never.
+void set_single_copy_min_bytes(int64_t bytes);
+int64_t single_copy_min_bytes();
+// Streams this process received as addresses and read in place, since it started.
+uint64_t streams_read_in_place();
 
 }  // namespace jaccl

@@ -233,6 +233,12 @@ std::string World::describe_device(int64_t id) const {
   return out;
 }
 
+bool World::readable(int reader, int owner) const {
+  if (reader == owner) return true;
+  if (!same_host(reader) || !same_host(owner) || !attached_) return false;
+  return host_memory_.readable(reader, owner);
+}
+
 std::string World::process_name(int process) const {
   const ProcessInfo& p = config_.processes[process];
   return text("process ", p.jax_index >= 0 ? p.jax_index : process);
@@ -384,7 +390,7 @@ bool World::aborted() const {
   return host_memory_.header(config_.my_process)->abort.state.load(std::memory_order_acquire) != 0;
 }
 
-void World::check_health(const std::vector<int>& processes) const {
+void World::check_aborts(const std::vector<int>& processes) const {
   // A process that raised its abort writes the reason next: give it a moment to finish.
   auto reason_of = [](const SegmentHeader* header) {
     const Deadline writing(0.05);
@@ -401,14 +407,20 @@ void World::check_health(const std::vector<int>& processes) const {
                 "failure: ", reason_of(own));
   }
   for (int p : processes) {
-    if (p == config_.my_process) continue;
-    const ProcessInfo& info = config_.processes[p];
-    if (!same_host(p)) continue;
+    if (p == config_.my_process || !same_host(p)) continue;
     const SegmentHeader* header = host_memory_.header(p);
     if (header != nullptr && header->abort.state.load(std::memory_order_acquire) != 0) {
-      throw_error(ErrorKind::kPeerFailure, process_name(p), " (pid ", info.pid, ") failed: ",
-                  reason_of(header));
+      throw_error(ErrorKind::kPeerFailure, process_name(p), " (pid ", config_.processes[p].pid,
+                  ") failed: ", reason_of(header));
     }
+  }
+}
+
+void World::check_health(const std::vector<int>& processes) const {
+  check_aborts(processes);
+  for (int p : processes) {
+    if (p == config_.my_process || !same_host(p)) continue;
+    const ProcessInfo& info = config_.processes[p];
     if (!pid_alive(info.pid)) {
       throw_error(ErrorKind::kPeerFailure, process_name(p), " (pid ", info.pid, ") died");
     }

@@ -83,6 +83,9 @@ class World {
   bool same_host(int process) const;
   const std::string& host_of(int64_t id) const { return config_.processes[device(id).process].host; }
   std::string describe_device(int64_t id) const;
+  // Whether process `reader` can read process `owner`'s memory in place (both of this host,
+  // attached: transport/shm/single_copy.h); a process can always read its own.
+  bool readable(int reader, int owner) const;
   // "process P" with P the process's jax.process_index() (ProcessInfo::jax_index).
   std::string process_name(int process) const;
 
@@ -121,6 +124,8 @@ class World {
   void flush_aborts(double seconds) const;
   bool aborted() const;
   void check_health(const std::vector<int>& processes) const;
+  // check_health() without the processes' liveness: their abort boards and this process's.
+  void check_aborts(const std::vector<int>& processes) const;
   // Kills (SIGKILL) `process`, one of this host, that a call's deadline found had never
   // reached the call (config.evict_stalled); returns what it did, for the call's error.
   std::string evict(int process) const;

@@ -16,6 +16,17 @@ namespace jaccl {
 
 constexpr uint32_t kFrameMagic = 0x4a43434cu;  // "JCCL"
 
+// FrameHeader::flags: the payload is an AddressPayload, where the receiver reads the
+// stream's bytes in the sender's memory (collectives/engine.h, "Single copy").
+constexpr uint32_t kFrameAddress = 1u;
+
+struct AddressPayload {
+  uint64_t address;  // of the stream's first byte, in the sender's process
+  uint64_t bytes;
+  int32_t pid;       // the sender's
+  uint32_t unused;
+};
+
 struct FrameHeader {
   uint32_t magic;
   uint32_t comm;          // low 32 bits of the communicator id
@@ -33,7 +44,7 @@ struct FrameHeader {
   uint32_t site;          // where the collective was written (common/call_sites.h; 0: none)
   uint32_t lane;          // the sender's frame lane (Communicator::frame_lane()): which
                           // stream of a shared channel (transport/shared_channel.h) it is in
-  uint32_t reserved[1];
+  uint32_t flags;         // kFrameAddress, or 0
 };
 static_assert(sizeof(FrameHeader) == 64, "frame header must stay 64 bytes");
 

@@ -111,7 +111,8 @@ void init_world(int my_process,
 
 // Settings from jax_jaccl/_settings.py; all are checked before any takes effect.
 void configure(const std::string& algorithm, const std::string& debug,
-               const std::string& moe_schedule, int moe_local_delay_us, int64_t async_min_bytes) {
+               const std::string& moe_schedule, int moe_local_delay_us, int64_t async_min_bytes,
+               int64_t single_copy_min_bytes) {
   try {
     const jaccl::LogLevel level = jaccl::parse_log_level(debug);
     const jaccl::MoeSchedule schedule = jaccl::parse_moe_schedule(moe_schedule);
@@ -120,6 +121,7 @@ void configure(const std::string& algorithm, const std::string& debug,
     jaccl::set_moe_schedule(schedule);
     jaccl::set_moe_local_delay_us(moe_local_delay_us);
     jaccl::set_async_min_bytes(async_min_bytes);
+    jaccl::set_single_copy_min_bytes(single_copy_min_bytes);
   } catch (const jaccl::Error& e) {
     throw std::invalid_argument(e.what());
   }
@@ -166,7 +168,8 @@ NB_MODULE(_jaccl, m) {
   // older refuses its handlers (jax_jaccl/_ext.py checks before registering).
   m.def("ffi_api_version", [] { return std::make_pair(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR); });
   m.def("configure", &configure, nb::arg("algorithm"), nb::arg("debug"), nb::arg("moe_schedule"),
-        nb::arg("moe_local_delay_us"), nb::arg("async_min_bytes"));
+        nb::arg("moe_local_delay_us"), nb::arg("async_min_bytes"),
+        nb::arg("single_copy_min_bytes") = 256 * 1024);
   m.def("codes", &codes);
   // For _jaccl_cuda: the engine's entry point for collectives on host buffers.
   m.def("engine_api", [] { return capsule(jaccl_run_host_call); });
@@ -211,6 +214,8 @@ NB_MODULE(_jaccl, m) {
   m.def("is_initialized", [] { return jaccl::World::get() != nullptr; });
   m.def("call_counts", &jaccl::call_counts,
         "(calls run at once on XLA's thread, calls handed to a device's call thread)");
+  m.def("streams_read_in_place", &jaccl::streams_read_in_place,
+        "streams this process read out of a sender's memory (collectives/engine.h)");
   m.def("flush_aborts", [](double seconds) {
     if (jaccl::World* world = jaccl::World::get()) world->flush_aborts(seconds);
   }, nb::arg("seconds"), nb::call_guard<nb::gil_scoped_release>());

@@ -2,10 +2,13 @@
 
 #include <unistd.h>
 
+#include <cstddef>
+#include <random>
 #include <utility>
 
 #include "common/error.h"
 #include "transport/ring_channel.h"
+#include "transport/shm/single_copy.h"
 
 namespace jaccl {
 namespace {
@@ -56,6 +59,8 @@ HostMemory::HostMemory(const std::string& job_tag, int me, std::vector<HostSegme
   header->num_slots = static_cast<uint32_t>(layout.num_slots);
   header->payload_bytes = layout.payload_bytes;
   header->total_bytes = bytes;
+  header->own_address = reinterpret_cast<uint64_t>(own_.data());
+  header->nonce = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
 }
 
 void HostMemory::attach(int process, int32_t pid) {
@@ -72,7 +77,18 @@ void HostMemory::attach(int process, int32_t pid) {
                 header->num_slots, " vs ", mine.num_slots,
                 " slots): set the same JACCL_* variables everywhere");
   }
+  if (process < kReadableProcesses) {
+    const bool in_place = can_read_process(
+        pid, header->own_address + offsetof(SegmentHeader, nonce), header->nonce);
+    this->header(me_)->readable[process].store(in_place ? 1 : 2, std::memory_order_release);
+  }
   peers_[process] = std::move(segment);
+}
+
+bool HostMemory::readable(int reader, int owner) const {
+  if (reader == owner) return true;
+  if (owner >= kReadableProcesses || base(reader) == nullptr) return false;
+  return header(reader)->readable[owner].load(std::memory_order_acquire) == 1;
 }
 
 unsigned char* HostMemory::base(int process) const {

@@ -9,8 +9,8 @@
 //
 // Contract: HostMemory(...) creates this process's segment, "/jaccl-<job tag>-<process>" when
 // other processes of the host map it (else private memory), and writes its header; attach()
-// maps a peer's and checks its header against this process's settings (throws kMismatch
-// naming what differs); unlink_own() removes the name once every peer has mapped it (the
+// maps a peer's, checks its header against this process's settings (throws kMismatch
+// naming what differs) and records whether this process can read the peer's memory in place; unlink_own() removes the name once every peer has mapped it (the
 // mappings stay). header(), doorbell(), board() and ring() point into a mapped segment: null
 // for a process not mapped (one of another host). Not thread-safe until every attach() is done;
 // read-only after.
@@ -28,7 +28,10 @@
 namespace jaccl {
 
 constexpr uint64_t kSegmentMagic = 0x6a6163636c736567ull;  // "jacclseg"
-constexpr uint32_t kSegmentVersion = 2;
+constexpr uint32_t kSegmentVersion = 3;
+// Processes of a host whose readability a segment records (single_copy.h); those numbered
+// past it move their bytes through frames.
+constexpr int kReadableProcesses = 1024;
 
 // Set once by the first device thread of a process that fails; read by peers.
 struct AbortBoard {
@@ -66,7 +69,12 @@ struct SegmentHeader {
   uint32_t num_slots;
   uint64_t payload_bytes;
   uint64_t total_bytes;
+  uint64_t own_address;  // where the owner maps this segment, and a random value the peers
+  uint64_t nonce;        // read there in the owner's memory to learn that they can
   alignas(64) AbortBoard abort;
+  // readable[p]: whether this segment's owner can read process p's memory in place
+  // (transport/shm/single_copy.h): 0 not asked, 1 yes, 2 no. Written as the owner attaches p.
+  std::atomic<uint8_t> readable[kReadableProcesses];
 };
 
 struct HostSegmentLayout {
@@ -95,6 +103,9 @@ class HostMemory {
   // process's frame size and slots.
   void attach(int process, int32_t pid);
   void unlink_own() { own_.unlink(); }
+  // Whether `reader` (this process or one attached) recorded that it can read `owner`'s
+  // memory in place; false until it attached `owner`.
+  bool readable(int reader, int owner) const;
   const std::string& own_name() const { return own_.name(); }
   size_t own_bytes() const { return own_.size(); }
 

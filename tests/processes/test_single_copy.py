@@ -1,0 +1,44 @@
+"""Streams read in place (xla_ffi/collectives/engine.h, "Single copy"): between processes of one
+host a receiver copies an all_gather's or all_to_all's block straight out of the sender's
+memory; every result stays bitwise numpy's model of jax.lax's (tests/workers/single_copy.py),
+and each rank counts the streams it read so (the engine's `streams_read_in_place()`): some
+where the path is open, none with JACCL_SINGLE_COPY_MIN_KB=0 or between hosts."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import clean, job_env, run_job
+from transports import TCP
+
+
+def in_place_counts(job, nprocs):
+    for rank in range(nprocs):
+        assert job.values(rank, "RESULT") == ["ok"], clean(job.output)[-4000:]
+    assert job.returncode == 0
+    assert job.leftovers() == []
+    return [int(job.values(rank, "IN_PLACE")[0]) for rank in range(nprocs)]
+
+
+@pytest.mark.parametrize("nprocs, devices", [(2, 1), (3, 1), (2, 2)], ids=["2x1", "3x1", "2x2"])
+def test_blocks_read_in_place_between_processes_of_a_host_are_bitwise_lax(nprocs, devices):
+    job = run_job("single_copy.py", nprocs, devices, env=job_env(60), timeout=240)
+    # each device reads every other device's block in place (a device of its own process's
+    # with memcpy) in 4 all_gathers and 2 all_to_alls (split on the leading axis: contiguous
+    # blocks; the other splits' strided blocks go through frames) of each of the 4 types
+    peers = nprocs * devices - 1
+    assert in_place_counts(job, nprocs) == [devices * peers * 4 * 6] * nprocs
+
+
+def test_with_single_copy_off_every_block_goes_through_frames_alike():
+    job = run_job("single_copy.py", 2, env=job_env(60, JACCL_SINGLE_COPY_MIN_KB="0"),
+                  timeout=240)
+    assert in_place_counts(job, 2) == [0, 0]
+
+
+def test_only_processes_of_one_host_read_each_other_in_place():
+    """4 processes on 2 emulated hosts (TCP between them): each reads its host peer's blocks
+    in place and gets the other host's through frames."""
+    env = {**job_env(60), "JACCL_TEST_FAKE_HOSTS": "2", **TCP}
+    job = run_job("single_copy.py", 4, env=env, timeout=240)
+    assert in_place_counts(job, 4) == [4 * 6] * 4

@@ -1,0 +1,96 @@
+"""Streams read in place between processes of one host (xla_ffi/collectives/engine.h, "Single
+copy"): all_gather (leading and inner axes, tiled and not) and all_to_all (split and concat on
+the two leading axes of a 3-D block) on blocks of a few hundred KiB to a few MiB, each bitwise
+against numpy's model of jax.lax's result; the float32
+operands carry -0, quiet NaNs with payloads and a signalling NaN. Odd sizes (rows of 4099 and
+9973 elements) put the strided blocks' runs off every page boundary.
+
+Each rank prints `RESULT ok` or `WRONG <detail>`, then `IN_PLACE <n>`: how many streams this
+process read out of a sender's memory (jax_jaccl's engine counts them)."""
+
+from __future__ import annotations
+
+from common import start
+
+args, index, count = start(__doc__)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+
+import jax_jaccl as jaccl  # noqa: E402
+from jax_jaccl import _ext  # noqa: E402
+
+n = len(jax.devices())
+mesh = jax.make_mesh((n,), ("x",))
+rng = np.random.default_rng(7)
+wrong = []
+
+
+def operand(shape, dtype):
+    """The global operand (every process draws the same) with float edges in float32."""
+    if dtype == np.float32:
+        x = rng.standard_normal(shape).astype(np.float32)
+        bits = x.reshape(-1).view(np.uint32)
+        bits[::97] = 0x80000000   # -0
+        bits[1::89] = 0x7fc01234  # a quiet NaN with a payload
+        bits[2::83] = 0x7f800001  # a signalling NaN
+        return x
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(-100, 100, shape).astype(dtype)
+    return (rng.standard_normal(shape) * 10).astype(dtype)
+
+
+def sharded(x):
+    return jax.make_array_from_callback(x.shape, NamedSharding(mesh, P("x")), lambda i: x[i])
+
+
+def check(name, result, expected_of):
+    """Every local shard of `result` bitwise against expected_of(position in the mesh)."""
+    k = result.shape[0] // n if result.sharding.spec and result.sharding.spec[0] == "x" else None
+    for shard in result.addressable_shards:
+        position = list(mesh.devices.flat).index(shard.device)
+        got = np.asarray(shard.data)
+        want = expected_of(position)
+        if k is not None:
+            assert shard.index[0].start == position * k
+        if got.shape != want.shape or got.tobytes() != want.tobytes():
+            wrong.append(f"{name} on mesh position {position}")
+
+
+def blocks(x):
+    return np.split(x, n, axis=0)
+
+
+def run(fn, x, out_spec):
+    f = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("x"), out_specs=out_spec,
+                              check_vma=False))
+    return f(sharded(x))
+
+
+for dtype in (np.float32, jnp.bfloat16, np.int8, np.complex64):
+    dtype = np.dtype(dtype)
+    # all_gather: rows of 4099 elements, 96 per device; gathered on the leading and the inner axis
+    x = operand((n * 96, 4099), dtype)
+    for axis in (0, 1):
+        for tiled in (True, False):
+            out = run(lambda v: jaccl.all_gather(v, "x", axis=axis, tiled=tiled), x, P())
+            parts = blocks(x)
+            want = np.concatenate(parts, axis) if tiled else np.stack(parts, axis)
+            check(f"all_gather {dtype} axis={axis} tiled={tiled}", out, lambda _: want)
+    # all_to_all of a 3-D block per device: every split and concat axis
+    x = operand((n * 8 * n, 3 * n, 9973), dtype)
+    for split in range(3):
+        for concat in range(3):
+            if split == 2 or concat == 2:  # 9973 is prime: the last axis is only carried
+                continue
+            out = run(lambda v: jaccl.all_to_all(v, "x", split, concat, tiled=True), x, P("x"))
+
+            def want(r, split=split, concat=concat):
+                return np.concatenate([np.split(b, n, axis=split)[r] for b in blocks(x)], concat)
+
+            check(f"all_to_all {dtype} split={split} concat={concat}", out, want)
+
+print("RESULT " + ("ok" if not wrong else "WRONG " + "; ".join(wrong[:5])), flush=True)
+print(f"IN_PLACE {_ext.engine.streams_read_in_place()}", flush=True)
