@@ -2,9 +2,13 @@
 host a receiver copies an all_gather's or all_to_all's block straight out of the sender's
 memory; every result stays bitwise numpy's model of jax.lax's (tests/workers/single_copy.py),
 and each rank counts the streams it read so (the engine's `streams_read_in_place()`): some
-where the path is open, none with JACCL_SINGLE_COPY_MIN_KB=0 or between hosts."""
+where the path is open, none with JACCL_SINGLE_COPY_MIN_KB=0, between hosts, or where the
+processes cannot read each other (each in a pid namespace of its own)."""
 
 from __future__ import annotations
+
+import os
+import shutil
 
 import pytest
 
@@ -42,3 +46,15 @@ def test_only_processes_of_one_host_read_each_other_in_place():
     env = {**job_env(60), "JACCL_TEST_FAKE_HOSTS": "2", **TCP}
     job = run_job("single_copy.py", 4, env=env, timeout=240)
     assert in_place_counts(job, 4) == [4 * 6] * 4
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="needs root and util-linux's unshare (a pid namespace per process)")
+def test_processes_that_cannot_read_each_other_go_through_frames(monkeypatch):
+    """Each process in a pid namespace of its own, where each is pid 1: a peer's pid names this
+    very process, so none reads another in place and every block goes through frames, with the
+    same results. (Processes of one host in different pid namespaces are otherwise not
+    supported: a peer's pid is taken for a dead process's.)"""
+    monkeypatch.setenv("JACCL_TEST_WORKER_PREFIX", "unshare --pid --fork --mount-proc")
+    job = run_job("single_copy.py", 2, env=job_env(60), timeout=240)
+    assert in_place_counts(job, 2) == [0, 0]

@@ -78,7 +78,9 @@ void HostMemory::attach(int process, int32_t pid) {
                 " slots): set the same JACCL_* variables everywhere");
   }
   if (process < kReadableProcesses) {
-    const bool in_place = can_read_process(
+    // A peer with this process's pid is one of another pid namespace: this process would read
+    // itself.
+    const bool in_place = pid != getpid() && can_read_process(
         pid, header->own_address + offsetof(SegmentHeader, nonce), header->nonce);
     this->header(me_)->readable[process].store(in_place ? 1 : 2, std::memory_order_release);
   }
