@@ -24,14 +24,18 @@ def in_place_counts(job, nprocs):
     return [int(job.values(rank, "IN_PLACE")[0]) for rank in range(nprocs)]
 
 
+def devices_reading_everything(nprocs, devices):
+    """The streams the fixed calls read in place (each device reads every other's block)."""
+    return devices * (nprocs * devices - 1) * 4 * 6
+
+
 @pytest.mark.parametrize("nprocs, devices", [(2, 1), (3, 1), (2, 2)], ids=["2x1", "3x1", "2x2"])
 def test_blocks_read_in_place_between_processes_of_a_host_are_bitwise_lax(nprocs, devices):
     job = run_job("single_copy.py", nprocs, devices, env=job_env(60), timeout=240)
     # each device reads every other device's block in place (a device of its own process's
     # with memcpy) in 4 all_gathers and 2 all_to_alls (split on the leading axis: contiguous
     # blocks; the other splits' strided blocks go through frames) of each of the 4 types
-    peers = nprocs * devices - 1
-    assert in_place_counts(job, nprocs) == [devices * peers * 4 * 6] * nprocs
+    assert in_place_counts(job, nprocs) == [devices_reading_everything(nprocs, devices)] * nprocs
 
 
 def test_with_single_copy_off_every_block_goes_through_frames_alike():
@@ -45,7 +49,7 @@ def test_only_processes_of_one_host_read_each_other_in_place():
     in place and gets the other host's through frames."""
     env = {**job_env(60), "JACCL_TEST_FAKE_HOSTS": "2", **TCP}
     job = run_job("single_copy.py", 4, env=env, timeout=240)
-    assert in_place_counts(job, 4) == [4 * 6] * 4
+    assert in_place_counts(job, 4) == [devices_reading_everything(2, 1)] * 4  # one host peer
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
@@ -58,3 +62,13 @@ def test_processes_that_cannot_read_each_other_go_through_frames(monkeypatch):
     monkeypatch.setenv("JACCL_TEST_WORKER_PREFIX", "unshare --pid --fork --mount-proc")
     job = run_job("single_copy.py", 2, env=job_env(60), timeout=240)
     assert in_place_counts(job, 2) == [0, 0]
+
+
+def test_drawn_calls_with_most_blocks_read_in_place_are_bitwise_numpy():
+    """JACCL_SINGLE_COPY_MIN_KB=1: 30 drawn all_gathers and all_to_alls (8 dtypes, ranks 1-3,
+    sizes from a few bytes to 2 MiB per device, every axis) at 2 x 2, most of whose blocks of a
+    KiB or more go in place, in one chunk or several."""
+    job = run_job("single_copy.py", 2, 2, args=["--random", "30"],
+                  env=job_env(60, JACCL_SINGLE_COPY_MIN_KB="1"), timeout=240)
+    counts = in_place_counts(job, 2)
+    assert counts[0] == counts[1] > devices_reading_everything(2, 2)

@@ -5,6 +5,10 @@ against numpy's model of jax.lax's result; the float32
 operands carry -0, quiet NaNs with payloads and a signalling NaN. Odd sizes (rows of 4099 and
 9973 elements) put the strided blocks' runs off every page boundary.
 
+With --random N, N more calls follow, each an all_gather or all_to_all with a drawn dtype,
+shape (1 KiB to 2 MiB per device) and axes (with JACCL_SINGLE_COPY_MIN_KB=1, most of their
+blocks go in place, in one chunk or several).
+
 Each rank prints `RESULT ok` or `WRONG <detail>`, then `IN_PLACE <n>`: how many streams this
 process read out of a sender's memory (jax_jaccl's engine counts them)."""
 
@@ -12,7 +16,7 @@ from __future__ import annotations
 
 from common import start
 
-args, index, count = start(__doc__)
+args, index, count = start(__doc__, {"--random": dict(type=int, default=0)})
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -91,6 +95,40 @@ for dtype in (np.float32, jnp.bfloat16, np.int8, np.complex64):
                 return np.concatenate([np.split(b, n, axis=split)[r] for b in blocks(x)], concat)
 
             check(f"all_to_all {dtype} split={split} concat={concat}", out, want)
+
+TYPES = [np.dtype(t) for t in (np.float32, jnp.bfloat16, np.float16, np.int8, np.uint16,
+                                np.int32, np.complex64, np.bool_)]  # no 64-bit: x64 is off
+draw = np.random.default_rng(11)  # every process draws the same calls
+for call in range(args.random):
+    dtype = TYPES[draw.integers(len(TYPES))]
+    rank = int(draw.integers(1, 4))
+    dims = [int(draw.choice([1, 2, 3, 5, 7, 64, 127, 1000])) for _ in range(rank)]
+    dims[0] *= n
+    while np.prod(dims) * dtype.itemsize > (2 << 20):  # halve the largest size
+        i = int(np.argmax(dims))
+        dims[i] = n * max(1, dims[i] // n // 2) if i == 0 else max(1, dims[i] // 2)
+    if draw.random() < 0.5:
+        axis = int(draw.integers(rank))
+        tiled = bool(draw.random() < 0.5)
+        x = operand((n * dims[0], *dims[1:]), dtype) if dtype != np.bool_ else \
+            rng.integers(0, 2, (n * dims[0], *dims[1:])).astype(bool)
+        out = run(lambda v: jaccl.all_gather(v, "x", axis=axis, tiled=tiled), x, P())
+        parts = blocks(x)
+        want = np.concatenate(parts, axis) if tiled else np.stack(parts, axis)
+        check(f"random {call}: all_gather {dtype}{list(x.shape)} axis={axis} tiled={tiled}", out,
+              lambda _: want)
+    else:
+        split, concat = (int(a) for a in draw.integers(rank, size=2))
+        dims[split] = n * max(1, dims[split] // n)
+        x = operand((n * dims[0], *dims[1:]), dtype) if dtype != np.bool_ else \
+            rng.integers(0, 2, (n * dims[0], *dims[1:])).astype(bool)
+        out = run(lambda v: jaccl.all_to_all(v, "x", split, concat, tiled=True), x, P("x"))
+
+        def want(r, x=x, split=split, concat=concat):
+            return np.concatenate([np.split(b, n, axis=split)[r] for b in blocks(x)], concat)
+
+        check(f"random {call}: all_to_all {dtype}{list(x.shape)} split={split} concat={concat}",
+              out, want)
 
 print("RESULT " + ("ok" if not wrong else "WRONG " + "; ".join(wrong[:5])), flush=True)
 print(f"IN_PLACE {_ext.engine.streams_read_in_place()}", flush=True)
