@@ -487,8 +487,6 @@ bool single_copy_stream(const Call& call, int from, int to, size_t bytes) {
 
 void set_single_copy_min_bytes(int64_t bytes) { min_single_copy_bytes.store(bytes); }
 
-int64_t single_copy_min_bytes() { return min_single_copy_bytes.load(); }
-
 uint64_t streams_read_in_place() { return streams_in_place.load(); }
 
 }  // namespace jaccl

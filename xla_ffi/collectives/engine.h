@@ -27,7 +27,7 @@
 // whose one sink is a stream alone on its channel in the phase, sends one frame
 // with the source's address instead of its bytes (kFrameAddress) when the
 // receiver's process can read this one's memory and the stream carries at least
-// single_copy_min_bytes(); the receiving task (marked too, and alone on its
+// JACCL_SINGLE_COPY_MIN_KB; the receiving task (marked too, and alone on its
 // channel) then copies the bytes out of the sender's memory, a chunk per step,
 // and any frame of bytes is taken as usual. The sender's memory must stay as it
 // is until the receiver is done, so after its last phase the call runs one more:
@@ -127,7 +127,6 @@ void run_phases(const Call& call, std::vector<Phase>& phases, IdleWork* idle = n
 bool single_copy_stream(const Call& call, int from, int to, size_t bytes);
 // JACCL_SINGLE_COPY_MIN_KB in bytes; 0: never.
 void set_single_copy_min_bytes(int64_t bytes);
-int64_t single_copy_min_bytes();
 // Streams this process received as addresses and read in place, since it started.
 uint64_t streams_read_in_place();
 

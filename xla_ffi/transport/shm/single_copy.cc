@@ -22,7 +22,7 @@ bool can_read_process(pid_t pid, uint64_t address, uint64_t expected) {
 // bytes that fill them, and a short read (the kernel may stop at any page)
 // resumes where it stopped.
 void read_from_process(pid_t pid, uint64_t address, size_t bytes, const std::vector<iovec>& to,
-          const std::string& peer) {
+                       const std::string& peer) {
   size_t copied = 0;
   if (pid == getpid()) {
     for (const iovec& v : to) {

@@ -28,6 +28,6 @@ namespace jaccl {
 bool can_read_process(pid_t pid, uint64_t address, uint64_t expected);
 
 void read_from_process(pid_t pid, uint64_t address, size_t bytes, const std::vector<iovec>& to,
-          const std::string& peer);
+                       const std::string& peer);
 
 }  // namespace jaccl
