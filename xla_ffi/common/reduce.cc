@@ -24,12 +24,17 @@ inline A widen(T x) {
 }
 
 // A fold's result as T. A bfloat16 NaN comes out as XLA:CPU's folds give it, the quiet NaN of
-// its sign without payload (to_bf16 keeps the payload's top bits).
+// its sign without payload (to_bf16 keeps the payload's top bits). The bfloat16 case is
+// to_bf16's rounding written as one integer select, so that the loops around it vectorise (a
+// branch on the NaN left them scalar: 1.8x slower).
 template <typename T, typename A>
 inline T narrow(A x) {
   if constexpr (std::is_same_v<T, bf16_t>) {
-    if (x != x) return bf16_t{static_cast<uint16_t>(std::signbit(x) ? 0xffc0u : 0x7fc0u)};
-    return to_bf16(x);
+    uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
+    return bf16_t{static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded)};
   } else if constexpr (std::is_same_v<T, f16_t>) {
     return to_f16(x);
   } else {
@@ -42,8 +47,8 @@ inline T narrow(A x) {
 template <ReduceOp kOp, typename T, typename A>
 inline A step(A acc, A x) {
   if constexpr (std::is_same_v<T, f16_t>) {
-    if (float16_keeps_earlier<kOp>(acc, x)) return acc;
-    return widen<A>(narrow<T>(apply<kOp>(acc, x)));
+    const A next = widen<A>(narrow<T>(apply<kOp>(acc, x)));
+    return float16_keeps_earlier<kOp>(acc, x) ? acc : next;  // a select: the loop vectorises
   } else {
     return apply<kOp>(acc, x);
   }
