@@ -127,6 +127,42 @@ def test_every_algorithm_keeps_the_signs_of_zeros_and_skips_nans(algorithm):
     assert np.signbit(run(None, "min", [minus, plus, minus, plus], algorithm)).all()
 
 
+def signalling_nan_rows(dtype):
+    """A quiet NaN on device 0 and a signalling NaN (a payload of 3) on the last device: the sum
+    meets the signalling one last, as a NaN, and keeps it quieted (the CPU's add; XLA:CPU's)."""
+    unsigned, quiet, signalling = ((np.uint32, 0x7fc00005, 0x7f800003) if dtype == f32 else
+                                   (np.uint64, 0x7ff8000000000005, 0x7ff0000000000003))
+    rows = [np.ones(3, dtype) for _ in range(N)]
+    rows[0] = np.array([quiet, quiet | (1 << (63 if dtype == np.float64 else 31)), 1],
+                       unsigned).view(dtype)
+    rows[0][2] = 1
+    rows[-1] = np.array([signalling, signalling, signalling], unsigned).view(dtype)
+    return rows
+
+
+@pytest.mark.parametrize("algorithm", [None] + ALGORITHMS)
+@pytest.mark.parametrize("dtype", [f32, np.float64])
+def test_a_signalling_nan_met_last_comes_out_quieted_on_every_rank(dtype, algorithm):
+    """Every rank's result has jax.lax's bits: where the running sum is a NaN the later operand's
+    NaN quieted, elsewhere the add's (a signalling NaN kept as it was differed from XLA's, and
+    the block's owner kept it while its peers' copies, folded alone, were quieted)."""
+    rows = signalling_nan_rows(dtype)
+    program = lambda L, v: L.psum(v, "x")  # noqa: E731
+    with jax.enable_x64(dtype == np.float64):
+        want = run(jax.lax, program, rows)
+        got = run(jlax, program, rows) if algorithm is None else run(None, "sum", rows, algorithm)
+    assert got.dtype == dtype
+    if algorithm is None or not algorithm.startswith("ring"):
+        np.testing.assert_array_equal(bits(got), bits(want))
+        return
+    # The rings fold each block in ring order, so which NaN comes last differs; every rank
+    # still gets the same bits, every NaN quiet.
+    for device in range(1, N):
+        np.testing.assert_array_equal(bits(got[device]), bits(got[0]))
+    unsigned, quiet_bit = (np.uint32, 1 << 22) if dtype == f32 else (np.uint64, 1 << 51)
+    assert (got.view(unsigned) & quiet_bit).all()
+
+
 NAN_CASES = {f"NaN on {list(where)}": (where, f32) for where in
              [(0,), (1,), (N - 1,), (0, N - 1), tuple(range(1, N)), tuple(range(N))]}
 NAN_CASES["float16 NaN on [2]"] = ((2,), np.float16)
@@ -223,3 +259,14 @@ def test_sums_of_random_values_fold_in_rank_order():
     from process_battery import run_rank_order_sums
 
     assert len(checks_of(run_rank_order_sums)) == 3 * 2 * 2
+
+
+def test_sums_of_edge_values_as_xla():
+    """all_reduce and reduce_scatter of NaNs, signalling NaNs, infinities and -0 give XLA:CPU's
+    bits on every device (the battery's jobs check the same across processes)."""
+    from process_battery import edge_rows, edge_sum, run_edge_sums
+
+    assert len(checks_of(run_edge_sums)) == 2 * 2
+    rows = edge_rows(f32, N, 9 * N)  # the model is jax.lax's answer
+    for row in run(jax.lax, lambda L, v: L.psum(v, "x"), rows):
+        np.testing.assert_array_equal(bits(row), bits(edge_sum(rows)))

@@ -129,6 +129,8 @@ def run_battery(compare, hierarchical: bool, dtypes=ALL_DTYPES) -> None:
     floats = [d for d in FLOAT_DTYPES if d in dtypes]
     run_float_edges(compare, n, mesh, floats)
     run_rank_order_sums(compare, n, mesh, floats)
+    if np.float32 in floats:
+        run_edge_sums(compare, n, mesh)
 
 
 def run_permutes_ragged_and_partly_manual(compare, n, mesh) -> None:
@@ -230,6 +232,36 @@ def run_float_edges(compare, n, mesh, dtypes=FLOAT_DTYPES) -> None:
             global_array(output_offsets, mesh), per(sizes))
         compare(f"{name}/ragged_all_to_all", got, global_array(
             [np.concatenate([blocks[q][d] for q in range(n)]) for d in range(n)], mesh))
+
+
+def edge_sum(rows):
+    """XLA:CPU's float32 psum of `rows`, from the CPU's adds in rank order (numpy's): -0 + -0 is
+    +0 after the fold's +0, inf - inf the machine's default NaN, a signalling NaN quieted; where
+    two NaNs meet, the later operand's NaN, quieted (numpy's add keeps the earlier one's)."""
+    acc = np.zeros_like(rows[0])
+    for row in rows:
+        both = np.isnan(acc) & np.isnan(row)
+        with np.errstate(invalid="ignore"):
+            acc = acc + row
+        acc[both] = (row.view(np.uint32)[both] | np.uint32(0x400000)).view(np.float32)
+    return acc
+
+
+def run_edge_sums(compare, n, mesh) -> None:
+    """all_reduce and reduce_scatter of the float32 edge rows (NaN payloads of both signs, a
+    signalling NaN, infinities, -0, the largest and the smallest float), every device's row
+    rolled by its rank, within one frame and across many: bitwise against edge_sum on every
+    rank (a block's owner and the peers it sends the block to had better agree)."""
+    for length in (9 * n, 150_001 * n):
+        rows = edge_rows(np.float32, n, length)
+        total = edge_sum(rows)
+        name = f"edge-sums/float32/{length}"
+        got = per_device(lambda v: (jaccl.all_reduce(v, "x"),
+                                    jaccl.reduce_scatter(v, "x", tiled=True)), mesh)(
+            global_array(rows, mesh))
+        compare(f"{name}/all_reduce", got[0], global_array([total[None]] * n, mesh))
+        compare(f"{name}/reduce_scatter", got[1],
+                global_array([b[None] for b in np.split(total, n)], mesh))
 
 
 def rank_order_sum(rows, dtype):

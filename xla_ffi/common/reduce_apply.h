@@ -11,7 +11,7 @@
 // operand only when it is greater / less: a NaN is never taken (NaNs alone give -inf / +inf),
 // and of equal values (-0, +0) the earlier stays.
 //
-// Of two NaNs a float sum keeps the later operand's (b), bits and all, as XLA:CPU's float32,
+// Of two NaNs a float sum keeps the later operand's (b), quieted, as XLA:CPU's float32,
 // float64 and bfloat16 (float32-accumulated) folds do: a NaN made on the way (inf - inf, the
 // machine's negative default NaN) meeting one of the operands (numpy's positive NaN) gives
 // the operand's. A compiler may put either operand first in the add instruction, whose NaN
@@ -64,7 +64,13 @@ JACCL_REDUCE_INLINE A apply(A a, A b) {
       // Written so that it vectorises: the sum is computed whatever the operands, and the
       // choice is a select (a short-circuit `&&` left the loop scalar: 2x slower).
       const A sum = a + b;  // a seeded: never -0
+#if defined(__CUDA_ARCH__)
       return a != a ? (b != b ? b : sum) : sum;
+#else
+      // b + b: b quieted, as the CPU's add gives it (a signalling NaN kept as it was differed
+      // from XLA's, and from this rank's peers, whose copy of the block a fold of one quiets).
+      return a != a ? (b != b ? b + b : sum) : sum;
+#endif
     } else {
       return a * b;
     }
