@@ -165,6 +165,30 @@ def test_a_signalling_nan_met_last_comes_out_quieted_on_every_rank(dtype, algori
     assert (got.view(unsigned) & quiet_bit).all()
 
 
+FLUSHED = {  # a sum that underflows on the way: flushed to -0 (XLA:CPU flushes subnormals)
+    "flushed, then -0s": (1.4e-38, -1.5e-38, -0.0, -0.0),
+    "+0s, then flushed": (0.0, 0.0, 1.4e-38, -1.5e-38),
+}
+
+
+@pytest.mark.parametrize("size", [5, 1 << 19])  # one frame, on XLA's thread; many, on the device's
+@pytest.mark.parametrize("algorithm", [None] + ALGORITHMS)
+@pytest.mark.parametrize("case", FLUSHED)
+def test_a_sum_flushed_to_minus_zero_as_jax_lax(case, algorithm, size):
+    """Operands reach the rank that folds them, and results the ranks that store them, as they
+    left (they were folded alone on the way: a -0 became +0); the rings, which fold each block
+    in ring order, give every rank the same bits."""
+    rows = [np.full(size, v, f32) for v in FLUSHED[case]]
+    want = run(jax.lax, lambda L, v: L.psum(v, "x"), rows)
+    got = (run(jlax, lambda L, v: L.psum(v, "x"), rows) if algorithm is None
+           else run(None, "sum", rows, algorithm))
+    assert np.signbit(want).all()
+    if algorithm is None or not algorithm.startswith("ring"):
+        np.testing.assert_array_equal(bits(got), bits(want))
+    for device in range(1, N):
+        np.testing.assert_array_equal(bits(got[device]), bits(got[0]))
+
+
 NAN_CASES = {f"NaN on {list(where)}": (where, f32) for where in
              [(0,), (1,), (N - 1,), (0, N - 1), tuple(range(1, N)), tuple(range(N))]}
 NAN_CASES["float16 NaN on [2]"] = ((2,), np.float16)

@@ -413,7 +413,7 @@ class PhaseRunner {
         }
       }
       const Endpoint& first = t.sinks[0];
-      if (s.operands.size() == 1 && !reduces(call_.kind)) {
+      if (s.operands.size() == 1) {
         convert(call_.dtype, s.sink_ptrs[0], first.dtype, s.operands[0].data,
                 s.operands[0].dtype, run);
       } else {

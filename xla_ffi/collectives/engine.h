@@ -4,9 +4,12 @@
 // `count` elements from its sources to its sinks, chunk by chunk. A source or
 // sink is local memory (a Region) or a stream over a Channel. Per chunk the
 // task combines its sources in the order listed and writes the result to every
-// sink: a reduction for a kind that reduces (one source is folded alone, as in a
-// group of one: a sum of -0 is +0), a copy of the bits for the other kinds (-0
-// and NaN payloads unchanged). Frames are used in place: a reduction reads a
+// sink: a reduction of several sources, or a copy of one source's bits (-0 and
+// NaN payloads unchanged; converted between T and its accumulator type where
+// the endpoints' types differ), in every kind: an operand on its way to the
+// rank that folds it, or a result on its way from it, arrives as it left, as
+// XLA's own folds see them (a group of one folds its operand alone, in run.cc).
+// Frames are used in place: a reduction reads a
 // received frame and writes straight into the frame it forwards, so no staging
 // copies exist.
 //
@@ -34,8 +37,8 @@
 // every receiver of an address sends its sender a one-element acknowledgement,
 // and the sender waits for it. A call that fails raises its process's abort
 // board before XLA may free or reuse its memory, so the receiver, after its last
-// read, checks that the sender's process has not failed. Only copies (no
-// reduction, no conversion) go so.
+// read, checks that the sender's process has not failed. Only copies (one
+// source, one sink, no conversion) go so.
 //
 // Waiting: when no task can move, the thread sleeps on its doorbell; every
 // ~10 ms without progress it checks the deadline, the peers' processes and
