@@ -63,12 +63,12 @@ JACCL_REDUCE_INLINE A apply(A a, A b) {
     } else if constexpr (kOp == ReduceOp::kSum) {
       // Written so that it vectorises: the sum is computed whatever the operands, and the
       // choice is a select (a short-circuit `&&` left the loop scalar: 2x slower).
-      const A sum = a + b;  // a seeded: never -0
+      const A sum = a + b;  // a seeded: -0 only where a flushed sum made it, as in XLA's fold
 #if defined(__CUDA_ARCH__)
-      return a != a ? (b != b ? b : sum) : sum;
+      return a != a ? (b != b ? b : sum) : sum;  // the GPU kernels keep b as it is
 #else
       // b + b: b quieted, as the CPU's add gives it (a signalling NaN kept as it was differed
-      // from XLA's, and from this rank's peers, whose copy of the block a fold of one quiets).
+      // from XLA's).
       return a != a ? (b != b ? b + b : sum) : sum;
 #endif
     } else {
