@@ -67,8 +67,8 @@ __attribute__((target("avx2,f16c"))) void check_to_f16(uint32_t first) {
 
 }  // namespace
 
-// argv[1], if given (a power of two): check every Nth block of 65536 floats only (every exponent meets
-// several blocks: the quick run under UBSan).
+// argv[1], if given (a power of two): check every Nth block of 65536 floats only (every
+// exponent meets several blocks: the quick run under UBSan).
 int main(int argc, char** argv) {
   const uint32_t step = argc > 1 ? static_cast<uint32_t>(std::atoi(argv[1])) : 1u;
   __builtin_cpu_init();
