@@ -134,11 +134,10 @@ def signalling_nan_rows(dtype):
     meets the signalling one last, as a NaN, and keeps it quieted (the CPU's add; XLA:CPU's)."""
     unsigned, quiet, signalling = ((np.uint32, 0x7fc00005, 0x7f800003) if dtype == f32 else
                                    (np.uint64, 0x7ff8000000000005, 0x7ff0000000000003))
+    negative = 1 << (63 if dtype == np.float64 else 31)
     rows = [np.ones(3, dtype) for _ in range(N)]
-    rows[0] = np.array([quiet, quiet | (1 << (63 if dtype == np.float64 else 31)), 1],
-                       unsigned).view(dtype)
-    rows[0][2] = 1
-    rows[-1] = np.array([signalling, signalling, signalling], unsigned).view(dtype)
+    rows[0][:2] = np.array([quiet, quiet | negative], unsigned).view(dtype)
+    rows[-1] = np.full(3, signalling, unsigned).view(dtype)
     return rows
 
 
@@ -254,7 +253,6 @@ def test_bfloat16_sums_agree_with_jax_lax():
     rows = [np.random.default_rng(k).normal(size=4096).astype(jnp.bfloat16) for k in range(N)]
     program = lambda L, v: L.psum(v, "x")  # noqa: E731
     np.testing.assert_array_equal(bits(run(jlax, program, rows)), bits(run(jax.lax, program, rows)))
-
 
 
 def checks_of(run_checks):
