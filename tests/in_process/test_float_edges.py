@@ -141,25 +141,30 @@ def signalling_nan_rows(dtype):
     return rows
 
 
+def sums_checked(rows, algorithm):
+    """jax.lax's psum of `rows` and jaccl's (its own choice, or `algorithm`), jaccl's checked:
+    jax.lax's bits, or with a ring, which folds each block in ring order, the same bits on every
+    rank. Returns both."""
+    program = lambda L, v: L.psum(v, "x")  # noqa: E731
+    want = run(jax.lax, program, rows)
+    got = run(jlax, program, rows) if algorithm is None else run(None, "sum", rows, algorithm)
+    if algorithm is None or not algorithm.startswith("ring"):
+        np.testing.assert_array_equal(bits(got), bits(want))
+    for device in range(1, N):
+        np.testing.assert_array_equal(bits(got[device]), bits(got[0]))
+    return got, want
+
+
 @pytest.mark.parametrize("algorithm", [None] + ALGORITHMS)
 @pytest.mark.parametrize("dtype", [f32, np.float64])
 def test_a_signalling_nan_met_last_comes_out_quieted_on_every_rank(dtype, algorithm):
     """Every rank's result has jax.lax's bits: where the running sum is a NaN the later operand's
     NaN quieted, elsewhere the add's (a signalling NaN kept as it was differed from XLA's, and
     the block's owner kept it while its peers' copies, folded alone, were quieted)."""
-    rows = signalling_nan_rows(dtype)
-    program = lambda L, v: L.psum(v, "x")  # noqa: E731
     with jax.enable_x64(dtype == np.float64):
-        want = run(jax.lax, program, rows)
-        got = run(jlax, program, rows) if algorithm is None else run(None, "sum", rows, algorithm)
+        got, _ = sums_checked(signalling_nan_rows(dtype), algorithm)
     assert got.dtype == dtype
-    if algorithm is None or not algorithm.startswith("ring"):
-        np.testing.assert_array_equal(bits(got), bits(want))
-        return
-    # The rings fold each block in ring order, so which NaN comes last differs; every rank
-    # still gets the same bits, every NaN quiet.
-    for device in range(1, N):
-        np.testing.assert_array_equal(bits(got[device]), bits(got[0]))
+    # With a ring, which NaN comes last differs; every NaN is still quiet.
     unsigned, quiet_bit = (np.uint32, 1 << 22) if dtype == f32 else (np.uint64, 1 << 51)
     assert (got.view(unsigned) & quiet_bit).all()
 
@@ -177,15 +182,8 @@ def test_a_sum_flushed_to_minus_zero_as_jax_lax(case, algorithm, size):
     """Operands reach the rank that folds them, and results the ranks that store them, as they
     left (they were folded alone on the way: a -0 became +0); the rings, which fold each block
     in ring order, give every rank the same bits."""
-    rows = [np.full(size, v, f32) for v in FLUSHED[case]]
-    want = run(jax.lax, lambda L, v: L.psum(v, "x"), rows)
-    got = (run(jlax, lambda L, v: L.psum(v, "x"), rows) if algorithm is None
-           else run(None, "sum", rows, algorithm))
+    _, want = sums_checked([np.full(size, v, f32) for v in FLUSHED[case]], algorithm)
     assert np.signbit(want).all()
-    if algorithm is None or not algorithm.startswith("ring"):
-        np.testing.assert_array_equal(bits(got), bits(want))
-    for device in range(1, N):
-        np.testing.assert_array_equal(bits(got[device]), bits(got[0]))
 
 
 NAN_CASES = {f"NaN on {list(where)}": (where, f32) for where in

@@ -34,6 +34,8 @@ wrong = []
 
 def operand(shape, dtype):
     """The global operand (every process draws the same) with float edges in float32."""
+    if dtype == np.bool_:
+        return rng.integers(0, 2, shape).astype(bool)
     if dtype == np.float32:
         x = rng.standard_normal(shape).astype(np.float32)
         bits = x.reshape(-1).view(np.uint32)
@@ -110,8 +112,7 @@ for call in range(args.random):
     if draw.random() < 0.5:
         axis = int(draw.integers(rank))
         tiled = bool(draw.random() < 0.5)
-        x = operand((n * dims[0], *dims[1:]), dtype) if dtype != np.bool_ else \
-            rng.integers(0, 2, (n * dims[0], *dims[1:])).astype(bool)
+        x = operand((n * dims[0], *dims[1:]), dtype)
         out = run(lambda v: jaccl.all_gather(v, "x", axis=axis, tiled=tiled), x, P())
         parts = blocks(x)
         want = np.concatenate(parts, axis) if tiled else np.stack(parts, axis)
@@ -120,8 +121,7 @@ for call in range(args.random):
     else:
         split, concat = (int(a) for a in draw.integers(rank, size=2))
         dims[split] = n * max(1, dims[split] // n)
-        x = operand((n * dims[0], *dims[1:]), dtype) if dtype != np.bool_ else \
-            rng.integers(0, 2, (n * dims[0], *dims[1:])).astype(bool)
+        x = operand((n * dims[0], *dims[1:]), dtype)
         out = run(lambda v: jaccl.all_to_all(v, "x", split, concat, tiled=True), x, P("x"))
 
         def want(r, x=x, split=split, concat=concat):

@@ -9,9 +9,8 @@
 // the endpoints' types differ), in every kind: an operand on its way to the
 // rank that folds it, or a result on its way from it, arrives as it left, as
 // XLA's own folds see them (a group of one folds its operand alone, in run.cc).
-// Frames are used in place: a reduction reads a
-// received frame and writes straight into the frame it forwards, so no staging
-// copies exist.
+// Frames are used in place: a reduction reads a received frame and writes
+// straight into the frame it forwards, so no staging copies exist.
 //
 // Schedule: within a phase every task advances one chunk whenever its inputs
 // are there and its outputs have room, round-robin, so sends to and receives
