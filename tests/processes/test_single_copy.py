@@ -1,9 +1,11 @@
 """Streams read in place (xla_ffi/collectives/engine.h, "Single copy"): between processes of one
 host a receiver copies an all_gather's or all_to_all's block straight out of the sender's
-memory; every result stays bitwise numpy's model of jax.lax's (tests/workers/single_copy.py),
-and each rank counts the streams it read so (the engine's `streams_read_in_place()`): some
-where the path is open, none with JACCL_SINGLE_COPY_MIN_KB=0, between hosts, or where the
-processes cannot read each other (each in a pid namespace of its own)."""
+memory, and between devices of one process an all_reduce's or reduce_scatter's fold reads a
+peer's block where it lies; every result stays bitwise numpy's model of jax.lax's
+(tests/workers/single_copy.py), and each rank counts the streams it read so (the engine's
+`streams_read_in_place()`): some where the path is open, none with JACCL_SINGLE_COPY_MIN_KB=0,
+between hosts, or where the processes cannot read each other (each in a pid namespace of its
+own)."""
 
 from __future__ import annotations
 
@@ -16,17 +18,25 @@ from harness import clean, job_env, run_job
 from transports import TCP
 
 
+ALL_REDUCES, REDUCE_SCATTERS = 10, 8  # the worker's reductions
+
+
 def in_place_counts(job, nprocs):
     for rank in range(nprocs):
         assert job.values(rank, "RESULT") == ["ok"], clean(job.output)[-4000:]
+        assert job.values(rank, "REDUCTIONS") == [f"{ALL_REDUCES} {REDUCE_SCATTERS}"]
     assert job.returncode == 0
     assert job.leftovers() == []
     return [int(job.values(rank, "IN_PLACE")[0]) for rank in range(nprocs)]
 
 
 def devices_reading_everything(nprocs, devices):
-    """The streams the fixed calls read in place (each device reads every other's block)."""
-    return devices * (nprocs * devices - 1) * 4 * 6
+    """The streams the fixed calls read in place: each device reads every other's block of 4
+    all_gathers and 2 all_to_alls of each of 4 types; and a fold reads each block of a device
+    of its own process, whose devices copy each other's reduced blocks too (all_reduce: 2 a
+    peer, reduce_scatter: 1)."""
+    return (devices * (nprocs * devices - 1) * 4 * 6
+            + devices * (devices - 1) * (ALL_REDUCES * 2 + REDUCE_SCATTERS))
 
 
 @pytest.mark.parametrize("nprocs, devices", [(2, 1), (3, 1), (2, 2)], ids=["2x1", "3x1", "2x2"])
@@ -34,7 +44,8 @@ def test_blocks_read_in_place_between_processes_of_a_host_are_bitwise_lax(nprocs
     job = run_job("single_copy.py", nprocs, devices, env=job_env(60), timeout=240)
     # each device reads every other device's block in place (a device of its own process's
     # with memcpy) in 4 all_gathers and 2 all_to_alls (split on the leading axis: contiguous
-    # blocks; the other splits' strided blocks go through frames) of each of the 4 types
+    # blocks; the other splits' strided blocks go through frames) of each of the 4 types, and
+    # the blocks of its own process's devices in the reductions
     assert in_place_counts(job, nprocs) == [devices_reading_everything(nprocs, devices)] * nprocs
 
 

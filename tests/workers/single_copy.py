@@ -3,14 +3,21 @@ copy"): all_gather (leading and inner axes, tiled and not) and all_to_all (split
 the two leading axes of a 3-D block) on blocks of a few hundred KiB to a few MiB, each bitwise
 against numpy's model of jax.lax's result; the float32
 operands carry -0, quiet NaNs with payloads and a signalling NaN. Odd sizes (rows of 4099 and
-9973 elements) put the strided blocks' runs off every page boundary.
+9973 elements) put the strided blocks' runs off every page boundary. Then calls of
+all_reduce and reduce_scatter (blocks of 600 KiB or more), whose folds read the blocks of
+devices of their own process where they lie (and all_reduce's peers copy the reduced block
+out of its owner's output): float32 sums of the edge values (NaNs met in a sum, infinities,
+-0, the extremes), bfloat16 and float16 sums, int32 sums that wrap, float32 max, with the
+input donated (the result written over it) and not, each bitwise against the rank-order fold
+of tests/support/process_battery.py.
 
 With --random N, N more calls follow, each an all_gather or all_to_all with a drawn dtype,
 shape (1 KiB to 2 MiB per device) and axes (with JACCL_SINGLE_COPY_MIN_KB=1, most of their
 blocks go in place, in one chunk or several).
 
-Each rank prints `RESULT ok` or `WRONG <detail>`, then `IN_PLACE <n>`: how many streams this
-process read out of a sender's memory (jax_jaccl's engine counts them)."""
+Each rank prints `REDUCTIONS <all_reduces> <reduce_scatters>` (the calls it ran), `RESULT ok`
+or `WRONG <detail>`, then `IN_PLACE <n>`: how many streams this process read out of a sender's
+memory (jax_jaccl's engine counts them)."""
 
 from __future__ import annotations
 
@@ -25,6 +32,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 import jax_jaccl as jaccl  # noqa: E402
 from jax_jaccl import _ext  # noqa: E402
+from process_battery import edge_rows, edge_sum, rank_order_sum  # noqa: E402
 
 n = len(jax.devices())
 mesh = jax.make_mesh((n,), ("x",))
@@ -97,6 +105,38 @@ for dtype in (np.float32, jnp.bfloat16, np.int8, np.complex64):
                 return np.concatenate([np.split(b, n, axis=split)[r] for b in blocks(x)], concat)
 
             check(f"all_to_all {dtype} split={split} concat={concat}", out, want)
+
+# Reductions: (name, the device rows, their fold in rank order, the collective's op).
+length = 150_001 * n  # blocks of 600 KiB of float32 (300 KiB of a 16-bit type) or more
+normal = [np.random.default_rng(d).standard_normal(length) for d in range(n)]
+wide = [np.random.default_rng(d).integers(-2**31, 2**31, length).astype(np.int32)
+        for d in range(n)]
+folds = [("float32 edges", edge_rows(np.float32, n, length), edge_sum, "sum"),
+         ("bfloat16", [(r * 100).astype(jnp.bfloat16) for r in normal],
+          lambda rows: rank_order_sum(rows, jnp.bfloat16), "sum"),
+         ("float16", [(r * 100).astype(np.float16) for r in normal],
+          lambda rows: rank_order_sum(rows, np.float16), "sum"),
+         ("int32", wide, lambda rows: np.sum(rows, axis=0, dtype=np.int32), "sum"),
+         ("float32 max", [r.astype(np.float32) for r in normal],
+          lambda rows: np.maximum.reduce(rows), "max")]
+calls = {"all_reduce": 0, "reduce_scatter": 0}
+for name, rows, fold, op in folds:
+    total = fold(rows)
+    x = np.concatenate(rows)
+    for donate in (False, True):
+        f = jax.jit(jax.shard_map(
+            lambda v: (jaccl.all_reduce(v, "x", op=op), jaccl.reduce_scatter(v, "x", tiled=True))
+            if op == "sum" else (jaccl.all_reduce(v, "x", op=op),),
+            mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False),
+            donate_argnums=(0,) if donate else ())
+        got = f(sharded(x))
+        check(f"all_reduce {name} donate={donate}", got[0], lambda _: total)
+        calls["all_reduce"] += 1
+        if op == "sum":
+            parts = np.split(total, n)
+            check(f"reduce_scatter {name} donate={donate}", got[1], lambda r: parts[r])
+            calls["reduce_scatter"] += 1
+print(f"REDUCTIONS {calls['all_reduce']} {calls['reduce_scatter']}", flush=True)
 
 TYPES = [np.dtype(t) for t in (np.float32, jnp.bfloat16, np.float16, np.int8, np.uint16,
                                 np.int32, np.complex64, np.bool_)]  # no 64-bit: x64 is off

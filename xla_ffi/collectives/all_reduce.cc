@@ -12,6 +12,11 @@
 // order. Phase 2 (all-gather): rank r sends its reduced block to every peer
 // and stores theirs. Each rank moves 2(N-1)/N of the buffer over N-1 links in
 // parallel; only the owner reduces a block, so every rank gets the same bits.
+// Between devices of one process both phases go in place (engine.h, "Single
+// copy"): the owner folds a peer's block where it lies, and the peer copies
+// the reduced block out of the owner's output. In place is safe: a peer
+// overwrites its block r only with what rank r sends in phase 2, after r's
+// fold has read it.
 //
 // ring (ring-only topologies): the buffer is split between two directions,
 // each running the ring reduce-scatter and then the ring all-gather of
@@ -76,6 +81,7 @@ void mesh(Call& call, const Buffers& b) {
     send.count = block(b.in, q).count;
     send.srcs = {Endpoint::local(block(b.in, q), elem)};
     send.sinks = {send_to(call, q, stream_tag(1, 0, q), elem)};
+    send.single_copy = true;
     scatter.push_back(std::move(send));
     reduce.srcs.push_back(receive_from(call, q, stream_tag(1, 0, r), elem));
 
@@ -83,14 +89,17 @@ void mesh(Call& call, const Buffers& b) {
     share.count = block(b.out, r).count;
     share.srcs = {Endpoint::local(block(b.out, r), elem)};
     share.sinks = {send_to(call, q, stream_tag(2, 0, r), elem)};
+    share.single_copy = true;
     gather.push_back(std::move(share));
     Task store;
     store.count = block(b.out, q).count;
     store.srcs = {receive_from(call, q, stream_tag(2, 0, q), elem)};
     store.sinks = {Endpoint::local(block(b.out, q), elem)};
+    store.single_copy = true;
     gather.push_back(std::move(store));
   }
   reduce.sinks = {Endpoint::local(block(b.out, r), elem)};
+  reduce.single_copy = true;
   scatter.push_back(std::move(reduce));
   std::vector<Phase> phases{std::move(scatter), std::move(gather)};
   run_phases(call, phases);

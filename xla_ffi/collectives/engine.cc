@@ -48,11 +48,14 @@ struct TaskState {
   std::vector<Frame*> out_frames;
   std::vector<Operand> operands;
   std::vector<void*> sink_ptrs;
-  bool sends_address = false;  // sends one frame with its source's address, not the bytes
-  bool may_read = false;       // its stream may come as an address ...
-  bool reading = false;        // ... and did: it copies the bytes out of the sender's memory
-  AddressPayload from{};
+  std::vector<int> src_orders;  // by source: the ChannelOrder of its stream (-1: local memory)
+  bool sends_address = false;   // sends one frame with its source's address, not the bytes
+  std::vector<char> may_read;   // by source: its stream may come as an address ...
+  std::vector<char> reading;    // ... and did: the elements are read in the sender's memory,
+  std::vector<AddressPayload> from;  // there
   bool complete() const { return done == task->count; }
+  // A copy whose one stream came as an address: it copies the bytes out of the sender's memory.
+  bool copies_in_place() const { return reading.size() == 1 && reading[0]; }
   size_t num_chunks() const { return (task->count + chunk - 1) / chunk; }
 };
 
@@ -100,6 +103,7 @@ class PhaseRunner {
       s.task = &t;
       size_t wire_bytes = 0, capacity = 0;
       std::vector<std::pair<Channel*, bool>> channels;
+      s.src_orders.assign(t.srcs.size(), -1);
       auto visit = [&](const Endpoint& e, bool is_sink) {
         if (e.channel == nullptr) return;
         size_t bytes = dtype_size(e.dtype);
@@ -123,11 +127,17 @@ class PhaseRunner {
           order.chunks.push_back(s.num_chunks());
           s.orders.push_back(it->second);
         }
+        for (size_t k = 0, c = 0; k < t.srcs.size(); ++k) {
+          if (t.srcs[k].channel != nullptr) s.src_orders[k] = s.orders[c++];
+        }
       }
       s.in_frames.assign(t.srcs.size(), nullptr);
       s.out_frames.assign(t.sinks.size(), nullptr);
       s.operands.resize(t.srcs.size());
       s.sink_ptrs.resize(t.sinks.size());
+      s.may_read.assign(t.srcs.size(), 0);
+      s.reading.assign(t.srcs.size(), 0);
+      s.from.resize(t.srcs.size());
     }
     for (TaskState& s : states_) choose_single_copy(s);
     for (ChannelOrder& order : orders_) order.settle();
@@ -155,31 +165,49 @@ class PhaseRunner {
 
 
  private:
-  // Marks a task that sends its stream as an address or may receive one (engine.h, "Single
-  // copy"); a sender's stream becomes one frame.
+  // Marks a task that sends its stream as an address or may receive some (engine.h, "Single
+  // copy"); a sender's stream becomes one frame. A copy reads the sender's memory wherever its
+  // process may; a fold reads an operand where it lies, so only a device of its own process
+  // offers it one, and in a reducing kind addresses go to such devices alone.
   void choose_single_copy(TaskState& s) {
     const Task& t = *s.task;
-    if (!t.single_copy || acks_ == nullptr || reduces(call_.kind) || t.count == 0 ||
-        t.srcs.size() != 1 || t.sinks.size() != 1 || s.orders.size() != 1 ||
-        orders_[s.orders[0]].tasks.size() != 1) {
-      return;
-    }
-    const Endpoint& src = t.srcs[0];
-    const Endpoint& sink = t.sinks[0];
-    if (src.dtype != call_.dtype || sink.dtype != call_.dtype) return;
-    if (src.channel == nullptr && sink.channel != nullptr) {
+    if (!t.single_copy || acks_ == nullptr || t.count == 0) return;
+    auto alone = [&](int order) { return order >= 0 && orders_[order].tasks.size() == 1; };
+    if (t.srcs.size() == 1 && t.srcs[0].channel == nullptr && t.sinks.size() == 1 &&
+        t.sinks[0].channel != nullptr) {
+      const Endpoint& src = t.srcs[0];
+      const Endpoint& sink = t.sinks[0];
       size_t run = 0;
       src.memory.at(0, &run);
-      if (run < t.count || !single_copy_stream(call_, call_.member->rank, sink.peer,
-                                               t.count * dtype_size(call_.dtype))) {
+      if (src.dtype != call_.dtype || sink.dtype != call_.dtype || !alone(s.orders[0]) ||
+          run < t.count ||
+          !single_copy_stream(call_, call_.member->rank, sink.peer,
+                              t.count * dtype_size(call_.dtype)) ||
+          (reduces(call_.kind) && !in_this_process(sink.peer))) {
         return;
       }
       s.sends_address = true;
       s.chunk = t.count;
       orders_[s.orders[0]].chunks[0] = 1;
-    } else if (src.channel != nullptr && sink.channel == nullptr) {
-      s.may_read = true;
+      return;
     }
+    for (const Endpoint& e : t.sinks) {
+      if (e.channel != nullptr) return;  // a receiver writes local memory only
+    }
+    const bool copy = t.srcs.size() == 1;
+    if (copy && t.sinks.size() != 1) return;
+    for (size_t k = 0; k < t.srcs.size(); ++k) {
+      const Endpoint& e = t.srcs[k];
+      if (e.channel != nullptr && e.dtype == call_.dtype && alone(s.src_orders[k]) &&
+          (copy || in_this_process(e.peer))) {
+        s.may_read[k] = 1;
+      }
+    }
+  }
+
+  bool in_this_process(int rank) const {
+    const World* w = call_.world;
+    return w != nullptr && w->device(call_.member->devices[rank]).process == w->my_process();
   }
 
   // Throws unless the frame is the next of stream `e`: elements [offset, offset + n), or,
@@ -222,11 +250,11 @@ class PhaseRunner {
                 describe_frame(h), disagreement_advice(call_.site, h.site));
   }
 
-  // A step that cannot move gives back the frames it peeked (its first `peeked` sources): a
-  // shared channel lends a frame in place only while its reader uses it.
-  static void give_back(const Task& t, size_t peeked) {
+  // A step that cannot move gives back the frames it peeked (of its first `peeked` sources):
+  // a shared channel lends a frame in place only while its reader uses it.
+  static void give_back(const TaskState& s, size_t peeked) {
     for (size_t k = 0; k < peeked; ++k) {
-      if (t.srcs[k].channel != nullptr) t.srcs[k].channel->unpeek();
+      if (s.task->srcs[k].channel != nullptr && !s.reading[k]) s.task->srcs[k].channel->unpeek();
     }
   }
 
@@ -244,22 +272,23 @@ class PhaseRunner {
       if (d.done < std::min(b, d.task->count)) return false;
     }
     if (s.sends_address) return send_address(s);
-    if (s.reading) {
+    if (s.copies_in_place()) {
       read_in_place(s, a, n);
       finish_step(s, b);
       return true;
     }
     for (size_t i = 0; i < t.srcs.size(); ++i) {
       const Endpoint& e = t.srcs[i];
-      if (e.channel == nullptr) continue;
+      if (e.channel == nullptr || s.reading[i]) continue;
       const Frame* f = e.channel->try_peek();
       if (f == nullptr) {
-        give_back(t, i);
+        give_back(s, i);
         blocked_.push_back(e.peer);
         return false;
       }
-      if (s.may_read && a == 0 && (f->header.flags & kFrameAddress)) {
-        take_address(s, e, f);
+      if (s.may_read[i] && a == 0 && (f->header.flags & kFrameAddress)) {
+        give_back(s, i);
+        take_address(s, i, f);
         return true;
       }
       check_frame(f, e, t, a, n);
@@ -273,7 +302,7 @@ class PhaseRunner {
         for (size_t k = 0; k < i; ++k) {  // nothing written yet: a shared channel stays free
           if (t.sinks[k].channel != nullptr) t.sinks[k].channel->unreserve();
         }
-        give_back(t, t.srcs.size());
+        give_back(s, t.srcs.size());
         blocked_.push_back(e.peer);
         return false;
       }
@@ -286,9 +315,10 @@ class PhaseRunner {
       fill_header(s.out_frames[i]->header, e, t, a, n * dtype_size(e.dtype), 0);
       e.channel->commit();
     }
-    for (const Endpoint& e : t.srcs) {
-      if (e.channel != nullptr) e.channel->release();
+    for (size_t i = 0; i < t.srcs.size(); ++i) {
+      if (t.srcs[i].channel != nullptr && !s.reading[i]) t.srcs[i].channel->release();
     }
+    if (b == t.count) check_senders_alive(s);
     finish_step(s, b);
     return true;
   }
@@ -345,18 +375,25 @@ class PhaseRunner {
 
   // A stream that came as an address: the frame is taken; the bytes are read chunk by chunk
   // in the steps that follow (each advances the channel's order as a frame would).
-  void take_address(TaskState& s, const Endpoint& e, const Frame* f) {
+  // A fold's operand that came so is read where it lies, in the steps that follow.
+  void take_address(TaskState& s, size_t i, const Frame* f) {
     const Task& t = *s.task;
+    const Endpoint& e = t.srcs[i];
     check_frame(f, e, t, 0, t.count, kFrameAddress);
-    std::memcpy(&s.from, f->payload(), sizeof s.from);
+    AddressPayload& from = s.from[i];
+    std::memcpy(&from, f->payload(), sizeof from);
     e.channel->release();
-    if (s.from.bytes != t.count * dtype_size(call_.dtype)) {
+    if (from.bytes != t.count * dtype_size(call_.dtype)) {
       throw_error(ErrorKind::kMismatch, "ranks disagree: ", describe_rank(call_, e.peer),
-                  " offered ", s.from.bytes, " bytes in place where ",
+                  " offered ", from.bytes, " bytes in place where ",
                   describe_rank(call_, call_.member->rank), " expects ",
                   t.count * dtype_size(call_.dtype), " in ", describe_call(call_));
     }
-    s.reading = true;
+    if (t.srcs.size() > 1 && from.pid != getpid()) {
+      throw_error(ErrorKind::kInternal, describe_rank(call_, e.peer), " offered an operand of ",
+                  describe_call(call_), " in place from another process");
+    }
+    s.reading[i] = 1;
     acks_->owed.push_back(e.peer);
     streams_in_place.fetch_add(1, std::memory_order_relaxed);
   }
@@ -373,14 +410,21 @@ class PhaseRunner {
       runs.push_back(iovec{at, run * esize});
       p += run;
     }
-    const int peer = t.srcs[0].peer;
-    read_from_process(s.from.pid, s.from.address + a * esize, n * esize, runs,
-                      describe_rank(call_, peer));
-    // A sender whose call failed meanwhile (it raises its abort board before XLA may free or
-    // reuse the memory) may have left other bytes there: the read counts only if it had not.
-    if (a + n == t.count) {
-      call_.world->check_aborts({call_.world->device(call_.member->devices[peer]).process});
+    read_from_process(s.from[0].pid, s.from[0].address + a * esize, n * esize, runs,
+                      describe_rank(call_, t.srcs[0].peer));
+    if (a + n == t.count) check_senders_alive(s);
+  }
+
+  // After the last read of memory that senders lent in place: a sender whose call failed
+  // meanwhile (it raises its abort board before XLA may free or reuse the memory) may have
+  // left other bytes there, so the reads count only if none had.
+  void check_senders_alive(const TaskState& s) const {
+    std::vector<int> processes;
+    for (size_t i = 0; i < s.reading.size(); ++i) {
+      if (!s.reading[i]) continue;
+      processes.push_back(call_.world->device(call_.member->devices[s.task->srcs[i].peer]).process);
     }
+    if (!processes.empty()) call_.world->check_aborts(processes);
   }
 
   // Combines elements [a, a + n) of the task's sources into its sinks, one
@@ -393,7 +437,9 @@ class PhaseRunner {
       for (size_t i = 0; i < t.srcs.size(); ++i) {
         const Endpoint& e = t.srcs[i];
         const void* ptr;
-        if (e.channel) {
+        if (s.reading[i]) {
+          ptr = reinterpret_cast<const char*>(s.from[i].address) + (a + p) * dtype_size(e.dtype);
+        } else if (e.channel) {
           ptr = s.in_frames[i]->payload() + p * dtype_size(e.dtype);
         } else {
           size_t r;

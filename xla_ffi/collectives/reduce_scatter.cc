@@ -4,7 +4,9 @@
 //
 // mesh (default): rank r sends block q to every rank q at once and reduces
 // block r from all N inputs in ascending rank order, chunk by chunk, in the
-// accumulator type. One step; each link carries 1/N of the buffer.
+// accumulator type. One step; each link carries 1/N of the buffer. A peer in
+// this process lends its block in place instead (engine.h, "Single copy"):
+// the fold reads it where it lies.
 //
 // ring: ring.h's reduce-scatter. With two directions each block is cut in
 // halves, the first half travelling one way round the ring and the second
@@ -34,10 +36,12 @@ void mesh(Call& call, const Buffers& b) {
     send.count = b.out_count;
     send.srcs = {Endpoint::local(block(q), elem)};
     send.sinks = {send_to(call, q, stream_tag(1, 0, q), elem)};
+    send.single_copy = true;
     phase.push_back(std::move(send));
     reduce.srcs.push_back(receive_from(call, q, stream_tag(1, 0, r), elem));
   }
   reduce.sinks = {Endpoint::local(Region::contiguous(b.out, esize, b.out_count), elem)};
+  reduce.single_copy = true;
   phase.push_back(std::move(reduce));
   std::vector<Phase> phases{std::move(phase)};
   run_phases(call, phases);
