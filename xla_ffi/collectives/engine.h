@@ -29,15 +29,19 @@
 // whose one sink is a stream alone on its channel in the phase, sends one frame
 // with the source's address instead of its bytes (kFrameAddress) when the
 // receiver's process can read this one's memory and the stream carries at least
-// JACCL_SINGLE_COPY_MIN_KB; the receiving task (marked too, and alone on its
-// channel) then copies the bytes out of the sender's memory, a chunk per step,
-// and any frame of bytes is taken as usual. The sender's memory must stay as it
-// is until the receiver is done, so after its last phase the call runs one more:
-// every receiver of an address sends its sender a one-element acknowledgement,
-// and the sender waits for it. A call that fails raises its process's abort
-// board before XLA may free or reuse its memory, so the receiver, after its last
-// read, checks that the sender's process has not failed. Only copies (one
-// source, one sink, no conversion) go so.
+// JACCL_SINGLE_COPY_MIN_KB; in a reducing kind only to a device of its own
+// process. The receiving task (marked too; the stream alone on its channel) takes
+// either form: a copy (one source, one local sink) copies the bytes out of the
+// sender's memory, a chunk per step; a fold takes such an operand, from a device
+// of its own process only, where it lies. No conversion goes so. The sender's
+// memory must stay as it is until the receiver is done (the algorithm sees to it
+// until the call's last phase: e.g. it is overwritten only with what the
+// receiver sends after its reads), so after its last phase the call runs one
+// more: every receiver of an address sends its sender a one-element
+// acknowledgement, and the sender waits for it. A call that fails raises its
+// process's abort board before XLA may free or reuse its memory, so the
+// receiver, after its last read, checks that the sender's process has not
+// failed.
 //
 // Waiting: when no task can move, the thread sleeps on its doorbell; every
 // ~10 ms without progress it checks the deadline, the peers' processes and
@@ -90,8 +94,8 @@ struct Task {
   size_t count = 0;
   std::vector<int> after;  // indices of tasks (same phase) to stay behind, element for element
   size_t* delivered = nullptr;  // if set, kept equal to the elements done (for IdleWork)
-  // Sender: the source stays unchanged until the call ends, so the receiver may read it in
-  // place; receiver: the stream may come as an address (both: "Single copy" above).
+  // Sender: the source stays unchanged until the receiver is done with it, so the receiver
+  // may read it in place; receiver: its streams may come as addresses ("Single copy" above).
   bool single_copy = false;
 };
 
