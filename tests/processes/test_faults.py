@@ -102,6 +102,21 @@ def test_killed_peer_every_survivor_raises_naming_it(hosts):
     assert job.leftovers() == []
 
 
+def test_killed_process_at_2x2_its_peers_raise_naming_it_though_they_lend_each_other_blocks():
+    """2 processes x 2 devices, the last process SIGKILLed during 16 MiB all_reduces: the two
+    devices of the survivor lend each other their blocks in place (engine.h, "Single copy"),
+    and the one whose call fails first waits for the other's reads of its buffers before XLA
+    may free them; the survivor raises naming the dead process, and nothing crashes."""
+    job = run_job("faults.py", 2, 2, args=["kill"], env=env(None), timeout=120,
+                  grace=TIMEOUT + 10)
+    assert "LOOPING" in job.lines(0)  # the all_reduces ran before the kill
+    seconds, message = job.raised(0)
+    assert seconds < 1.5 + TIMEOUT, message
+    assert re.search(r"process 1 \(pid \d+\) died", message), message
+    assert job.returncode != 0
+    assert job.leftovers() == []
+
+
 NEVER_REACHED = (r"rank {} \(device \d+, process \d+, pid \d+\) never reached this call "
                  r"\(it entered none")
 

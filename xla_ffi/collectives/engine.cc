@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <thread>
 
 #include "collectives/waiter.h"
 #include "comm/world.h"
@@ -20,6 +21,27 @@ namespace {
 
 std::atomic<int64_t> min_single_copy_bytes{256 * 1024};
 std::atomic<uint64_t> streams_in_place{0};
+std::atomic<int> local_reads{0};  // reads in flight of memory lent by a device of this process
+
+// Brackets one step's reads of memory that another device of this process lent in place. None
+// starts once this process raised its abort board: the lender's call may have failed and XLA
+// freed its buffers. A failing call raises the board, then waits for the reads in flight
+// (await_local_reads), so none outlives the memory (the counter's increment and the board's
+// raise are each followed by a full fence before the other's load).
+class LocalRead {
+ public:
+  explicit LocalRead(const World& world) {
+    local_reads.fetch_add(1);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (world.aborted()) {
+      local_reads.fetch_sub(1);
+      world.check_aborts({});
+    }
+  }
+  ~LocalRead() { local_reads.fetch_sub(1, std::memory_order_release); }
+  LocalRead(const LocalRead&) = delete;
+  LocalRead& operator=(const LocalRead&) = delete;
+};
 
 // Streams whose bytes went as an address (engine.h, "Single copy"), to acknowledge after the
 // last phase: `owed` the ranks whose memory this rank read, `awaited` those that read its own.
@@ -53,6 +75,7 @@ struct TaskState {
   std::vector<char> may_read;   // by source: its stream may come as an address ...
   std::vector<char> reading;    // ... and did: the elements are read in the sender's memory,
   std::vector<AddressPayload> from;  // there
+  bool folds_in_place = false;  // a fold that reads operands of devices of this process in place
   bool complete() const { return done == task->count; }
   // A copy whose one stream came as an address: it copies the bytes out of the sender's memory.
   bool copies_in_place() const { return reading.size() == 1 && reading[0]; }
@@ -308,7 +331,12 @@ class PhaseRunner {
       }
       s.out_frames[i] = f;
     }
-    compute(s, a, n);
+    if (s.folds_in_place) {
+      LocalRead lent(*call_.world);
+      compute(s, a, n);
+    } else {
+      compute(s, a, n);
+    }
     for (size_t i = 0; i < t.sinks.size(); ++i) {
       const Endpoint& e = t.sinks[i];
       if (e.channel == nullptr) continue;
@@ -394,6 +422,7 @@ class PhaseRunner {
                   describe_call(call_), " in place from another process");
     }
     s.reading[i] = 1;
+    s.folds_in_place = t.srcs.size() > 1;
     acks_->owed.push_back(e.peer);
     streams_in_place.fetch_add(1, std::memory_order_relaxed);
   }
@@ -410,8 +439,18 @@ class PhaseRunner {
       runs.push_back(iovec{at, run * esize});
       p += run;
     }
-    read_from_process(s.from[0].pid, s.from[0].address + a * esize, n * esize, runs,
-                      describe_rank(call_, t.srcs[0].peer));
+    const std::string peer = describe_rank(call_, t.srcs[0].peer);
+    if (s.from[0].pid == getpid()) {
+      LocalRead lent(*call_.world);
+      read_from_process(s.from[0].pid, s.from[0].address + a * esize, n * esize, runs, peer);
+    } else {
+      try {
+        read_from_process(s.from[0].pid, s.from[0].address + a * esize, n * esize, runs, peer);
+      } catch (const Error&) {
+        check_senders_alive(s);  // a sender that failed meanwhile is the error to report
+        throw;
+      }
+    }
     if (a + n == t.count) check_senders_alive(s);
   }
 
@@ -529,6 +568,11 @@ bool single_copy_stream(const Call& call, int from, int to, size_t bytes) {
   const World& w = *call.world;
   return w.readable(w.device(call.member->devices[to]).process,
                     w.device(call.member->devices[from]).process);
+}
+
+void await_local_reads(double seconds) {
+  const Deadline deadline(seconds);
+  while (local_reads.load() != 0 && !deadline.expired()) std::this_thread::yield();
 }
 
 void set_single_copy_min_bytes(int64_t bytes) { min_single_copy_bytes.store(bytes); }

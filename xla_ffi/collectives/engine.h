@@ -131,6 +131,10 @@ void run_phases(const Call& call, std::vector<Phase>& phases, IdleWork* idle = n
 // address ("Single copy" above): the setting allows it and the receiver's process can read the
 // sender's. The sender's choice: a receiving task marked single_copy takes either form.
 bool single_copy_stream(const Call& call, int from, int to, size_t bytes);
+// Waits, up to `seconds`, until no device of this process reads memory that another one lent
+// in place ("Single copy" above); a call that fails calls it after raising its process's abort
+// board (after which no such read starts), before XLA may free its buffers.
+void await_local_reads(double seconds);
 // JACCL_SINGLE_COPY_MIN_KB in bytes; 0: never.
 void set_single_copy_min_bytes(int64_t bytes);
 // Streams this process received as addresses and read in place, since it started.

@@ -78,7 +78,10 @@ std::optional<Failure> run_call(const CallAddress& at, uint64_t op_count, Body&&
   } catch (const std::exception& e) {
     failure = Failure{ErrorKind::kInternal, std::string("jaccl: internal error: ") + e.what()};
   }
-  if (world != nullptr) world->raise_abort(failure.message);
+  if (world != nullptr) {
+    world->raise_abort(failure.message);
+    await_local_reads(5.0);  // the devices of this process reading this call's buffers in place
+  }
   return failure;
 }
 
