@@ -3,8 +3,8 @@ copy"): all_gather (leading and inner axes, tiled and not) and all_to_all (split
 the two leading axes of a 3-D block) on blocks of a few hundred KiB to a few MiB, each bitwise
 against numpy's model of jax.lax's result; the float32
 operands carry -0, quiet NaNs with payloads and a signalling NaN. Odd sizes (rows of 4099 and
-9973 elements) put the strided blocks' runs off every page boundary. Then calls of
-all_reduce and reduce_scatter (blocks of 600 KiB or more), whose folds read the blocks of
+9973 elements) put the strided blocks' runs off every page boundary. Then, where a process
+has several devices, calls of all_reduce and reduce_scatter (blocks of 600 KiB or more), whose folds read the blocks of
 devices of their own process where they lie (and all_reduce's peers copy the reduced block
 out of its owner's output): float32 sums of the edge values (NaNs met in a sum, infinities,
 -0, the extremes), bfloat16 and float16 sums, int32 sums that wrap, float32 max, with the
@@ -120,7 +120,7 @@ folds = [("float32 edges", edge_rows(np.float32, n, length), edge_sum, "sum"),
          ("float32 max", [r.astype(np.float32) for r in normal],
           lambda rows: np.maximum.reduce(rows), "max")]
 calls = {"all_reduce": 0, "reduce_scatter": 0}
-for name, rows, fold, op in folds:
+for name, rows, fold, op in folds if jax.local_device_count() > 1 else ():
     total = fold(rows)
     x = np.concatenate(rows)
     for donate in (False, True):
