@@ -401,9 +401,9 @@ class PhaseRunner {
     return true;
   }
 
-  // A stream that came as an address: the frame is taken; the bytes are read chunk by chunk
-  // in the steps that follow (each advances the channel's order as a frame would).
-  // A fold's operand that came so is read where it lies, in the steps that follow.
+  // Source i's stream came as an address: the frame is taken. In the steps that follow (each
+  // advances the channel's order as a frame would) a copy copies the bytes out of the sender's
+  // memory chunk by chunk, and a fold reads the operand where it lies.
   void take_address(TaskState& s, size_t i, const Frame* f) {
     const Task& t = *s.task;
     const Endpoint& e = t.srcs[i];
