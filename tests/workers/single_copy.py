@@ -4,12 +4,12 @@ the two leading axes of a 3-D block) on blocks of a few hundred KiB to a few MiB
 against numpy's model of jax.lax's result; the float32
 operands carry -0, quiet NaNs with payloads and a signalling NaN. Odd sizes (rows of 4099 and
 9973 elements) put the strided blocks' runs off every page boundary. Then, where a process
-has several devices, calls of all_reduce and reduce_scatter (blocks of 600 KiB or more), whose folds read the blocks of
-devices of their own process where they lie (and all_reduce's peers copy the reduced block
-out of its owner's output): float32 sums of the edge values (NaNs met in a sum, infinities,
--0, the extremes), bfloat16 and float16 sums, int32 sums that wrap, float32 max, with the
-input donated (the result written over it) and not, each bitwise against the rank-order fold
-of tests/support/process_battery.py.
+has several devices, calls of all_reduce and reduce_scatter (blocks of 300 KiB or more),
+whose folds read the blocks of devices of their own process where they lie (and all_reduce's
+peers copy the reduced block out of its owner's output): float32 sums of the edge values
+(NaNs met in a sum, infinities, -0, the extremes), bfloat16 and float16 sums, int32 sums that
+wrap, float32 max, with the input donated (the result written over it) and not, each bitwise
+against the rank-order fold of tests/support/process_battery.py.
 
 With --random N, N more calls follow, each an all_gather or all_to_all with a drawn dtype,
 shape (1 KiB to 2 MiB per device) and axes (with JACCL_SINGLE_COPY_MIN_KB=1, most of their
@@ -107,7 +107,7 @@ for dtype in (np.float32, jnp.bfloat16, np.int8, np.complex64):
             check(f"all_to_all {dtype} split={split} concat={concat}", out, want)
 
 # Reductions: (name, the device rows, their fold in rank order, the collective's op).
-length = 150_001 * n  # blocks of 600 KiB of float32 (300 KiB of a 16-bit type) or more
+length = 150_001 * n  # blocks of 600 KiB of float32, 300 KiB of a 16-bit type
 normal = [np.random.default_rng(d).standard_normal(length) for d in range(n)]
 wide = [np.random.default_rng(d).integers(-2**31, 2**31, length).astype(np.int32)
         for d in range(n)]
