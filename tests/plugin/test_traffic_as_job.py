@@ -10,6 +10,7 @@ segmentation)."""
 from __future__ import annotations
 
 import glob
+import time
 
 import jax
 import numpy as np
@@ -24,8 +25,21 @@ ITERS = 5
 
 
 def tx_bytes() -> int:
-    """What this host sent over its links so far (the namespace's veth ends, named to*)."""
-    return sum(int(open(p).read()) for p in glob.glob("/sys/class/net/to*/statistics/tx_bytes"))
+    """What this host sent over its links so far (the namespace's veth ends, named to*), once
+    they fell quiet: a call completes on a rank while the host's other process may still have
+    frames of its own in its sockets (a frame leaves when the kernel sends it), which would
+    count in the next window (seen once: 1.10 S where the schedule sends S)."""
+    def now():
+        return sum(int(open(p).read())
+                   for p in glob.glob("/sys/class/net/to*/statistics/tx_bytes"))
+    seen, deadline = now(), time.monotonic() + 5
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        again = now()
+        if again == seen:
+            return seen
+        seen = again
+    return seen
 
 
 def bytes_sent(algorithm: str, axes) -> int:
