@@ -20,8 +20,9 @@ def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto", axis_i
     """Reduces `x` over the mesh axis (or tuple of axes) `axis_name`; every member of a group
     gets the same result, bitwise. Semantics of jax.lax.psum (op='sum'), pmax ('max'), pmin
     ('min'); op='prod' multiplies. bfloat16 sums accumulate in float32 and round once, float16
-    ones round after every addition (XLA:CPU's both); complex numbers are summed part by part. Over an axis that jax.vmap bound (axis_name=...), the reduction over
-    the batch is jax.lax's, and the rest of `axis_name` is reduced by jaccl.
+    ones round after every addition (XLA:CPU's both); complex numbers are summed part by part.
+    Over an axis that jax.vmap bound (axis_name=...), the reduction over the batch is
+    jax.lax's, and the rest of `axis_name` is reduced by jaccl.
 
     algorithm: 'auto' (in one process: direct; naive up to 32 KiB; hierarchical when the group
     spans hosts with several ranks on each; mesh scatter-gather otherwise), 'naive', 'mesh',
