@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "collectives/waiter.h"
@@ -22,6 +23,11 @@ namespace {
 std::atomic<int64_t> min_single_copy_bytes{256 * 1024};
 std::atomic<uint64_t> streams_in_place{0};
 std::atomic<int> local_reads{0};  // reads in flight of memory lent by a device of this process
+
+// The process of the call's group's rank `rank` (the call has a World).
+int process_of(const Call& call, int rank) {
+  return call.world->device(call.member->devices[rank]).process;
+}
 
 // Brackets one step's reads of memory that another device of this process lent in place. None
 // starts once this process raised its abort board: the lender's call may have failed and XLA
@@ -75,10 +81,13 @@ struct TaskState {
   std::vector<char> may_read;   // by source: its stream may come as an address ...
   std::vector<char> reading;    // ... and did: the elements are read in the sender's memory,
   std::vector<AddressPayload> from;  // there
-  bool folds_in_place = false;  // a fold that reads operands of devices of this process in place
   bool complete() const { return done == task->count; }
   // A copy whose one stream came as an address: it copies the bytes out of the sender's memory.
   bool copies_in_place() const { return reading.size() == 1 && reading[0]; }
+  // A fold some of whose operands came so: it reads them where they lie (in this process).
+  bool folds_in_place() const {
+    return reading.size() > 1 && std::find(reading.begin(), reading.end(), 1) != reading.end();
+  }
   size_t num_chunks() const { return (task->count + chunk - 1) / chunk; }
 };
 
@@ -229,8 +238,7 @@ class PhaseRunner {
   }
 
   bool in_this_process(int rank) const {
-    const World* w = call_.world;
-    return w != nullptr && w->device(call_.member->devices[rank]).process == w->my_process();
+    return call_.world != nullptr && process_of(call_, rank) == call_.world->my_process();
   }
 
   // Throws unless the frame is the next of stream `e`: elements [offset, offset + n), or,
@@ -331,10 +339,9 @@ class PhaseRunner {
       }
       s.out_frames[i] = f;
     }
-    if (s.folds_in_place) {
-      LocalRead lent(*call_.world);
-      compute(s, a, n);
-    } else {
+    {
+      std::optional<LocalRead> lent;
+      if (s.folds_in_place()) lent.emplace(*call_.world);
       compute(s, a, n);
     }
     for (size_t i = 0; i < t.sinks.size(); ++i) {
@@ -422,7 +429,6 @@ class PhaseRunner {
                   describe_call(call_), " in place from another process");
     }
     s.reading[i] = 1;
-    s.folds_in_place = t.srcs.size() > 1;
     acks_->owed.push_back(e.peer);
     streams_in_place.fetch_add(1, std::memory_order_relaxed);
   }
@@ -439,17 +445,14 @@ class PhaseRunner {
       runs.push_back(iovec{at, run * esize});
       p += run;
     }
-    const std::string peer = describe_rank(call_, t.srcs[0].peer);
-    if (s.from[0].pid == getpid()) {
-      LocalRead lent(*call_.world);
-      read_from_process(s.from[0].pid, s.from[0].address + a * esize, n * esize, runs, peer);
-    } else {
-      try {
-        read_from_process(s.from[0].pid, s.from[0].address + a * esize, n * esize, runs, peer);
-      } catch (const Error&) {
-        check_senders_alive(s);  // a sender that failed meanwhile is the error to report
-        throw;
-      }
+    std::optional<LocalRead> lent;
+    if (s.from[0].pid == getpid()) lent.emplace(*call_.world);
+    try {
+      read_from_process(s.from[0].pid, s.from[0].address + a * esize, n * esize, runs,
+                        describe_rank(call_, t.srcs[0].peer));
+    } catch (const Error&) {
+      check_senders_alive(s);  // a sender that failed meanwhile is the error to report
+      throw;
     }
     if (a + n == t.count) check_senders_alive(s);
   }
@@ -461,7 +464,7 @@ class PhaseRunner {
     std::vector<int> processes;
     for (size_t i = 0; i < s.reading.size(); ++i) {
       if (!s.reading[i]) continue;
-      processes.push_back(call_.world->device(call_.member->devices[s.task->srcs[i].peer]).process);
+      processes.push_back(process_of(call_, s.task->srcs[i].peer));
     }
     if (!processes.empty()) call_.world->check_aborts(processes);
   }
@@ -566,8 +569,7 @@ bool single_copy_stream(const Call& call, int from, int to, size_t bytes) {
   const int64_t min = min_single_copy_bytes.load(std::memory_order_relaxed);
   if (min <= 0 || bytes < static_cast<size_t>(min) || call.world == nullptr) return false;
   const World& w = *call.world;
-  return w.readable(w.device(call.member->devices[to]).process,
-                    w.device(call.member->devices[from]).process);
+  return w.readable(process_of(call, to), process_of(call, from));
 }
 
 void await_local_reads(double seconds) {
