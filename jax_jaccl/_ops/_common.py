@@ -168,6 +168,22 @@ def in_mesh_order(ctx, axes: tuple) -> tuple:
     return tuple(sorted(axes, key=names.index))
 
 
+def holds_runs_of_ranks(ctx, axes: tuple, groups=None) -> bool:
+    """Whether every group of `axes` (cut by `groups`) is several processes each holding the
+    same number (> 1) of consecutive ranks: the layout all_reduce's chain algorithm takes
+    (xla_ffi/comm/communicator.h, Member::process_run)."""
+    table, _ = group_table(ctx, axes, groups)
+    process_of = {d.id: d.process_index for d in _lowering_mesh(ctx).devices.flat}
+    for row in table:
+        processes = [process_of[int(d)] for d in row if d >= 0]
+        run = next((i for i, p in enumerate(processes) if p != processes[0]), len(processes))
+        runs = [processes[i:i + run] for i in range(0, len(processes), run)]
+        if not (1 < run < len(processes) and all(r == [r[0]] * run for r in runs)
+                and len({r[0] for r in runs}) == len(runs)):
+            return False
+    return True
+
+
 def group_table(ctx, axes: tuple, groups=None) -> tuple[np.ndarray, int]:
     """The groups' device ids, one group per row in rank order; `groups` (axis_index_groups)
     cuts every row into the subgroups of those axis indices, each row padded with -1 to the

@@ -71,10 +71,10 @@ def main() -> None:
                 "all_reduce": lambda v: jaccl.all_reduce(v, "x", algorithm=args.algorithm),
                 "reduce_scatter": lambda v: jaccl.reduce_scatter(
                     v, "x", tiled=True,
-                    algorithm=args.algorithm if args.algorithm != "naive" else "auto"),
+                    algorithm=args.algorithm if args.algorithm not in ("naive", "chain") else "auto"),
                 "all_gather": lambda v: jaccl.all_gather(
                     v, "x", tiled=True,
-                    algorithm=args.algorithm if args.algorithm != "naive" else "auto"),
+                    algorithm=args.algorithm if args.algorithm not in ("naive", "chain") else "auto"),
             }
         return {
             "all_reduce": lambda v: jax.lax.psum(v, "x"),

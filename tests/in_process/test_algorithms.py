@@ -141,3 +141,17 @@ def test_inside_scan():
         want.append(c.sum())
     np.testing.assert_allclose(np.asarray(final), c.reshape(-1), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(sums), want, rtol=1e-6)
+
+
+def test_the_chain_asked_for_where_processes_hold_no_runs_of_ranks_is_refused_at_trace_time():
+    """The chain all_reduce needs processes each holding a run of ranks (several of each): over
+    the devices of one process, asked for by name, a ValueError as the program is traced, naming
+    what it needs (the engine, which checks too, would stop the process's communication)."""
+    x = put(data(1 << 16).reshape(-1), mesh1d())
+    f = stacked(lambda v: jaccl.all_reduce(v, "x", algorithm="chain"), mesh1d())
+    with pytest.raises(ValueError, match="algorithm='chain' needs every group to be several "
+                                         "processes each holding the same number"):
+        f(x)
+    np.testing.assert_array_equal(  # the process goes on communicating
+        np.asarray(stacked(lambda v: jaccl.all_reduce(v, "x"), mesh1d())(x))[0],
+        data(1 << 16).sum(0))

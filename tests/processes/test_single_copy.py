@@ -18,7 +18,7 @@ from harness import clean, job_env, run_job
 from transports import TCP
 
 
-ALL_REDUCES, REDUCE_SCATTERS = 10, 8  # the worker's reductions (with several devices a process)
+ALL_REDUCES, REDUCE_SCATTERS = 20, 8  # the worker's reductions (with several devices a process)
 
 
 def in_place_counts(job, nprocs, devices=1):

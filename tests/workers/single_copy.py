@@ -4,7 +4,8 @@ the two leading axes of a 3-D block) on blocks of a few hundred KiB to a few MiB
 against numpy's model of jax.lax's result; the float32
 operands carry -0, quiet NaNs with payloads and a signalling NaN. Odd sizes (rows of 4099 and
 9973 elements) put the strided blocks' runs off every page boundary. Then, where a process
-has several devices, calls of all_reduce and reduce_scatter (blocks of 300 KiB or more),
+has several devices, calls of all_reduce (on the automatic choice, the chain where the
+processes hold runs of ranks, and on mesh) and reduce_scatter (blocks of 300 KiB or more),
 whose folds read the blocks of devices of their own process where they lie (and all_reduce's
 peers copy the reduced block out of its owner's output): float32 sums of the edge values
 (NaNs met in a sum, infinities, -0, the extremes), bfloat16 and float16 sums, int32 sums that
@@ -120,19 +121,22 @@ folds = [("float32 edges", edge_rows(np.float32, n, length), edge_sum, "sum"),
          ("float32 max", [r.astype(np.float32) for r in normal],
           lambda rows: np.maximum.reduce(rows), "max")]
 calls = {"all_reduce": 0, "reduce_scatter": 0}
+# all_reduce on the automatic choice (the chain, where the processes hold runs of ranks) and
+# on mesh; reduce_scatter on its automatic choice (mesh).
 for name, rows, fold, op in folds if jax.local_device_count() > 1 else ():
     total = fold(rows)
     x = np.concatenate(rows)
-    for donate in (False, True):
+    for algorithm, donate in [(a, d) for a in ("auto", "mesh") for d in (False, True)]:
+        scatter = op == "sum" and algorithm == "auto"
         f = jax.jit(jax.shard_map(
-            lambda v: (jaccl.all_reduce(v, "x", op=op), jaccl.reduce_scatter(v, "x", tiled=True))
-            if op == "sum" else (jaccl.all_reduce(v, "x", op=op),),
+            lambda v: (jaccl.all_reduce(v, "x", op=op, algorithm=algorithm),)
+            + ((jaccl.reduce_scatter(v, "x", tiled=True),) if scatter else ()),
             mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False),
             donate_argnums=(0,) if donate else ())
         got = f(sharded(x))
-        check(f"all_reduce {name} donate={donate}", got[0], lambda _: total)
+        check(f"all_reduce {name} {algorithm} donate={donate}", got[0], lambda _: total)
         calls["all_reduce"] += 1
-        if op == "sum":
+        if scatter:
             parts = np.split(total, n)
             check(f"reduce_scatter {name} donate={donate}", got[1], lambda r: parts[r])
             calls["reduce_scatter"] += 1

@@ -1,5 +1,5 @@
 // all_reduce: every rank ends with op(x_0, ..., x_{N-1}), bitwise equal on all
-// ranks. Three schedules:
+// ranks. Four schedules:
 //
 // naive (small messages, latency bound): every rank streams its whole input
 // to every peer at once and reduces all N inputs itself, in ascending rank
@@ -18,6 +18,22 @@
 // overwrites its block r only with what rank r sends in phase 2, after r's
 // fold has read it.
 //
+// chain (P processes each holding D > 1 consecutive ranks): the buffer is cut
+// into D parts, and part l travels through rank l of every process in turn.
+// Phase 1: rank l of process 0 folds part l of its process's D inputs in rank
+// order and streams the running value to rank l of process 1, which goes on
+// with its own process's D inputs, and so on, chunk by chunk, so the
+// processes work at once; the last process's rank l writes the result. Each
+// rank reads its siblings' inputs where they lie (engine.h, "Single copy").
+// Phase 2: the last process's rank l sends part l to rank l of every other
+// process. Phase 2 (last process) or 3 (the others): each rank copies its
+// siblings' parts out of their outputs. The fold is mesh's, in rank order, so
+// the bits are mesh's (the running value keeps the fold's state: bfloat16's
+// float32 accumulator, a flushed -0); what crosses between processes is one
+// running value a part and one result a part and process: at 2 x 2, half of
+// mesh's frames. In place is safe: a rank overwrites a part it lent only in
+// its last phase, with what the sibling that read it offers after its fold.
+//
 // ring (ring-only topologies): the buffer is split between two directions,
 // each running the ring reduce-scatter and then the ring all-gather of
 // ring.h over its half; the two directions run at once.
@@ -27,6 +43,7 @@
 #include "collectives/hierarchical.h"
 #include "collectives/ring.h"
 #include "collectives/streams.h"
+#include "common/error.h"
 
 namespace jaccl {
 namespace {
@@ -105,6 +122,98 @@ void mesh(Call& call, const Buffers& b) {
   run_phases(call, phases);
 }
 
+// The type of the chain's running values: bfloat16 sums keep their float32 accumulator to the
+// last step (common/reduce.h), so theirs travel in it (and so do the siblings' operands a fold
+// takes through frames: one task, one wire type); the other types' are values of the type
+// itself (float16 rounds after every step).
+Dtype running_dtype(Dtype elem) { return elem == Dtype::kBF16 ? accumulator_dtype(elem) : elem; }
+
+void chain(Call& call, const Buffers& b) {
+  const Communicator::Member& m = *call.member;
+  const int run = m.process_run;
+  if (run == 0) {
+    throw_error(ErrorKind::kInvalidArgument,
+                "the chain algorithm needs a group of several processes each holding the same "
+                "number (> 1) of consecutive ranks");
+  }
+  const int procs = m.size / run, p = m.rank / run, l = m.rank % run;
+  const Dtype elem = call.dtype, running = running_dtype(elem);
+  const size_t esize = dtype_size(elem), count = b.in_count;
+  auto part = [&](const void* base, int j) {
+    size_t begin = part_start(count, run, j);
+    return Region::contiguous(base, esize, part_start(count, run, j + 1) - begin, begin);
+  };
+  auto rank_of = [&](int process, int local) { return process * run + local; };
+  const bool last = p == procs - 1;
+  std::vector<Phase> phases(last ? 2 : 3);
+
+  // 1. Part l through the processes: the fold of part l, going on from the running value of
+  //    the processes before this one with this process's ranks in rank order, to the next
+  //    process (the last writes the result). Siblings' operands are read where they lie.
+  Task fold;
+  fold.count = part(b.in, l).count;
+  fold.single_copy = true;
+  if (p > 0) {
+    fold.srcs.push_back(receive_from(call, rank_of(p - 1, l), stream_tag(1, 1, l), running));
+    fold.srcs[0].running = true;
+  }
+  for (int j = 0; j < run; ++j) {
+    const int q = rank_of(p, j);
+    if (j == l) {
+      fold.srcs.push_back(Endpoint::local(part(b.in, l), elem));
+      continue;
+    }
+    fold.srcs.push_back(receive_from(call, q, stream_tag(1, 0, l), running));
+    Task lend;
+    lend.count = part(b.in, j).count;
+    lend.srcs = {Endpoint::local(part(b.in, j), elem)};
+    lend.sinks = {send_to(call, q, stream_tag(1, 0, j), running)};
+    lend.single_copy = true;
+    phases[0].push_back(std::move(lend));
+  }
+  fold.sinks = {last ? Endpoint::local(part(b.out, l), elem)
+                     : send_to(call, rank_of(p + 1, l), stream_tag(1, 1, l), running)};
+  phases[0].push_back(std::move(fold));
+
+  // 2. The last process sends part l to rank l of every other process.  2 or 3. Within the
+  //    process, once its own part is here, each rank copies its siblings' parts out of their
+  //    outputs.
+  const Region mine = part(b.out, l);
+  if (last) {
+    for (int k = 0; k < procs - 1; ++k) {
+      Task send;
+      send.count = mine.count;
+      send.srcs = {Endpoint::local(mine, elem)};
+      send.sinks = {send_to(call, rank_of(k, l), stream_tag(2, 1, l), elem)};
+      phases[1].push_back(std::move(send));
+    }
+  } else {
+    Task store;
+    store.count = mine.count;
+    store.srcs = {receive_from(call, rank_of(procs - 1, l), stream_tag(2, 1, l), elem)};
+    store.sinks = {Endpoint::local(mine, elem)};
+    phases[1].push_back(std::move(store));
+  }
+  Phase& within = phases.back();
+  for (int j = 0; j < run; ++j) {
+    if (j == l) continue;
+    const int q = rank_of(p, j);
+    Task share;
+    share.count = mine.count;
+    share.srcs = {Endpoint::local(mine, elem)};
+    share.sinks = {send_to(call, q, stream_tag(3, 0, l), elem)};
+    share.single_copy = true;
+    within.push_back(std::move(share));
+    Task store;
+    store.count = part(b.out, j).count;
+    store.srcs = {receive_from(call, q, stream_tag(3, 0, j), elem)};
+    store.sinks = {Endpoint::local(part(b.out, j), elem)};
+    store.single_copy = true;
+    within.push_back(std::move(store));
+  }
+  run_phases(call, phases);
+}
+
 void ring(Call& call, const Buffers& b) {
   const int n = call.member->size, r = call.member->rank, dirs = ring_directions(call);
   const Dtype elem = call.dtype;
@@ -133,6 +242,7 @@ void all_reduce(Call& call, const Buffers& b) {
     case Algorithm::kNaive: return naive(call, b);
     case Algorithm::kMesh: return mesh(call, b);
     case Algorithm::kHierarchical: return hierarchical_all_reduce(call, b);
+    case Algorithm::kChain: return chain(call, b);
     default: return ring(call, b);
   }
 }

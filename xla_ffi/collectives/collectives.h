@@ -60,6 +60,8 @@ struct GroupShape {
   int size = 1;
   bool in_process = false;    // every member is a device of this process
   bool hierarchical = false;  // spans hosts with the same number (> 1) of ranks on each
+  bool process_runs = false;  // processes x equal runs of consecutive ranks (Member::process_run)
+  bool one_host = true;       // every member is on this host
   bool any_order = false;     // the fold's bits do not depend on its order (integer types)
 };
 

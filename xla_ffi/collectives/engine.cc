@@ -211,7 +211,10 @@ class PhaseRunner {
       const Endpoint& sink = t.sinks[0];
       size_t run = 0;
       src.memory.at(0, &run);
-      if (src.dtype != call_.dtype || sink.dtype != call_.dtype || !alone(s.orders[0]) ||
+      // the address lends elements of the call's type; a fold reads them so whatever type its
+      // stream would carry in frames (e.g. the accumulator type, to fold with partial sums)
+      if (src.dtype != call_.dtype || (sink.dtype != call_.dtype && !reduces(call_.kind)) ||
+          !alone(s.orders[0]) ||
           run < t.count ||
           !single_copy_stream(call_, call_.member->rank, sink.peer,
                               t.count * dtype_size(call_.dtype)) ||
@@ -223,15 +226,13 @@ class PhaseRunner {
       orders_[s.orders[0]].chunks[0] = 1;
       return;
     }
-    for (const Endpoint& e : t.sinks) {
-      if (e.channel != nullptr) return;  // a receiver writes local memory only
-    }
+    // A copy writes one local sink; a fold writes its sinks wherever they are.
     const bool copy = t.srcs.size() == 1;
-    if (copy && t.sinks.size() != 1) return;
+    if (copy && (t.sinks.size() != 1 || t.sinks[0].channel != nullptr)) return;
     for (size_t k = 0; k < t.srcs.size(); ++k) {
       const Endpoint& e = t.srcs[k];
-      if (e.channel != nullptr && e.dtype == call_.dtype && alone(s.src_orders[k]) &&
-          (copy || in_this_process(e.peer))) {
+      if (e.channel != nullptr && alone(s.src_orders[k]) &&
+          (copy ? e.dtype == call_.dtype : in_this_process(e.peer))) {
         s.may_read[k] = 1;
       }
     }
@@ -478,17 +479,17 @@ class PhaseRunner {
       size_t run = n - p;
       for (size_t i = 0; i < t.srcs.size(); ++i) {
         const Endpoint& e = t.srcs[i];
-        const void* ptr;
-        if (s.reading[i]) {
-          ptr = reinterpret_cast<const char*>(s.from[i].address) + (a + p) * dtype_size(e.dtype);
+        if (s.reading[i]) {  // lent elements of the call's type, whatever the stream's
+          const char* lent = reinterpret_cast<const char*>(s.from[i].address);
+          s.operands[i] = Operand{lent + (a + p) * dtype_size(call_.dtype), call_.dtype};
         } else if (e.channel) {
-          ptr = s.in_frames[i]->payload() + p * dtype_size(e.dtype);
+          s.operands[i] = Operand{s.in_frames[i]->payload() + p * dtype_size(e.dtype), e.dtype,
+                                  e.running};
         } else {
           size_t r;
-          ptr = e.memory.at(a + p, &r);
+          s.operands[i] = Operand{e.memory.at(a + p, &r), e.dtype, e.running};
           run = std::min(run, r);
         }
-        s.operands[i] = Operand{ptr, e.dtype};
       }
       for (size_t i = 0; i < t.sinks.size(); ++i) {
         const Endpoint& e = t.sinks[i];

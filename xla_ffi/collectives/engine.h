@@ -33,7 +33,9 @@
 // process. The receiving task (marked too; the stream alone on its channel) takes
 // either form: a copy (one source, one local sink) copies the bytes out of the
 // sender's memory, a chunk per step; a fold takes such an operand, from a device
-// of its own process only, where it lies. No conversion goes so. The sender's
+// of its own process only, where it lies (the call's type, even where the stream
+// in frames would carry its accumulator type); a copy converts nothing so. The
+// fold may write its result to a stream as well as to local memory. The sender's
 // memory must stay as it is until the receiver is done (the algorithm sees to it
 // until the call's last phase: e.g. it is overwritten only with what the
 // receiver sends after its reads), so after its last phase the call runs one
@@ -71,6 +73,8 @@ struct Endpoint {
   Dtype dtype = Dtype::kF32;   // element type at this endpoint (T or its accumulator)
   int peer = -1;               // the rank at the other end of the stream
   uint32_t tag = 0;            // the stream's name within the collective
+  bool running = false;        // a task's first source: a fold's running value, to go on with
+                               // (common/reduce.h, Operand::running)
 
   static Endpoint local(const Region& region, Dtype dtype) {
     Endpoint e;

@@ -57,7 +57,7 @@ void run_host_collective(Call& call, CollectiveKind kind, const Buffers& buffers
   const size_t bytes = std::max(buffers.in_count, buffers.out_count) * esize;
   if (buffers.out != buffers.in) prefer_huge_pages(buffers.out, buffers.out_count * esize);
   GroupShape shape{member.size, member.direct != nullptr, member.hierarchical,
-                   !is_float(call.dtype)};
+                   member.process_run > 0, member.num_hosts == 1, !is_float(call.dtype)};
   call.algorithm = choose_algorithm(kind, static_cast<Algorithm>(algorithm), bytes, shape);
   log_choice(call, bytes);
   const Clock::time_point start = Clock::now();

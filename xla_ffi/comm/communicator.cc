@@ -21,6 +21,25 @@ bool spans_hosts_evenly(const Communicator::Member& m) {
                                         [&](int n) { return n == ranks_on[0]; });
 }
 
+// Processes x equal runs of consecutive ranks, more than one of each: the ranks per process,
+// else 0 (Member::process_run).
+int process_run(const World& world, const std::vector<int64_t>& devices) {
+  const int n = static_cast<int>(devices.size());
+  int run = 1;
+  while (run < n && world.device(devices[run]).process == world.device(devices[0]).process) ++run;
+  if (run < 2 || run == n || n % run != 0) return 0;
+  std::vector<int> seen;
+  for (int start = 0; start < n; start += run) {
+    const int p = world.device(devices[start]).process;
+    if (std::find(seen.begin(), seen.end(), p) != seen.end()) return 0;
+    seen.push_back(p);
+    for (int r = start; r < start + run; ++r) {
+      if (world.device(devices[r]).process != p) return 0;
+    }
+  }
+  return run;
+}
+
 }  // namespace
 
 Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size_t size,
@@ -86,6 +105,7 @@ Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size
       }
       m.num_hosts = static_cast<int>(host_names.size());
       m.hierarchical = spans_hosts_evenly(m);
+      m.process_run = process_run(world, m.devices);
       m.doorbell = world.doorbell(device);
       m.direct = direct;
       members_.emplace(device, std::move(m));

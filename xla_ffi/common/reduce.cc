@@ -61,10 +61,16 @@ template <ReduceOp kOp, typename T, typename A>
 inline void load_block(A* acc, const Operand& src, Dtype acc_dtype, size_t offset, size_t n) {
   if (src.dtype == acc_dtype) {
     std::memcpy(acc, static_cast<const A*>(src.data) + offset, n * sizeof(A));
-    if constexpr (kSeeds<kOp, A>) for (size_t i = 0; i < n; ++i) acc[i] = seed<kOp>(acc[i]);
+    if constexpr (kSeeds<kOp, A>) {
+      if (!src.running) for (size_t i = 0; i < n; ++i) acc[i] = seed<kOp>(acc[i]);
+    }
   } else {
     const T* s = static_cast<const T*>(src.data) + offset;
-    for (size_t i = 0; i < n; ++i) acc[i] = seed<kOp>(widen<A>(s[i]));
+    if (src.running) {
+      for (size_t i = 0; i < n; ++i) acc[i] = widen<A>(s[i]);
+    } else {
+      for (size_t i = 0; i < n; ++i) acc[i] = seed<kOp>(widen<A>(s[i]));
+    }
   }
 }
 
@@ -101,7 +107,11 @@ void combine_typed(Dtype elem, void* dst, Dtype dst_dtype, const Operand* srcs, 
       const T* a = static_cast<const T*>(srcs[0].data);
       const T* b = static_cast<const T*>(srcs[1].data);
       T* d = static_cast<T*>(dst);
-      for (size_t i = 0; i < n; ++i) d[i] = apply<kOp>(seed<kOp>(a[i]), b[i]);
+      if (srcs[0].running) {
+        for (size_t i = 0; i < n; ++i) d[i] = apply<kOp>(a[i], b[i]);
+      } else {
+        for (size_t i = 0; i < n; ++i) d[i] = apply<kOp>(seed<kOp>(a[i]), b[i]);
+      }
       return;
     }
   }
@@ -200,7 +210,7 @@ bool seeds(ReduceOp op, Dtype elem) { return is_float(elem) && op != ReduceOp::k
 void combine(ReduceOp op, Dtype elem, void* dst, Dtype dst_dtype, const Operand* srcs,
              int num_srcs, size_t n) {
   if (n == 0) return;
-  if (num_srcs == 1 && !seeds(op, elem)) {
+  if (num_srcs == 1 && (!seeds(op, elem) || srcs[0].running)) {
     return convert(elem, dst, dst_dtype, srcs[0].data, srcs[0].dtype, n);
   }
   if (half(elem)) return combine_half(op, elem, dst, dst_dtype, srcs, num_srcs, n);

@@ -1,7 +1,7 @@
 // Element-wise reductions and conversions over contiguous arrays.
 //
 // Contract: combine() computes dst[i] = op(...op(op(srcs[0][i], srcs[1][i]), srcs[2][i])...)
-// in exactly that order, in the accumulator type of `elem` (float32 for
+// in exactly that order (srcs[0] seeded, unless it is a fold's running value), in the accumulator type of `elem` (float32 for
 // float16/bfloat16; float16's rounded to float16 after every step), and stores the
 // result as dst_dtype: XLA:CPU's collectives' bits (common/reduce_apply.h). Every
 // operand's dtype is `elem` or accumulator_dtype(elem). dst may alias any operand
@@ -25,6 +25,10 @@ const char* reduce_op_name(ReduceOp op);
 struct Operand {
   const void* data;
   Dtype dtype;
+  // srcs[0] only: the running value of a fold begun elsewhere (in the accumulator type where it
+  // differs), which goes on as it is instead of entering as a first operand (a flushed -0
+  // stays -0; reduce_apply.h's seed()).
+  bool running = false;
 };
 
 void combine(ReduceOp op, Dtype elem, void* dst, Dtype dst_dtype, const Operand* srcs,
