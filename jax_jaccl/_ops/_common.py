@@ -170,7 +170,7 @@ def in_mesh_order(ctx, axes: tuple) -> tuple:
 
 def holds_runs_of_ranks(ctx, axes: tuple, groups=None) -> bool:
     """Whether every group of `axes` (cut by `groups`) is several processes each holding the
-    same number (> 1) of consecutive ranks: the layout all_reduce's chain algorithm takes
+    same number (> 1) of consecutive ranks: the layout all_reduce's cascade algorithm takes
     (xla_ffi/comm/communicator.h, Member::process_run)."""
     table, _ = group_table(ctx, axes, groups)
     process_of = {d.id: d.process_index for d in _lowering_mesh(ctx).devices.flat}

@@ -25,10 +25,10 @@ def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto", axis_i
     jax.lax's, and the rest of `axis_name` is reduced by jaccl.
 
     algorithm: 'auto' (in one process: direct; naive up to 32 KiB; for integer types,
-    hierarchical when the group spans hosts with several ranks on each; chain when the group is
+    hierarchical when the group spans hosts with several ranks on each; cascade when the group is
     processes of one host each holding the same number (> 1) of consecutive ranks, e.g. 2
     processes x 2 devices; mesh scatter-gather otherwise), 'naive', 'mesh', 'ring'
-    (bidirectional), 'ring_oneway', 'hierarchical' or 'chain'. The result is written over the
+    (bidirectional), 'ring_oneway', 'hierarchical' or 'cascade'. The result is written over the
     input buffer when XLA can donate it (input_output_aliases), so large reductions do not
     page-fault a new buffer.
 
@@ -111,9 +111,9 @@ def _lowering(ctx, x, *, axes, op, algorithm, groups):
         # sum is +0 there, a max of NaN -inf: xla_ffi/common/reduce_apply.h).
         _ordering.token_out(ctx, _ordering.token_in(ctx))
         return [x]
-    if algorithm == "chain" and not _common.holds_runs_of_ranks(ctx, axes, groups):
+    if algorithm == "cascade" and not _common.holds_runs_of_ranks(ctx, axes, groups):
         raise ValueError(
-            "jaccl.all_reduce: algorithm='chain' needs every group to be several processes each "
+            "jaccl.all_reduce: algorithm='cascade' needs every group to be several processes each "
             "holding the same number (> 1) of consecutive ranks (an axis over 2 processes x 2 "
             f"devices, say); the groups of {axes} are not: use algorithm='auto'")
     return _common.lower_collective(ctx, x, target="jaccl_all_reduce", axes=axes, groups=groups,

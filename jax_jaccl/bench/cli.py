@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="jobs per implementation, alternated; the table shows medians over them")
     c.add_argument("--algorithm", default="auto",
                    help="jaccl's algorithm: auto, naive, mesh, ring, ring_oneway, hierarchical, "
-                        "chain (naive and chain are all_reduce's alone)")
+                        "cascade (naive and cascade are all_reduce's alone)")
     c.add_argument("--plot", default=None, metavar="FILE.png",
                    help="also draw bus bandwidth against size for every op and peer")
     c.add_argument("--json", default=None, metavar="FILE", help="also write every record")

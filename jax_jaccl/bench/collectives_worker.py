@@ -23,6 +23,12 @@ ROW = 256            # float32 elements per ragged row (1 KiB)
 RAGGED_FILL = 0.25   # share of each slot's rows that exist
 
 
+def all_reduces_own(algorithm: str) -> str:
+    """The algorithm reduce_scatter and all_gather run when --algorithm names one of
+    all_reduce's alone (naive, cascade): their automatic choice."""
+    return "auto" if algorithm in ("naive", "cascade") else algorithm
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", required=True)
@@ -71,10 +77,10 @@ def main() -> None:
                 "all_reduce": lambda v: jaccl.all_reduce(v, "x", algorithm=args.algorithm),
                 "reduce_scatter": lambda v: jaccl.reduce_scatter(
                     v, "x", tiled=True,
-                    algorithm=args.algorithm if args.algorithm not in ("naive", "chain") else "auto"),
+                    algorithm=all_reduces_own(args.algorithm)),
                 "all_gather": lambda v: jaccl.all_gather(
                     v, "x", tiled=True,
-                    algorithm=args.algorithm if args.algorithm not in ("naive", "chain") else "auto"),
+                    algorithm=all_reduces_own(args.algorithm)),
             }
         return {
             "all_reduce": lambda v: jax.lax.psum(v, "x"),

@@ -143,13 +143,13 @@ def test_inside_scan():
     np.testing.assert_allclose(np.asarray(sums), want, rtol=1e-6)
 
 
-def test_the_chain_asked_for_where_processes_hold_no_runs_of_ranks_is_refused_at_trace_time():
-    """The chain all_reduce needs processes each holding a run of ranks (several of each): over
+def test_the_cascade_asked_for_where_processes_hold_no_runs_of_ranks_is_refused_at_trace_time():
+    """The cascade all_reduce needs processes each holding a run of ranks (several of each): over
     the devices of one process, asked for by name, a ValueError as the program is traced, naming
     what it needs (the engine, which checks too, would stop the process's communication)."""
     x = put(data(1 << 16).reshape(-1), mesh1d())
-    f = stacked(lambda v: jaccl.all_reduce(v, "x", algorithm="chain"), mesh1d())
-    with pytest.raises(ValueError, match="algorithm='chain' needs every group to be several "
+    f = stacked(lambda v: jaccl.all_reduce(v, "x", algorithm="cascade"), mesh1d())
+    with pytest.raises(ValueError, match="algorithm='cascade' needs every group to be several "
                                          "processes each holding the same number"):
         f(x)
     np.testing.assert_array_equal(  # the process goes on communicating

@@ -92,7 +92,7 @@ def test_codes_come_from_the_engine():
     assert _codes.REDUCE_OPS == {"sum": 0, "prod": 1, "max": 2, "min": 3} == codes["reduce_ops"]
     assert _codes.ALGORITHMS["auto"] == 0 and len(set(_codes.ALGORITHMS.values())) == 8
     assert _codes.ALL_REDUCE_ALGORITHMS == ("auto", "naive", "mesh", "ring", "ring_oneway",
-                                            "hierarchical", "chain")
+                                            "hierarchical", "cascade")
     assert _codes.REDUCE_SCATTER_ALGORITHMS == ("auto", "mesh", "ring", "ring_oneway",
                                                 "hierarchical")
     assert _codes.ALL_GATHER_ALGORITHMS == ("auto", "mesh", "ring", "ring_oneway")

@@ -7,8 +7,8 @@ suite.Lax.psum_scatter (psum, then the device's block, where XLA:CPU's own is un
 Contract: run_battery(compare, hierarchical) runs every check over all of the job's devices and
 hands each result to compare(name, got, want, digest) (digest: results that must also be
 bitwise equal on every device); `hierarchical` adds the algorithm of several hosts, and the
-chain all_reduce runs where the job's processes hold runs of ranks (in_process_runs). Call it after
-jax_jaccl.distributed.initialize(), in every process of the job.
+cascade all_reduce runs where the job's processes hold runs of ranks (in_process_runs). Call
+it after jax_jaccl.distributed.initialize(), in every process of the job.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ FLOAT_DTYPES = (np.float32, jnp.bfloat16, np.float16)  # the float edges' and ra
 
 def in_process_runs(m) -> bool:
     """Whether the group of the mesh's devices is several processes each holding the same number
-    (> 1) of consecutive ranks: the layout all_reduce's chain algorithm takes (automatically
+    (> 1) of consecutive ranks: the layout all_reduce's cascade algorithm takes (automatically
     above 32 KiB), else mesh or naive."""
     processes = [d.process_index for d in m.devices.flat]
     run = next((i for i, p in enumerate(processes) if p != processes[0]), len(processes))
@@ -102,13 +102,14 @@ def run_battery(compare, hierarchical: bool, dtypes=ALL_DTYPES) -> None:
     for size in (5, 300_007):
         rows = [exact_data((size * n,), np.int32, seed=d) for d in range(n)]
         x = global_array(rows, mesh)
-        algorithms = (["naive", "mesh", "ring", "ring_oneway"] + (["hierarchical"] if hierarchical else [])
-                      + (["chain"] if in_process_runs(mesh) else []))
+        algorithms = (["naive", "mesh", "ring", "ring_oneway"]
+                      + (["hierarchical"] if hierarchical else [])
+                      + (["cascade"] if in_process_runs(mesh) else []))
         for algorithm in algorithms:
             ours = per_device(lambda v: jaccl.all_reduce(v, "x", algorithm=algorithm), mesh)(x)
             theirs = per_device(lambda v: jax.lax.psum(v, "x"), mesh)(x)
             compare(f"all_reduce/{algorithm}/{size}", ours, theirs, digest=True)
-            if algorithm in ("naive", "chain"):  # all_reduce's alone
+            if algorithm in ("naive", "cascade"):  # all_reduce's alone
                 continue
             ours = per_device(lambda v: jaccl.reduce_scatter(v, "x", tiled=True, algorithm=algorithm), mesh)(x)
             theirs = per_device(lambda v: Lax.psum_scatter(v, "x", tiled=True), mesh)(x)
@@ -282,12 +283,12 @@ def run_flushed_sums(compare, n, mesh) -> None:
     """float32 sums whose running sum underflows on the way (XLA:CPU flushes it to -0) and
     then meets only -0s (or is met by +0s first): -0 on every rank, as jax.lax's, on the
     automatic choice and on each algorithm that folds in rank order, within one frame and
-    across many. A fold that passes its running sum on (the chain, between processes) must
+    across many. A fold that passes its running sum on (the cascade, between processes) must
     pass the -0 on: a fold that started again from +0 would make it +0."""
     pair = [np.float32(1.4e-38), np.float32(-1.5e-38)]
     cases = {"flushed, then -0s": pair + [np.float32(-0.0)] * (n - 2),
              "+0s, then flushed": [np.float32(0.0)] * (n - 2) + pair}
-    algorithms = ["auto", "naive", "mesh"] + (["chain"] if in_process_runs(mesh) else [])
+    algorithms = ["auto", "naive", "mesh"] + (["cascade"] if in_process_runs(mesh) else [])
     for case, values in cases.items():
         for length in (9 * n, 150_001 * n):
             x = global_array([np.full(length, v, np.float32) for v in values], mesh)

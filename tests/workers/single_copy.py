@@ -4,7 +4,7 @@ the two leading axes of a 3-D block) on blocks of a few hundred KiB to a few MiB
 against numpy's model of jax.lax's result; the float32
 operands carry -0, quiet NaNs with payloads and a signalling NaN. Odd sizes (rows of 4099 and
 9973 elements) put the strided blocks' runs off every page boundary. Then, where a process
-has several devices, calls of all_reduce (on the automatic choice, the chain where the
+has several devices, calls of all_reduce (on the automatic choice, the cascade where the
 processes hold runs of ranks, and on mesh) and reduce_scatter (blocks of 300 KiB or more),
 whose folds read the blocks of devices of their own process where they lie (and all_reduce's
 peers copy the reduced block out of its owner's output): float32 sums of the edge values
@@ -121,7 +121,7 @@ folds = [("float32 edges", edge_rows(np.float32, n, length), edge_sum, "sum"),
          ("float32 max", [r.astype(np.float32) for r in normal],
           lambda rows: np.maximum.reduce(rows), "max")]
 calls = {"all_reduce": 0, "reduce_scatter": 0}
-# all_reduce on the automatic choice (the chain, where the processes hold runs of ranks) and
+# all_reduce on the automatic choice (the cascade, where the processes hold runs of ranks) and
 # on mesh; reduce_scatter on its automatic choice (mesh).
 for name, rows, fold, op in folds if jax.local_device_count() > 1 else ():
     total = fold(rows)

@@ -18,7 +18,7 @@
 // overwrites its block r only with what rank r sends in phase 2, after r's
 // fold has read it.
 //
-// chain (P processes each holding D > 1 consecutive ranks): the buffer is cut
+// cascade (P processes each holding D > 1 consecutive ranks): the buffer is cut
 // into D parts, and part l travels through rank l of every process in turn.
 // Phase 1: rank l of process 0 folds part l of its process's D inputs in rank
 // order and streams the running value to rank l of process 1, which goes on
@@ -122,18 +122,18 @@ void mesh(Call& call, const Buffers& b) {
   run_phases(call, phases);
 }
 
-// The type of the chain's running values: bfloat16 sums keep their float32 accumulator to the
+// The type of the cascade's running values: bfloat16 sums keep their float32 accumulator to the
 // last step (common/reduce.h), so theirs travel in it (and so do the siblings' operands a fold
 // takes through frames: one task, one wire type); the other types' are values of the type
 // itself (float16 rounds after every step).
 Dtype running_dtype(Dtype elem) { return elem == Dtype::kBF16 ? accumulator_dtype(elem) : elem; }
 
-void chain(Call& call, const Buffers& b) {
+void cascade(Call& call, const Buffers& b) {
   const Communicator::Member& m = *call.member;
   const int run = m.process_run;
   if (run == 0) {
     throw_error(ErrorKind::kInvalidArgument,
-                "the chain algorithm needs a group of several processes each holding the same "
+                "the cascade algorithm needs a group of several processes each holding the same "
                 "number (> 1) of consecutive ranks");
   }
   const int procs = m.size / run, p = m.rank / run, l = m.rank % run;
@@ -242,7 +242,7 @@ void all_reduce(Call& call, const Buffers& b) {
     case Algorithm::kNaive: return naive(call, b);
     case Algorithm::kMesh: return mesh(call, b);
     case Algorithm::kHierarchical: return hierarchical_all_reduce(call, b);
-    case Algorithm::kChain: return chain(call, b);
+    case Algorithm::kCascade: return cascade(call, b);
     default: return ring(call, b);
   }
 }

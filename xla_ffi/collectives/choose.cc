@@ -1,13 +1,13 @@
 // Algorithm choice. An explicit `algorithm=` wins; otherwise the override the
 // host set from JACCL_ALGO ("ring", or per op "all_reduce=ring,reduce_scatter=mesh")
-// if it names an algorithm the op has (hierarchical and chain: where the group has
+// if it names an algorithm the op has (hierarchical and cascade: where the group has
 // their layout); otherwise groups inside one process go direct;
 // all_reduce of at most 32 KiB (latency bound) goes naive; groups that span
 // hosts with several ranks on each go hierarchical (all_reduce, reduce_scatter) where
 // the fold's order does not change its bits (integer types: hierarchical adds each host's
 // partial sum, not every rank's value in rank order, and float sums round differently);
 // all_reduce over processes of one host each holding the same number (> 1) of
-// consecutive ranks goes chain (half the copies between processes; between hosts it
+// consecutive ranks goes cascade (half the copies between processes; between hosts it
 // would send as much as mesh over two processes, more over three or more); the rest go
 // mesh scatter-gather. Both fold every element in rank order, so a float result has
 // the same bits whatever the process layout.
@@ -29,11 +29,11 @@ std::array<std::atomic<Algorithm>, 16> overrides{};
 
 Algorithm parse(const std::string& name) {
   for (Algorithm a : {Algorithm::kNaive, Algorithm::kMesh, Algorithm::kRing, Algorithm::kRingOneWay,
-                      Algorithm::kHierarchical, Algorithm::kChain}) {
+                      Algorithm::kHierarchical, Algorithm::kCascade}) {
     if (name == algorithm_name(a)) return a;
   }
   throw_error(ErrorKind::kInvalidArgument, "JACCL_ALGO names an unknown algorithm '", name,
-              "' (use naive, mesh, ring, ring_oneway, hierarchical or chain)");
+              "' (use naive, mesh, ring, ring_oneway, hierarchical or cascade)");
 }
 
 }  // namespace
@@ -85,7 +85,7 @@ Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t byte
   if (chosen == Algorithm::kAuto) {
     // An override whose algorithm needs a layout applies to the groups that have it.
     const Algorithm o = overrides[static_cast<size_t>(kind)].load();
-    if ((o != Algorithm::kChain || group.process_runs) &&
+    if ((o != Algorithm::kCascade || group.process_runs) &&
         (o != Algorithm::kHierarchical || group.hierarchical)) {
       chosen = o;
     }
@@ -98,7 +98,7 @@ Algorithm choose_algorithm(CollectiveKind kind, Algorithm requested, size_t byte
     } else if (group.hierarchical && group.any_order && reduces(kind)) {
       chosen = Algorithm::kHierarchical;
     } else if (kind == CollectiveKind::kAllReduce && group.process_runs && group.one_host) {
-      chosen = Algorithm::kChain;
+      chosen = Algorithm::kCascade;
     } else {
       chosen = Algorithm::kMesh;
     }

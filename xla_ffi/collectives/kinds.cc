@@ -38,7 +38,7 @@ std::vector<CollectiveKind> all_kinds() {
 std::vector<Algorithm> all_algorithms() {
   return {Algorithm::kAuto,       Algorithm::kNaive,  Algorithm::kMesh,
           Algorithm::kRing,       Algorithm::kRingOneWay, Algorithm::kDirect,
-          Algorithm::kHierarchical, Algorithm::kChain};
+          Algorithm::kHierarchical, Algorithm::kCascade};
 }
 
 // Which schedules each op has written (kDirect is chosen only for in-process groups).
@@ -65,7 +65,7 @@ const char* algorithm_name(Algorithm algorithm) {
     case Algorithm::kRingOneWay: return "ring_oneway";
     case Algorithm::kDirect: return "direct";
     case Algorithm::kHierarchical: return "hierarchical";
-    case Algorithm::kChain: return "chain";
+    case Algorithm::kCascade: return "cascade";
   }
   return "unknown";
 }

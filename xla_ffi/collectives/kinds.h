@@ -31,7 +31,7 @@ enum class Algorithm : uint8_t {
   kRingOneWay = 4,  // one-way ring
   kDirect = 5,      // in-process group: members read each other's buffers
   kHierarchical = 6,  // within hosts, then across hosts, then within hosts again
-  kChain = 7,         // through the processes in rank order, then back (all_reduce)
+  kCascade = 7,         // through the processes in rank order, then back (all_reduce)
 };
 
 const char* kind_name(CollectiveKind kind);

@@ -44,7 +44,7 @@ class Communicator {
     int num_hosts = 1;
     bool hierarchical = false;      // hosts x equal local ranks, more than one of each
     // Ranks per process when the group is processes x equal runs of consecutive ranks, more than
-    // one of each (the layout all_reduce's chain takes); 0 otherwise.
+    // one of each (the layout all_reduce's cascade takes); 0 otherwise.
     int process_run = 0;
     Doorbell* doorbell = nullptr;   // this device's
     uint32_t seq = 0;               // collectives run so far

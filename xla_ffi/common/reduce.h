@@ -1,9 +1,9 @@
 // Element-wise reductions and conversions over contiguous arrays.
 //
 // Contract: combine() computes dst[i] = op(...op(op(srcs[0][i], srcs[1][i]), srcs[2][i])...)
-// in exactly that order (srcs[0] seeded, unless it is a fold's running value), in the accumulator type of `elem` (float32 for
-// float16/bfloat16; float16's rounded to float16 after every step), and stores the
-// result as dst_dtype: XLA:CPU's collectives' bits (common/reduce_apply.h). Every
+// in exactly that order (srcs[0] seeded, unless it is a fold's running value), in the
+// accumulator type of `elem` (float32 for float16/bfloat16; float16's rounded to float16
+// after every step), and stores the result as dst_dtype: XLA:CPU's collectives' bits (common/reduce_apply.h). Every
 // operand's dtype is `elem` or accumulator_dtype(elem). dst may alias any operand
 // element for element (same position); other overlaps are not allowed. Integer sums
 // and products wrap around; a float sum of -0s is +0 (one operand alone too); max/min
