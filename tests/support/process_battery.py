@@ -13,6 +13,8 @@ it after jax_jaccl.distributed.initialize(), in every process of the job.
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -281,22 +283,26 @@ def run_edge_sums(compare, n, mesh) -> None:
 
 def run_flushed_sums(compare, n, mesh) -> None:
     """float32 sums whose running sum underflows on the way (XLA:CPU flushes it to -0) and
-    then meets only -0s (or is met by +0s first): -0 on every rank, as jax.lax's, on the
-    automatic choice and on each algorithm that folds in rank order, within one frame and
-    across many. A fold that passes its running sum on (the cascade, between processes) must
-    pass the -0 on: a fold that started again from +0 would make it +0."""
+    then meets only -0s (the first half of each row), or is met by +0s first (the second
+    half): -0 on every rank, as jax.lax's, on the automatic choice and on each algorithm that
+    folds in rank order, across many frames (one program). A fold that passes its running sum
+    on (the cascade, between processes) must pass the -0 on: a fold that started again from
+    +0 would make it +0. On GPUs (jaccl's CUDA handlers, emulated ones too), which keep
+    subnormals as XLA:GPU does, the subnormal sum."""
     pair = [np.float32(1.4e-38), np.float32(-1.5e-38)]
-    cases = {"flushed, then -0s": pair + [np.float32(-0.0)] * (n - 2),
-             "+0s, then flushed": [np.float32(0.0)] * (n - 2) + pair}
+    on_gpu = jax.devices()[0].platform == "gpu" or bool(os.environ.get("JACCL_TEST_EMULATED_CUDA"))
+    want = pair[0] + pair[1] if on_gpu else np.float32(-0.0)
+    flushed_first = pair + [np.float32(-0.0)] * (n - 2)
+    zeros_first = [np.float32(0.0)] * (n - 2) + pair
+    half = 150_001 * n
+    rows = [np.concatenate([np.full(half, flushed_first[d]), np.full(half, zeros_first[d])])
+            for d in range(n)]
     algorithms = ["auto", "naive", "mesh"] + (["cascade"] if in_process_runs(mesh) else [])
-    for case, values in cases.items():
-        for length in (9 * n, 150_001 * n):
-            x = global_array([np.full(length, v, np.float32) for v in values], mesh)
-            got = per_device(lambda v: {a: jaccl.all_reduce(v, "x", algorithm=a)
-                                        for a in algorithms}, mesh)(x)
-            for algorithm in algorithms:
-                compare(f"flushed/{case}/{length}/{algorithm}", got[algorithm],
-                        global_array([np.full((1, length), -0.0, np.float32)] * n, mesh))
+    got = per_device(lambda v: {a: jaccl.all_reduce(v, "x", algorithm=a) for a in algorithms},
+                     mesh)(global_array(rows, mesh))
+    for algorithm in algorithms:
+        compare(f"flushed/{algorithm}", got[algorithm],
+                global_array([np.full((1, 2 * half), want, np.float32)] * n, mesh))
 
 
 def rank_order_sum(rows, dtype):

@@ -25,14 +25,16 @@
 // with its own process's D inputs, and so on, chunk by chunk, so the
 // processes work at once; the last process's rank l writes the result. Each
 // rank reads its siblings' inputs where they lie (engine.h, "Single copy").
-// Phase 2: the last process's rank l sends part l to rank l of every other
-// process. Phase 2 (last process) or 3 (the others): each rank copies its
-// siblings' parts out of their outputs. The fold is mesh's, in rank order, so
-// the bits are mesh's (the running value keeps the fold's state: bfloat16's
-// float32 accumulator, a flushed -0); what crosses between processes is one
-// running value a part and one result a part and process: at 2 x 2, half of
-// mesh's frames. In place is safe: a rank overwrites a part it lent only in
-// its last phase, with what the sibling that read it offers after its fold.
+// Phase 2: part l goes back from the last process's rank l to rank l of the
+// one before, which stores it and passes it on, and so on down to process 0.
+// Phase 2 (last process) or 3 (the others): each rank copies its siblings'
+// parts out of their outputs. The fold is mesh's, in rank order, so the bits
+// are mesh's (the running value keeps the fold's state: bfloat16's float32
+// accumulator, a flushed -0). Between neighbouring processes a part crosses
+// once each way (at 2 x 2 half of mesh's frames), and each rank sends and
+// receives one part a phase. In place is safe: a rank overwrites a part it
+// lent only in its last phase, with what the sibling that read it offers
+// after its fold.
 //
 // ring (ring-only topologies): the buffer is split between two directions,
 // each running the ring reduce-scatter and then the ring all-gather of
@@ -175,25 +177,21 @@ void cascade(Call& call, const Buffers& b) {
                      : send_to(call, rank_of(p + 1, l), stream_tag(1, 1, l), running)};
   phases[0].push_back(std::move(fold));
 
-  // 2. The last process sends part l to rank l of every other process.  2 or 3. Within the
-  //    process, once its own part is here, each rank copies its siblings' parts out of their
-  //    outputs.
+  // 2. Part l back through the processes, from the last to the first: each rank l stores it
+  //    and passes it on, chunk by chunk, so every rank sends and receives it once.  2 or 3.
+  //    Within the process, once its own part is here, each rank copies its siblings' parts out
+  //    of their outputs.
   const Region mine = part(b.out, l);
+  Task back;
+  back.count = mine.count;
   if (last) {
-    for (int k = 0; k < procs - 1; ++k) {
-      Task send;
-      send.count = mine.count;
-      send.srcs = {Endpoint::local(mine, elem)};
-      send.sinks = {send_to(call, rank_of(k, l), stream_tag(2, 1, l), elem)};
-      phases[1].push_back(std::move(send));
-    }
+    back.srcs = {Endpoint::local(mine, elem)};
   } else {
-    Task store;
-    store.count = mine.count;
-    store.srcs = {receive_from(call, rank_of(procs - 1, l), stream_tag(2, 1, l), elem)};
-    store.sinks = {Endpoint::local(mine, elem)};
-    phases[1].push_back(std::move(store));
+    back.srcs = {receive_from(call, rank_of(p + 1, l), stream_tag(2, 1, l), elem)};
+    back.sinks = {Endpoint::local(mine, elem)};
   }
+  if (p > 0) back.sinks.push_back(send_to(call, rank_of(p - 1, l), stream_tag(2, 1, l), elem));
+  phases[1].push_back(std::move(back));
   Phase& within = phases.back();
   for (int j = 0; j < run; ++j) {
     if (j == l) continue;
