@@ -7,7 +7,7 @@ suite.Lax.psum_scatter (psum, then the device's block, where XLA:CPU's own is un
 Contract: run_battery(compare, hierarchical) runs every check over all of the job's devices and
 hands each result to compare(name, got, want, digest) (digest: results that must also be
 bitwise equal on every device); `hierarchical` adds the algorithm of several hosts, and the
-cascade all_reduce runs where the job's processes hold runs of ranks (in_process_runs). Call
+cascade all_reduce runs where the job's processes hold runs of ranks (processes_hold_runs). Call
 it after jax_jaccl.distributed.initialize(), in every process of the job.
 """
 
@@ -61,7 +61,7 @@ TRANSPORT_DTYPES = (np.float32, np.int8)
 FLOAT_DTYPES = (np.float32, jnp.bfloat16, np.float16)  # the float edges' and rank-order sums'
 
 
-def in_process_runs(m) -> bool:
+def processes_hold_runs(m) -> bool:
     """Whether the group of the mesh's devices is several processes each holding the same number
     (> 1) of consecutive ranks: the layout all_reduce's cascade algorithm takes (automatically
     above 32 KiB), else mesh or naive."""
@@ -106,7 +106,7 @@ def run_battery(compare, hierarchical: bool, dtypes=ALL_DTYPES) -> None:
         x = global_array(rows, mesh)
         algorithms = (["naive", "mesh", "ring", "ring_oneway"]
                       + (["hierarchical"] if hierarchical else [])
-                      + (["cascade"] if in_process_runs(mesh) else []))
+                      + (["cascade"] if processes_hold_runs(mesh) else []))
         for algorithm in algorithms:
             ours = per_device(lambda v: jaccl.all_reduce(v, "x", algorithm=algorithm), mesh)(x)
             theirs = per_device(lambda v: jax.lax.psum(v, "x"), mesh)(x)
@@ -288,7 +288,7 @@ def run_flushed_sums(compare, n, mesh) -> None:
     folds in rank order, across many frames (one program). A fold that passes its running sum
     on (the cascade, between processes) must pass the -0 on: a fold that started again from
     +0 would make it +0. On GPUs (jaccl's CUDA handlers, emulated ones too), which keep
-    subnormals as XLA:GPU does, the subnormal sum."""
+    subnormals (xla_ffi/common/reduce_apply.h), the subnormal sum."""
     pair = [np.float32(1.4e-38), np.float32(-1.5e-38)]
     on_gpu = jax.devices()[0].platform == "gpu" or bool(os.environ.get("JACCL_TEST_EMULATED_CUDA"))
     want = pair[0] + pair[1] if on_gpu else np.float32(-0.0)
@@ -297,7 +297,7 @@ def run_flushed_sums(compare, n, mesh) -> None:
     half = 150_001 * n
     rows = [np.concatenate([np.full(half, flushed_first[d]), np.full(half, zeros_first[d])])
             for d in range(n)]
-    algorithms = ["auto", "naive", "mesh"] + (["cascade"] if in_process_runs(mesh) else [])
+    algorithms = ["auto", "naive", "mesh"] + (["cascade"] if processes_hold_runs(mesh) else [])
     got = per_device(lambda v: {a: jaccl.all_reduce(v, "x", algorithm=a) for a in algorithms},
                      mesh)(global_array(rows, mesh))
     for algorithm in algorithms:
