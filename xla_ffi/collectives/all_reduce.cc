@@ -80,6 +80,26 @@ void naive(Call& call, const Buffers& b) {
   run_phases(call, phases);
 }
 
+// The tasks by which this rank gives peer q its finished block `mine` (index `me` in the
+// stream tags of phase `tag_phase`) and stores q's block `theirs` (index `them`): both lent by
+// address where the engine may (engine.h, "Single copy"; the blocks stay as they are until the
+// call ends).
+void add_swap(const Call& call, Phase& phase, int q, uint32_t tag_phase, int me,
+              const Region& mine, int them, const Region& theirs, Dtype elem) {
+  Task share;
+  share.count = mine.count;
+  share.srcs = {Endpoint::local(mine, elem)};
+  share.sinks = {send_to(call, q, stream_tag(tag_phase, 0, me), elem)};
+  share.single_copy = true;
+  phase.push_back(std::move(share));
+  Task store;
+  store.count = theirs.count;
+  store.srcs = {receive_from(call, q, stream_tag(tag_phase, 0, them), elem)};
+  store.sinks = {Endpoint::local(theirs, elem)};
+  store.single_copy = true;
+  phase.push_back(std::move(store));
+}
+
 void mesh(Call& call, const Buffers& b) {
   const int n = call.member->size, r = call.member->rank;
   const Dtype elem = call.dtype;
@@ -104,18 +124,7 @@ void mesh(Call& call, const Buffers& b) {
     scatter.push_back(std::move(send));
     reduce.srcs.push_back(receive_from(call, q, stream_tag(1, 0, r), elem));
 
-    Task share;
-    share.count = block(b.out, r).count;
-    share.srcs = {Endpoint::local(block(b.out, r), elem)};
-    share.sinks = {send_to(call, q, stream_tag(2, 0, r), elem)};
-    share.single_copy = true;
-    gather.push_back(std::move(share));
-    Task store;
-    store.count = block(b.out, q).count;
-    store.srcs = {receive_from(call, q, stream_tag(2, 0, q), elem)};
-    store.sinks = {Endpoint::local(block(b.out, q), elem)};
-    store.single_copy = true;
-    gather.push_back(std::move(store));
+    add_swap(call, gather, q, 2, r, block(b.out, r), q, block(b.out, q), elem);
   }
   reduce.sinks = {Endpoint::local(block(b.out, r), elem)};
   reduce.single_copy = true;
@@ -195,19 +204,7 @@ void cascade(Call& call, const Buffers& b) {
   Phase& within = phases.back();
   for (int j = 0; j < run; ++j) {
     if (j == l) continue;
-    const int q = rank_of(p, j);
-    Task share;
-    share.count = mine.count;
-    share.srcs = {Endpoint::local(mine, elem)};
-    share.sinks = {send_to(call, q, stream_tag(3, 0, l), elem)};
-    share.single_copy = true;
-    within.push_back(std::move(share));
-    Task store;
-    store.count = part(b.out, j).count;
-    store.srcs = {receive_from(call, q, stream_tag(3, 0, j), elem)};
-    store.sinks = {Endpoint::local(part(b.out, j), elem)};
-    store.single_copy = true;
-    within.push_back(std::move(store));
+    add_swap(call, within, rank_of(p, j), 3, l, mine, j, part(b.out, j), elem);
   }
   run_phases(call, phases);
 }
