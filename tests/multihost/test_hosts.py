@@ -58,7 +58,11 @@ def test_a_lost_process_0_comes_back_across_hosts(make_hosts, tmp_path):
     spec["hosts"][0]["processes"] = 2  # processes 0 and 1 on the first host, 2 on the second
     hostfile = tmp_path / "hosts.json"
     hostfile.write_text(json.dumps(spec))
-    args = ["--steps", "16", "--pace", "0.25", "--kill-at", "3", "--who", "0", "--rejoin"]
+    # 32 steps, as test_recovery's processes that come back after the others went on: with 16
+    # the survivors could finish (3.25 s after the loss) before process 0, started again 2 s
+    # later, had imported JAX and linked its hosts, on a loaded machine (it then had nothing
+    # to rejoin)
+    args = ["--steps", "32", "--pace", "0.25", "--kill-at", "3", "--who", "0", "--rejoin"]
     job = run_job("elastic.py", 3, args=args, hostfile=str(hostfile), timeout=120,
                   keep_going=True, restarts=1,
                   env={"JACCL_HEARTBEAT_TIMEOUT": "60", "JACCL_DEBUG": "info",
