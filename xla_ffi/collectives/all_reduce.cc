@@ -86,18 +86,8 @@ void naive(Call& call, const Buffers& b) {
 // call ends).
 void add_swap(const Call& call, Phase& phase, int q, uint32_t tag_phase, int me,
               const Region& mine, int them, const Region& theirs, Dtype elem) {
-  Task share;
-  share.count = mine.count;
-  share.srcs = {Endpoint::local(mine, elem)};
-  share.sinks = {send_to(call, q, stream_tag(tag_phase, 0, me), elem)};
-  share.single_copy = true;
-  phase.push_back(std::move(share));
-  Task store;
-  store.count = theirs.count;
-  store.srcs = {receive_from(call, q, stream_tag(tag_phase, 0, them), elem)};
-  store.sinks = {Endpoint::local(theirs, elem)};
-  store.single_copy = true;
-  phase.push_back(std::move(store));
+  phase.push_back(send_task(call, mine, elem, q, stream_tag(tag_phase, 0, me), true));
+  phase.push_back(store_task(call, q, stream_tag(tag_phase, 0, them), theirs, elem, true));
 }
 
 void mesh(Call& call, const Buffers& b) {
@@ -116,12 +106,7 @@ void mesh(Call& call, const Buffers& b) {
       reduce.srcs.push_back(Endpoint::local(block(b.in, r), elem));
       continue;
     }
-    Task send;
-    send.count = block(b.in, q).count;
-    send.srcs = {Endpoint::local(block(b.in, q), elem)};
-    send.sinks = {send_to(call, q, stream_tag(1, 0, q), elem)};
-    send.single_copy = true;
-    scatter.push_back(std::move(send));
+    scatter.push_back(send_task(call, block(b.in, q), elem, q, stream_tag(1, 0, q), true));
     reduce.srcs.push_back(receive_from(call, q, stream_tag(1, 0, r), elem));
 
     add_swap(call, gather, q, 2, r, block(b.out, r), q, block(b.out, q), elem);

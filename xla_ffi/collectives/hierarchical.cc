@@ -41,22 +41,6 @@ Region scratch_region(Communicator::Member& m, Dtype acc, size_t count) {
   return Region::contiguous(m.scratch.data(), dtype_size(acc), count);
 }
 
-Task send(const Call& call, const Region& from, Dtype dtype, int peer, uint32_t tag) {
-  Task t;
-  t.count = from.count;
-  t.srcs = {Endpoint::local(from, dtype)};
-  t.sinks = {send_to(call, peer, tag, dtype)};
-  return t;
-}
-
-Task store(const Call& call, int peer, uint32_t tag, const Region& to, Dtype dtype) {
-  Task t;
-  t.count = to.count;
-  t.srcs = {receive_from(call, peer, tag, dtype)};
-  t.sinks = {Endpoint::local(to, dtype)};
-  return t;
-}
-
 void require(const Topology& t) {
   if (t.hosts < 2 || t.locals < 2 || !t.uniform()) {
     throw_error(ErrorKind::kInvalidArgument,
@@ -92,7 +76,7 @@ void hierarchical_all_reduce(Call& call, const Buffers& b) {
       reduce.srcs.push_back(Endpoint::local(block(b.in, l), elem));
       continue;
     }
-    phases[0].push_back(send(call, block(b.in, j), elem, q, stream_tag(1, 0, j)));
+    phases[0].push_back(send_task(call, block(b.in, j), elem, q, stream_tag(1, 0, j)));
     reduce.srcs.push_back(receive_from(call, q, stream_tag(1, 0, l), elem));
   }
   reduce.sinks = {Endpoint::local(scratch, acc)};
@@ -110,7 +94,7 @@ void hierarchical_all_reduce(Call& call, const Buffers& b) {
       total.srcs.push_back(Endpoint::local(scratch.slice(begin, count), acc));
       continue;
     }
-    phases[1].push_back(send(call, scratch.slice(begin, count), acc, q, stream_tag(2, 0, k)));
+    phases[1].push_back(send_task(call, scratch.slice(begin, count), acc, q, stream_tag(2, 0, k)));
     total.srcs.push_back(receive_from(call, q, stream_tag(2, 0, h), acc));
   }
   total.sinks = {Endpoint::local(mine, elem)};
@@ -121,15 +105,15 @@ void hierarchical_all_reduce(Call& call, const Buffers& b) {
     const int q = t.ranks[k][l];
     if (q == me) continue;
     const auto [begin, count] = sub(k);
-    phases[2].push_back(send(call, mine, elem, q, stream_tag(3, 0, h)));
-    phases[2].push_back(store(call, q, stream_tag(3, 0, k),
+    phases[2].push_back(send_task(call, mine, elem, q, stream_tag(3, 0, h)));
+    phases[2].push_back(store_task(call, q, stream_tag(3, 0, k),
                               Region::contiguous(b.out, esize, count, block_begin + begin), elem));
   }
   for (int j = 0; j < t.locals; ++j) {
     const int q = t.ranks[h][j];
     if (q == me) continue;
-    phases[3].push_back(send(call, block(b.out, l), elem, q, stream_tag(4, 0, l)));
-    phases[3].push_back(store(call, q, stream_tag(4, 0, j), block(b.out, j), elem));
+    phases[3].push_back(send_task(call, block(b.out, l), elem, q, stream_tag(4, 0, l)));
+    phases[3].push_back(store_task(call, q, stream_tag(4, 0, j), block(b.out, j), elem));
   }
   run_phases(call, phases);
 }
@@ -151,7 +135,7 @@ void hierarchical_reduce_scatter(Call& call, const Buffers& b) {
     const int q = t.ranks[h][j];
     if (q == me) continue;
     for (int k = 0; k < t.hosts; ++k) {
-      phases[0].push_back(send(call, block(t.ranks[k][j]), elem, q, stream_tag(1, 0, k)));
+      phases[0].push_back(send_task(call, block(t.ranks[k][j]), elem, q, stream_tag(1, 0, k)));
     }
   }
   for (int k = 0; k < t.hosts; ++k) {
@@ -175,7 +159,7 @@ void hierarchical_reduce_scatter(Call& call, const Buffers& b) {
       total.srcs.push_back(Endpoint::local(partial(h), acc));
       continue;
     }
-    phases[1].push_back(send(call, partial(k), acc, q, stream_tag(2, 0, k)));
+    phases[1].push_back(send_task(call, partial(k), acc, q, stream_tag(2, 0, k)));
     total.srcs.push_back(receive_from(call, q, stream_tag(2, 0, h), acc));
   }
   total.sinks = {Endpoint::local(Region::contiguous(b.out, esize, count), elem)};
