@@ -5,6 +5,8 @@ Contract:
 - normalize_axes/check_axes/check_dtype raise ValueError or TypeError saying what to change.
 - group_table(ctx, axes) returns the global device ids of every group, in rank order, computed
   from the concrete mesh the op is lowered for (rank = jax.lax.axis_index over `axes`).
+- refuse_unfit_algorithm() raises ValueError where an algorithm asked for by name needs a
+  layout of processes or hosts the groups lack (cascade, hierarchical).
 - lower_collective() makes sure the engine is initialised, then emits a custom call with
   has_side_effect=True (XLA must neither drop nor merge collectives) that takes and returns
   the ordering token of _ordering (every device must run its collectives in the same order).
@@ -12,6 +14,7 @@ Contract:
 
 from __future__ import annotations
 
+import collections
 import math
 
 import jax
@@ -168,20 +171,54 @@ def in_mesh_order(ctx, axes: tuple) -> tuple:
     return tuple(sorted(axes, key=names.index))
 
 
+def group_processes(ctx, axes: tuple, groups=None) -> list:
+    """The JAX process index of every member of each group of `axes` (cut by `groups`), in
+    rank order."""
+    table, _ = group_table(ctx, axes, groups)
+    process_of = {d.id: d.process_index for d in _lowering_mesh(ctx).devices.flat}
+    return [[process_of[int(d)] for d in row if d >= 0] for row in table]
+
+
 def holds_runs_of_ranks(ctx, axes: tuple, groups=None) -> bool:
     """Whether every group of `axes` (cut by `groups`) is several processes each holding the
     same number (> 1) of consecutive ranks: the layout all_reduce's cascade algorithm takes
     (xla_ffi/comm/communicator.h, Member::process_run)."""
-    table, _ = group_table(ctx, axes, groups)
-    process_of = {d.id: d.process_index for d in _lowering_mesh(ctx).devices.flat}
-    for row in table:
-        processes = [process_of[int(d)] for d in row if d >= 0]
+    for processes in group_processes(ctx, axes, groups):
         run = next((i for i, p in enumerate(processes) if p != processes[0]), len(processes))
         runs = [processes[i:i + run] for i in range(0, len(processes), run)]
         if not (1 < run < len(processes) and all(r == [r[0]] * run for r in runs)
                 and len({r[0] for r in runs}) == len(runs)):
             return False
     return True
+
+
+def spans_hosts_evenly(ctx, axes: tuple, groups=None) -> bool:
+    """Whether every group of `axes` (cut by `groups`) spans several hosts with the same number
+    (> 1) of ranks on each: the layout the hierarchical algorithms take (Member::hierarchical,
+    xla_ffi/comm/communicator.h)."""
+    world = _bootstrap.init(_lowering_mesh(ctx).devices.flat)
+    host_of = dict(zip(world.members, world.hosts))
+    for processes in group_processes(ctx, axes, groups):
+        on_host = collections.Counter(host_of[p] for p in processes).values()
+        if len(on_host) < 2 or len(set(on_host)) != 1 or min(on_host) < 2:
+            return False
+    return True
+
+
+def refuse_unfit_algorithm(op: str, algorithm: str, ctx, axes: tuple, groups=None) -> None:
+    """A ValueError at trace time where `algorithm` needs a layout the groups of `axes` lack
+    (the engine checks too, but a collective failing at run time stops the process's
+    communication)."""
+    if algorithm == "cascade" and not holds_runs_of_ranks(ctx, axes, groups):
+        raise ValueError(
+            f"jaccl.{op}: algorithm='cascade' needs every group to be several processes each "
+            "holding the same number (> 1) of consecutive ranks (an axis over 2 processes x 2 "
+            f"devices, say); the groups of {axes} are not: use algorithm='auto'")
+    if algorithm == "hierarchical" and not spans_hosts_evenly(ctx, axes, groups):
+        raise ValueError(
+            f"jaccl.{op}: algorithm='hierarchical' needs every group to span several hosts with "
+            "the same number (> 1) of ranks on each (an axis over 2 hosts x 2 processes, say); "
+            f"the groups of {axes} do not: use algorithm='auto'")
 
 
 def group_table(ctx, axes: tuple, groups=None) -> tuple[np.ndarray, int]:

@@ -28,8 +28,9 @@ def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto", axis_i
     hierarchical when the group spans hosts with several ranks on each; cascade when the group is
     processes of one host each holding the same number (> 1) of consecutive ranks, e.g. 2
     processes x 2 devices; mesh scatter-gather otherwise), 'naive', 'mesh', 'ring'
-    (bidirectional), 'ring_oneway', 'hierarchical' or 'cascade'. The result is written over the
-    input buffer when XLA can donate it (input_output_aliases), so large reductions do not
+    (bidirectional), 'ring_oneway', 'hierarchical' or 'cascade' (these two asked for where the
+    groups lack their layout: a ValueError as the program is traced). The result is written over
+    the input buffer when XLA can donate it (input_output_aliases), so large reductions do not
     page-fault a new buffer.
 
     axis_index_groups: as jax.lax's, groups of indices along `axis_name` that reduce among
@@ -111,11 +112,7 @@ def _lowering(ctx, x, *, axes, op, algorithm, groups):
         # sum is +0 there, a max of NaN -inf: xla_ffi/common/reduce_apply.h).
         _ordering.token_out(ctx, _ordering.token_in(ctx))
         return [x]
-    if algorithm == "cascade" and not _common.holds_runs_of_ranks(ctx, axes, groups):
-        raise ValueError(
-            "jaccl.all_reduce: algorithm='cascade' needs every group to be several processes each "
-            "holding the same number (> 1) of consecutive ranks (an axis over 2 processes x 2 "
-            f"devices, say); the groups of {axes} are not: use algorithm='auto'")
+    _common.refuse_unfit_algorithm("all_reduce", algorithm, ctx, axes, groups)
     return _common.lower_collective(ctx, x, target="jaccl_all_reduce", axes=axes, groups=groups,
                                     aliases={0: 0}, op=REDUCE_OPS[op],
                                     algorithm=ALGORITHMS[algorithm])

@@ -24,8 +24,9 @@ def reduce_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fa
 
     algorithm: 'auto' (mesh: every member sends each block straight to its owner; hierarchical
     when the group spans hosts with several ranks on each), 'mesh', 'ring' (bidirectional),
-    'ring_oneway' or 'hierarchical'. axis_index_groups: as jax.lax's (each group reduces
-    and scatters among itself).
+    'ring_oneway' or 'hierarchical' (asked for where the groups lack its layout: a ValueError as
+    the program is traced). axis_index_groups: as jax.lax's (each group reduces and scatters
+    among itself).
     """
     axes = _common.normalize_axes(axis_name)
     _common.check_choice(op, REDUCE_OPS, "op", "reduce_scatter")
@@ -82,6 +83,7 @@ def _abstract_eval(x, *, axes, scatter_dimension, tiled, op, algorithm, axis_siz
 
 def _lowering(ctx, x, *, axes, scatter_dimension, tiled, op, algorithm, axis_size, groups):
     (aval,) = ctx.avals_in
+    _common.refuse_unfit_algorithm("reduce_scatter", algorithm, ctx, axes, groups)
     return _common.lower_collective(
         ctx, x, target="jaccl_reduce_scatter", axes=axes, groups=groups, op=REDUCE_OPS[op],
         algorithm=ALGORITHMS[algorithm], outer=math.prod(aval.shape[:scatter_dimension]))

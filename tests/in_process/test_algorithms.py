@@ -143,14 +143,20 @@ def test_inside_scan():
     np.testing.assert_allclose(np.asarray(sums), want, rtol=1e-6)
 
 
-def test_the_cascade_asked_for_where_processes_hold_no_runs_of_ranks_is_refused_at_trace_time():
-    """The cascade all_reduce needs processes each holding a run of ranks (several of each): over
-    the devices of one process, asked for by name, a ValueError as the program is traced, naming
-    what it needs (the engine, which checks too, would stop the process's communication)."""
+@pytest.mark.parametrize("op, algorithm, needs", [
+    ("all_reduce", "cascade", "needs every group to be several processes each holding the same number"),
+    ("all_reduce", "hierarchical", "needs every group to span several hosts with the same number"),
+    ("reduce_scatter", "hierarchical", "needs every group to span several hosts with the same number"),
+])
+def test_an_algorithm_asked_for_where_its_layout_is_not_is_refused_at_trace_time(op, algorithm, needs):
+    """The cascade needs processes each holding a run of ranks (several of each), hierarchical
+    several hosts with as many ranks (> 1) on each: over the devices of one process, asked for
+    by name, a ValueError as the program is traced, naming what it needs (the engine, which
+    checks too, would stop the process's communication)."""
     x = put(data(1 << 16).reshape(-1), mesh1d())
-    f = stacked(lambda v: jaccl.all_reduce(v, "x", algorithm="cascade"), mesh1d())
-    with pytest.raises(ValueError, match="algorithm='cascade' needs every group to be several "
-                                         "processes each holding the same number"):
+    tiled = {"tiled": True} if op == "reduce_scatter" else {}
+    f = stacked(lambda v: getattr(jaccl, op)(v, "x", algorithm=algorithm, **tiled), mesh1d())
+    with pytest.raises(ValueError, match=f"jaccl.{op}: algorithm='{algorithm}' {needs}"):
         f(x)
     np.testing.assert_array_equal(  # the process goes on communicating
         np.asarray(stacked(lambda v: jaccl.all_reduce(v, "x"), mesh1d())(x))[0],
