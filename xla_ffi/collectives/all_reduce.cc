@@ -64,11 +64,7 @@ void naive(Call& call, const Buffers& b) {
       reduce.srcs.push_back(Endpoint::local(in, elem));
       continue;
     }
-    Task send;
-    send.count = b.in_count;
-    send.srcs = {Endpoint::local(in, elem)};
-    send.sinks = {send_to(call, q, stream_tag(1, 0, 0), elem)};
-    phase.push_back(std::move(send));
+    phase.push_back(send_task(call, in, elem, q, stream_tag(1, 0, 0)));
     reduce.srcs.push_back(receive_from(call, q, stream_tag(1, 0, 0), elem));
   }
   reduce.sinks = {Endpoint::local(out, elem)};

@@ -107,7 +107,8 @@ void hierarchical_all_reduce(Call& call, const Buffers& b) {
     const auto [begin, count] = sub(k);
     phases[2].push_back(send_task(call, mine, elem, q, stream_tag(3, 0, h)));
     phases[2].push_back(store_task(call, q, stream_tag(3, 0, k),
-                              Region::contiguous(b.out, esize, count, block_begin + begin), elem));
+                                   Region::contiguous(b.out, esize, count, block_begin + begin),
+                                   elem));
   }
   for (int j = 0; j < t.locals; ++j) {
     const int q = t.ranks[h][j];

@@ -32,12 +32,7 @@ void mesh(Call& call, const Buffers& b) {
       reduce.srcs.push_back(Endpoint::local(block(r), elem));
       continue;
     }
-    Task send;
-    send.count = b.out_count;
-    send.srcs = {Endpoint::local(block(q), elem)};
-    send.sinks = {send_to(call, q, stream_tag(1, 0, q), elem)};
-    send.single_copy = true;
-    phase.push_back(std::move(send));
+    phase.push_back(send_task(call, block(q), elem, q, stream_tag(1, 0, q), true));
     reduce.srcs.push_back(receive_from(call, q, stream_tag(1, 0, r), elem));
   }
   reduce.sinks = {Endpoint::local(Region::contiguous(b.out, esize, b.out_count), elem)};
