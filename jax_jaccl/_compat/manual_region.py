@@ -15,8 +15,10 @@ coordinates on every mesh axis (the automatic ones included), so each replica al
 automatic axis reduces with the members of its own group, and all compute the same result.
 This is what a nested jax.shard_map over the remaining axes with in_specs=P() and
 out_specs=P() would lower to; emitted here at lowering time because only the lowering knows
-the concrete mesh. Under Shardy it is an sdy.manual_computation; under GSPMD the
-SPMDFullToShardShape / SPMDShardToFullShape pair that jax's own shard_map uses.
+the concrete mesh. It is what jax's own shard_map lowering emits: an sdy.manual_computation under
+Shardy, and under GSPMD the SPMDFullToShardShape / SPMDShardToFullShape pair on a jax that has
+pxla.manual_proto (jax <= 0.12.0); from jax 0.12.1 jax emits the sdy.manual_computation under
+either partitioner (XLA converts it for GSPMD), and so does this module.
 
 Part of _compat: this module reads jax internals (jax._src).
 """
@@ -37,9 +39,15 @@ def in_fully_manual_region(ctx, operands, avals_in, avals_out, emit):
     mesh = axis_context.mesh
     manual = frozenset(axis_context.manual_axes)
     remaining = [a for a in mesh.axis_names if a not in manual]
-    if mlir.config.use_shardy_partitioner.value:
+    if mlir.config.use_shardy_partitioner.value or not gspmd_regions_by_hand():
         return _shardy_region(ctx, mesh, remaining, operands, avals_in, avals_out, emit)
     return _gspmd_region(ctx, mesh, manual, operands, avals_in, avals_out, emit)
+
+
+def gspmd_regions_by_hand() -> bool:
+    """Whether this jax's shard_map lowers under GSPMD to sharding custom calls it builds with
+    pxla.manual_proto (jax <= 0.12.0), rather than to an sdy.manual_computation (0.12.1)."""
+    return hasattr(pxla, "manual_proto")
 
 
 def _ndim(aval) -> int:
