@@ -8,11 +8,16 @@
 #        jobs and builds one at a time (test-fast: the fast loop alone, what runs in the pytest
 #        process, no jobs, no builds)
 # test-oldest: the oldest jax supported (jax 0.10.2 on Python 3.11, in .venv-oldest): the fast
-#        loop and a representative set of jobs (OLDEST_JOBS)
+#        loop and one job of each kind (EACH_KIND_OF_JOB)
+# test-newest: a canary, not part of .ci/run: the newest jax pip has, past pyproject's bound (in
+#        .venv-newest), the fast loop and one job of each kind; it prints which jax it ran
+#        (docs/tests.md: how to widen the bound once it passes)
 # bench: jaccl-bench collectives, 2 processes x 1 device, against jax's own collectives
 VENV ?= .venv
 OLDEST_VENV ?= .venv-oldest
-NEWEST_JAX := 'jax>=0.10.2,<0.13'
+NEWEST_VENV ?= .venv-newest
+# pyproject's requirement (the newest jax CI passed is its bound)
+NEWEST_JAX := '$(shell sed -n 's/^dependencies = \["\(jax[^"]*\)".*/\1/p' pyproject.toml)'
 OLDEST_JAX := jax==0.10.2 jaxlib==0.10.2
 PYTHON ?= $(shell for p in python3.12 python3.13 $$(pyenv root 2>/dev/null)/versions/3.12*/bin/python3 \
 	$$(pyenv root 2>/dev/null)/versions/3.13*/bin/python3; do \
@@ -21,16 +26,18 @@ OLDEST_PYTHON ?= $(shell for p in python3.11 $$(pyenv root 2>/dev/null)/versions
 	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 11)' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
 PY := $(VENV)/bin/python
 OLDEST_PY := $(OLDEST_VENV)/bin/python
-# What the oldest jax runs besides the fast loop: one of every kind of job (fresh processes,
-# each kind of fault on one host (how a failure reaches JAX depends on its version; the
+NEWEST_PY := $(NEWEST_VENV)/bin/python
+# What the oldest and the newest jax run besides the fast loop: one of every kind of job (fresh
+# processes, each kind of fault on one host (how a failure reaches JAX depends on its version; the
 # transports, which do not, ran on the newest), going on without a lost process and a process
 # rejoining (JAX's incarnations, its live_devices), a lost process 0 (JAX's coordination
 # service in jaccl-run, through jaxlib's own entry point), XLA's
 # collectives through the MPI shim, the launcher and demo, the transport choice and jaccl-info
 # with Debian's pyverbs (built for the system Python only), the batteries on one host and
-# between emulated hosts, MoE, every order of axes, random programs across processes)
+# between emulated hosts, MoE, every order of axes, random programs across processes, gloo and
+# jaccl on a warm compilation cache, a crash after a jaccl op)
 FAULTS := tests/processes/test_faults.py
-OLDEST_JOBS := tests/processes/test_fresh_processes.py \
+EACH_KIND_OF_JOB := tests/processes/test_fresh_processes.py \
 	"$(FAULTS)::test_ranks_that_disagree_all_get_an_error_naming_both[shape-1host]" \
 	"$(FAULTS)::test_ranks_that_disagree_all_get_an_error_naming_both[sites-1host]" \
 	"$(FAULTS)::test_killed_peer_every_survivor_raises_naming_it[1host]" \
@@ -45,6 +52,7 @@ OLDEST_JOBS := tests/processes/test_fresh_processes.py \
 	tests/processes/test_xla_collectives.py tests/processes/test_launcher.py \
 	tests/processes/test_jax_harness.py \
 	tests/processes/test_transport_choice.py \
+	tests/processes/test_warm_cache.py tests/processes/test_crash_signals.py \
 	tests/plugin/test_axis_orders_as_jobs.py \
 	"tests/plugin/test_battery_as_jobs.py::test_collectives_match_lax[2x2]" \
 	"tests/plugin/test_battery_as_jobs.py::test_collectives_match_lax[4x1-2hosts-lo-tcp]" \
@@ -52,11 +60,14 @@ OLDEST_JOBS := tests/processes/test_fresh_processes.py \
 	"tests/processes/test_random_programs_as_jobs.py::test_random_programs_match_lax_across_processes[2x2]"
 SOURCES := pyproject.toml CMakeLists.txt $(shell find xla_ffi -name '*.cc' -o -name '*.c' -o -name '*.txt' -o -name '*.py' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name CMakeLists.txt)
 
-.PHONY: setup setup-oldest demo test test-fast test-oldest bench bench-setup libfabric clean
+.PHONY: setup setup-oldest setup-newest demo test test-fast test-oldest test-newest bench bench-setup \
+	libfabric clean
 
 setup: $(VENV)/.installed
 
 setup-oldest: $(OLDEST_VENV)/.installed
+
+setup-newest: $(NEWEST_VENV)/.installed
 
 # libfabric for the OFI transport (RDMA NICs), from apt where we may; optional otherwise
 libfabric:
@@ -83,6 +94,12 @@ $(OLDEST_VENV)/.installed: $(SOURCES)
 	$(MAKE) -s libfabric
 	$(call venv,$(OLDEST_VENV),$(OLDEST_PYTHON),$(OLDEST_JAX),Python 3.11)
 
+# the project as in setup, then the newest jax and jaxlib over it (pip warns of the bound)
+$(NEWEST_VENV)/.installed: $(SOURCES)
+	$(MAKE) -s libfabric
+	$(call venv,$(NEWEST_VENV),$(PYTHON),$(NEWEST_JAX),Python >= 3.12)
+	$(NEWEST_PY) -m pip install -q --upgrade jax jaxlib
+
 demo: setup
 	$(PY) examples/demo.py
 
@@ -96,7 +113,12 @@ test-fast: setup
 
 test-oldest: setup-oldest
 	$(OLDEST_PY) -m pytest -q -n 2 tests/in_process --durations=10
-	$(OLDEST_PY) -m pytest -q $(OLDEST_JOBS) --durations=15
+	$(OLDEST_PY) -m pytest -q $(EACH_KIND_OF_JOB) --durations=15
+
+test-newest: setup-newest
+	@$(NEWEST_PY) -c 'import jax, jaxlib; print(f"test-newest: jax {jax.__version__}, jaxlib {jaxlib.__version__}; pyproject allows $(NEWEST_JAX)")'
+	$(NEWEST_PY) -m pytest -q -n 2 tests/in_process --durations=10
+	$(NEWEST_PY) -m pytest -q $(EACH_KIND_OF_JOB) --durations=15
 
 bench: setup
 	$(VENV)/bin/jaccl-bench collectives --nprocs 2 --runs 3 --vs lax --plot collectives.png
@@ -109,4 +131,4 @@ bench-setup: setup
 	CUDA_PATH=$$(mktemp -d) $(PY) -m pip install -q mpi4jax
 
 clean:
-	rm -rf build $(VENV) $(OLDEST_VENV)
+	rm -rf build $(VENV) $(OLDEST_VENV) $(NEWEST_VENV)

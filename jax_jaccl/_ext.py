@@ -11,7 +11,17 @@ import re
 
 import jax
 
-from . import _jaccl
+# libfabric, which the engine links for its OFI transport, loads its PSM providers' libraries
+# (libpsm_infinipath, libpsm2), and those catch SIGSEGV and SIGABRT in every process that loads
+# them: they print a backtrace, leave a <program>.80s-<pid>,vm.btr file in the working folder and
+# call exit(1), so a crash anywhere in the process (XLA, the user's code) ends with status 1, not
+# by its signal, and two threads crashing at once deadlock in exit(). Their own switches keep the
+# plain signal; set before the libraries load, unless the user set them.
+CRASH_HANDLER_SWITCHES = {"IPATH_NO_BACKTRACE": "1", "HFI_NO_BACKTRACE": "1"}
+for _name, _value in CRASH_HANDLER_SWITCHES.items():
+    os.environ.setdefault(_name, _value)
+
+from . import _jaccl  # noqa: E402
 
 engine = _jaccl
 

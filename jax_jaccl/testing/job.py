@@ -5,8 +5,8 @@ Contract: JobItem keeps the marked test's node id (so -x, -k, --lf, junitxml and
 test) and runs no fixture in the pytest process. runtest() waits for process slots (slots.py:
 at most `jax_processes_max` rank processes on the machine at once), then starts the ranks, each
 a `python -m pytest <the one test>` with JACCL_* set as jaccl-run sets them, the session's
-compilation cache (compile_cache.py) and the marker's env (rank.py runs there), its stdout and
-stderr in <job>/rank<k>.log; waits for all of them, or for the first failure plus a grace, or
+compilation cache (compile_cache.py: not for a gloo job on a jax whose gloo hangs on it) and
+the marker's env (rank.py runs there), its stdout and stderr in <job>/rank<k>.log; waits for all of them, or for the first failure plus a grace, or
 for the timeout; then, for every rank still running, asks faulthandler for its stacks
 (SIGUSR1), waits a moment and kills its process group. It always removes what the job made:
 processes, /dev/shm/jaccl-<job>-* segments, namespaces, the port reservation and the job
@@ -145,7 +145,7 @@ class JobItem(pytest.Item):
     def _rank_env(self, rank: int, job: Path, job_id: str, placement: Placement) -> dict:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST"))}
-        env.update(cache_env(self.config))
+        env.update(cache_env(self.config, self.xla_collectives))
         # As jaccl-run does, before the rank's Python starts.
         _xla_collectives.choose(env, self.xla_collectives)
         env.update(self.extra_env)
