@@ -2,8 +2,9 @@
 #        jax a user gets: jax 0.11 and later need Python >= 3.12, so it is made with the first of
 #        python3.12, python3.13 and pyenv's 3.12 / 3.13 that runs (PYTHON=... overrides)
 # demo:  the main job: 2 processes x 2 CPU devices, then 4 x 1, train a 2M-parameter model with
-#        jaccl's collectives and with jax.lax's (on gloo, then on jaccl), checking the losses
-#        agree, and print the step times side by side (about a minute per layout)
+#        jaccl's collectives and with jax.lax's (on gloo, then on jaccl), checking every step
+#        (bit for bit on one engine, within float32's summation-order bound on gloo), and print
+#        the step times side by side (about a minute per layout)
 # test:  the test suite on the newest jax: the fast loop on 2 pytest-xdist workers, then the
 #        jobs and builds one at a time (test-fast: the fast loop alone, what runs in the pytest
 #        process, no jobs, no builds)

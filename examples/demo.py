@@ -4,8 +4,10 @@ collectives (gloo) and once on jaccl's engine; then the median step times side b
 
     python examples/demo.py [--layouts 2x2,4x1] [--seconds 20] [any train_data_parallel.py option]
 
-A layout PxD is P processes of D CPU devices. Every job checks the jaccl step's losses against
-the jax.lax step's and fails if they differ; so does this script, after the table.
+A layout PxD is P processes of D CPU devices. Every job checks each jaccl step against the
+jax.lax step from the same state (bit for bit where both run on jaccl's engine, within
+float32's summation-order bound on gloo) and fails where they differ; so does this script,
+after the table.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def main() -> None:
     if rows:
         first = rows[0][1]["gloo"]
         print(f"\nMedian step time, {first['params']:,} parameters (jaccl's step and jax.lax's, "
-              "the same model, data and start, taking turns in each job):\n")
+              "the same model, data and state, taking turns in each job):\n")
         print("| layout | jax.lax on gloo | jaccl, same job | gloo / jaccl | jax.lax on jaccl | "
               "jaccl, same job |")
         print("|---|---|---|---|---|---|")
@@ -58,7 +60,8 @@ def main() -> None:
                   f"{ms(on_jaccl['jaccl_s'])} |")
     if failed:
         sys.exit("demo: failed: " + "; ".join(failed))
-    print("\nOK: every job's jaccl and jax.lax losses agree")
+    print("\nOK: every job's jaccl and jax.lax steps agree (bit for bit on one engine, within "
+          "float32's summation-order bound on gloo)")
 
 
 if __name__ == "__main__":
