@@ -3,6 +3,9 @@ mesh axis defines, and the lowering to an effectful FFI custom call.
 
 Contract:
 - normalize_axes/check_axes/check_dtype raise ValueError or TypeError saying what to change.
+- to_engine(x, reduces=...) puts an operand in a form the engine carries (complex as real
+  pairs; the narrow types, NARROW, as XLA:CPU carries them) and returns the function that turns
+  the op's result back.
 - group_table(ctx, axes) returns the global device ids of every group, in rank order, computed
   from the concrete mesh the op is lowered for (rank = jax.lax.axis_index over `axes`).
 - refuse_unfit_algorithm() raises ValueError where an algorithm asked for by name needs a
@@ -94,8 +97,8 @@ def check_axes(axes: tuple, api: str) -> int:
 
 def check_dtype(dtype, api: str, op: str | None = None) -> None:
     dtype = np.dtype(dtype)
-    if dtype not in SUPPORTED_DTYPES:
-        names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+    if dtype not in SUPPORTED_DTYPES and dtype not in NARROW:
+        names = ", ".join(str(d) for d in SUPPORTED_DTYPES + tuple(NARROW))
         raise TypeError(f"jaccl.{api}: dtype {dtype} is not supported (supported: {names})")
     if dtype == np.bool_ and op in ("sum", "prod"):
         raise TypeError(f"jaccl.{api}: op={op!r} on bool is not defined; use op='max' (any) or "
@@ -105,16 +108,56 @@ def check_dtype(dtype, api: str, op: str | None = None) -> None:
                         "not ordered, and only sums of them are taken part by part); use op='sum'")
 
 
-def as_real_pairs(x):
-    """A complex array as real [..., 2] (real, imaginary): the engine moves and sums parts;
-    from_real_pairs undoes it. Other arrays pass through (is_pairs says which)."""
-    if not jax.numpy.iscomplexobj(x):
-        return x, False
-    return jax.numpy.stack([jax.numpy.real(x), jax.numpy.imag(x)], axis=-1), True
+def _named(*names) -> tuple:
+    """The dtypes of those of `names` this jax has."""
+    return tuple(np.dtype(getattr(jax.numpy, n)) for n in names if hasattr(jax.numpy, n))
 
 
-def from_real_pairs(y, was_pairs: bool):
-    return jax.lax.complex(y[..., 0], y[..., 1]) if was_pairs else y
+# Types narrower than the engine's, each with the type XLA:CPU's compiler widens it to around
+# every collective it runs on it (a convert, the collective, a convert back: read off jax
+# 0.12.1's compiled programs; tests/in_process/test_narrow_dtypes.py pins the bits). Their
+# reductions run the same way here, so their bits are jax.lax's. An op that only moves elements
+# moves their bytes instead (sub-byte types two to a byte, as XLA packs them in memory), after
+# the same round trip through the wide type on this side (it turns some NaNs into another NaN:
+# jax.lax's bits): half (float8, int4) or a quarter (float4) of the bytes XLA moves.
+NARROW = {
+    **{d: np.dtype(np.float16) for d in _named(
+        "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz",
+        "float8_e3m4", "float8_e4m3", "float4_e2m1fn")},
+    **{d: np.dtype(np.float32) for d in _named("float8_e8m0fnu")},  # beyond float16's range
+    **{d: np.dtype(np.int8) for d in _named("int4")},
+    **{d: np.dtype(np.uint8) for d in _named("uint4")},
+}
+SUB_BYTE = _named("int4", "uint4", "float4_e2m1fn")  # 4 bits: XLA packs two to a byte
+
+
+def to_engine(x, *, reduces: bool, last_axis_pieces: int | None = 1):
+    """`x` in a form the engine carries, and restore(result) that turns the op's result back:
+    complex numbers as real pairs [..., 2] (the engine moves and sums parts); a NARROW type, for
+    a reduction, widened as XLA:CPU widens it (jax.lax's bits); for an op that only moves
+    elements, an 8-bit type as its bytes, a sub-byte type two to a byte along the last axis
+    where the op keeps that axis last and cuts it into `last_axis_pieces` pieces of even length
+    (None: it does not keep it last), else widened; any other type as it is."""
+    dtype = np.dtype(x.dtype)
+    if np.issubdtype(dtype, np.complexfloating):
+        pairs = jax.numpy.stack([jax.numpy.real(x), jax.numpy.imag(x)], axis=-1)
+        return pairs, lambda y: jax.lax.complex(y[..., 0], y[..., 1])
+    if dtype not in NARROW:
+        return x, lambda y: y
+    if reduces:
+        return x.astype(NARROW[dtype]), lambda y: y.astype(dtype)
+    # XLA's round trip (the barrier keeps XLA from folding the two converts away)
+    x = jax.lax.optimization_barrier(x.astype(NARROW[dtype])).astype(dtype)
+    if dtype not in SUB_BYTE:
+        return (jax.lax.bitcast_convert_type(x, np.uint8),
+                lambda y: jax.lax.bitcast_convert_type(y, dtype))
+    if last_axis_pieces is None or x.ndim == 0 or x.shape[-1] % (2 * last_axis_pieces):
+        return x.astype(NARROW[dtype]), lambda y: y.astype(dtype)
+
+    def unpack(y):
+        return jax.lax.bitcast_convert_type(y, dtype).reshape(*y.shape[:-1], 2 * y.shape[-1])
+    pairs = x.reshape(*x.shape[:-1], x.shape[-1] // 2, 2)
+    return jax.lax.bitcast_convert_type(pairs, np.uint8), unpack
 
 
 def check_choice(value, allowed, what: str, api: str) -> None:

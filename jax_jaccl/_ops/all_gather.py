@@ -44,11 +44,12 @@ def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, algorithm: s
             raise ValueError("jaccl.all_gather: tiled=True needs x with at least one dimension")
         dim = _common.canonical_axis(axis, leaf.ndim if tiled else leaf.ndim + 1, "axis",
                                      "all_gather")
-        leaf, pairs = _common.as_real_pairs(leaf)
+        # the last axis stays last unless a new one is appended after it
+        last_stays = tiled or dim < leaf.ndim
+        leaf, restore = _common.to_engine(leaf, reduces=False, last_axis_pieces=1 if last_stays else None)
         leaf = _compat.make_varying(leaf, axes)
-        out = all_gather_p.bind(leaf, axes=axes, axis=dim, tiled=tiled, algorithm=algorithm,
-                                axis_size=size, groups=groups)
-        return _common.from_real_pairs(out, pairs)
+        return restore(all_gather_p.bind(leaf, axes=axes, axis=dim, tiled=tiled,
+                                         algorithm=algorithm, axis_size=size, groups=groups))
 
     return jax.tree_util.tree_map(bind, x)
 

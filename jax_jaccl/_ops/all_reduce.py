@@ -59,10 +59,10 @@ def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto", axis_i
         groups = _common.index_groups(axis_index_groups, size, "all_reduce", uneven=True)
         if not isinstance(leaf, _compat.Tracer):
             return _constant(jax.numpy.asarray(leaf), op, len(groups[0]) if groups else size)
-        leaf, pairs = _common.as_real_pairs(leaf)
+        leaf, restore = _common.to_engine(leaf, reduces=True)
         leaf = _compat.make_varying(leaf, mesh_axes)
-        out = all_reduce_p.bind(leaf, axes=mesh_axes, op=op, algorithm=algorithm, groups=groups)
-        return _common.from_real_pairs(out, pairs)
+        return restore(all_reduce_p.bind(leaf, axes=mesh_axes, op=op, algorithm=algorithm,
+                                         groups=groups))
 
     return jax.tree_util.tree_map(bind, x)
 

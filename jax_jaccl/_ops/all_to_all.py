@@ -56,11 +56,11 @@ def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool =
             elif concat_axis < split_axis:
                 leaf = lax.expand_dims(leaf, (concat_axis,))
                 split_axis += 1
-        leaf, pairs = _common.as_real_pairs(leaf)
+        pieces = size if split_axis == leaf.ndim - 1 else 1  # how the op cuts the last axis
+        leaf, restore = _common.to_engine(leaf, reduces=False, last_axis_pieces=pieces)
         leaf = _compat.make_varying(leaf, axes)
-        out = all_to_all_p.bind(leaf, axes=axes, split_axis=split_axis, concat_axis=concat_axis,
-                                axis_size=size, groups=groups)
-        out = _common.from_real_pairs(out, pairs)
+        out = restore(all_to_all_p.bind(leaf, axes=axes, split_axis=split_axis,
+                                        concat_axis=concat_axis, axis_size=size, groups=groups))
         if not tiled and split_axis != concat_axis:
             out = lax.squeeze(out, (split_axis,))
         return out

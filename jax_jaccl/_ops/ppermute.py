@@ -33,9 +33,9 @@ def ppermute(x, axis_name, perm):
             return _common.over_vmap_axes(axes, None, "ppermute",
                                           lambda a: _permute_batch(leaf, a, perm))
         pairs = _member_pairs(perm, _common.check_axes(axes, "ppermute"), axis_name)
-        leaf, was_pairs = _common.as_real_pairs(leaf)
+        leaf, restore = _common.to_engine(leaf, reduces=False)
         leaf = _compat.make_varying(leaf, axes)
-        return _common.from_real_pairs(ppermute_p.bind(leaf, axes=axes, perm=pairs), was_pairs)
+        return restore(ppermute_p.bind(leaf, axes=axes, perm=pairs))
 
     return jax.tree_util.tree_map(bind, x)
 

@@ -66,12 +66,14 @@ def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets
             "jaccl.ragged_all_to_all: input_offsets, send_sizes, output_offsets and recv_sizes "
             f"must have the same length, a multiple of the group size {size} of axis "
             f"{axis_name!r}; got lengths {[v.shape[0] for v in indices]}")
-    (operand, pairs), (output, _) = _common.as_real_pairs(operand), _common.as_real_pairs(output)
+    # rows are cut along the first axis: the last may be packed where it is not the first
+    pieces = 1 if operand.ndim >= 2 else None
+    (operand, restore), (output, _) = (_common.to_engine(v, reduces=False, last_axis_pieces=pieces)
+                                       for v in (operand, output))
     operand, output = (_compat.make_varying(v, axes) for v in (operand, output))
     indices = [_compat.make_varying(v, axes) for v in indices]
-    out = ragged_all_to_all_p.bind(operand, output, *indices, axes=axes, axis_size=size,
-                                   groups=groups)
-    return _common.from_real_pairs(out, pairs)
+    return restore(ragged_all_to_all_p.bind(operand, output, *indices, axes=axes, axis_size=size,
+                                            groups=groups))
 
 
 def _abstract_eval(operand, output, *indices, axes, axis_size, groups):

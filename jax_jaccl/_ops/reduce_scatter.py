@@ -62,11 +62,11 @@ def reduce_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fa
             raise ValueError(
                 f"jaccl.reduce_scatter: with tiled=False dimension {dim} of x must equal the group "
                 f"size {size} of axis {axis_name!r}, got {n}; use tiled=True to split it")
-        leaf, pairs = _common.as_real_pairs(leaf)
+        leaf, restore = _common.to_engine(leaf, reduces=True)
         leaf = _compat.make_varying(leaf, axes)
-        out = reduce_scatter_p.bind(leaf, axes=axes, scatter_dimension=dim, tiled=tiled,
-                                    op=op, algorithm=algorithm, axis_size=size, groups=groups)
-        return _common.from_real_pairs(out, pairs)
+        return restore(reduce_scatter_p.bind(leaf, axes=axes, scatter_dimension=dim, tiled=tiled,
+                                             op=op, algorithm=algorithm, axis_size=size,
+                                             groups=groups))
 
     return jax.tree_util.tree_map(bind, x)
 

@@ -21,8 +21,10 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jax_jaccl as jaccl
-from suite import Jaccl, Lax, every_collective
-from util import assert_equal, exact_data
+from jax_jaccl import lax as jlax
+from jax_jaccl._ops import _common
+from suite import Jaccl, Lax, every_collective, psum_then_block
+from util import assert_equal, every_bit_pattern, exact_data
 
 
 def global_array(local_rows, m, spec=P("x")):
@@ -142,12 +144,47 @@ def run_battery(compare, hierarchical: bool, dtypes=ALL_DTYPES) -> None:
                 compare(f"mesh2d/{axes}/{name}", run(ours), run(theirs))
 
     run_permutes_ragged_and_partly_manual(compare, n, mesh)
+    if dtypes == ALL_DTYPES:
+        run_narrow(compare, n, mesh)
     floats = [d for d in FLOAT_DTYPES if d in dtypes]
     run_float_edges(compare, n, mesh, floats)
     run_rank_order_sums(compare, n, mesh, floats)
     if np.float32 in floats:
         run_edge_sums(compare, n, mesh)
         run_flushed_sums(compare, n, mesh)
+
+
+def run_narrow(compare, n, mesh) -> None:
+    """The narrow types (every float8, int4, uint4, float4_e2m1fn: jax_jaccl's _common.NARROW)
+    through jax_jaccl.lax's collectives against jax.lax's, bit for bit: every bit pattern through
+    the ops that move elements, n rows of 8 a device (sub-byte types packed two to a byte); the
+    reductions without NaNs (XLA's own max, min and sum of a NaN differ between its in-process
+    collectives and gloo's; tests/in_process/test_narrow_dtypes.py pins them against the
+    former), and float8_e8m0fnu without 2^-127, a float32 subnormal, where XLA:CPU's long max
+    and min differ (tests/in_process/test_float_edges.py). Two programs a type."""
+    shift = [(i, (i + 1) % n) for i in range(n)]
+
+    def moves(L):
+        return lambda v: {"all_gather": L.all_gather(v, "x", tiled=True),
+                          "all_to_all": L.all_to_all(v, "x", 1, 1, tiled=True),
+                          "ppermute": L.ppermute(v, "x", shift)}
+
+    def reductions(L):
+        scatter = (lambda v: L.psum_scatter(v, "x", scatter_dimension=1, tiled=True)) if L is jlax \
+            else (lambda v: psum_then_block(v, "x", scatter_dimension=1, tiled=True))
+        return lambda v: {"psum": L.psum(v, "x"), "pmax": L.pmax(v, "x"), "pmin": L.pmin(v, "x"),
+                          "psum_scatter": scatter(v)}
+
+    for dtype in _common.NARROW:
+        data = every_bit_pattern(dtype, (n * n, 8), seed=dtype.itemsize + len(dtype.name))
+        finite = np.where(np.isnan(data.astype(np.float32)), np.zeros_like(data), data)
+        if dtype.name == "float8_e8m0fnu":
+            finite = np.maximum(finite.view(np.uint8), 1).view(dtype)
+        for kind, values in ((moves, data), (reductions, finite)):
+            x = global_array(list(values.reshape(n, n, 8)), mesh)
+            got, want = (per_device(kind(L), mesh)(x) for L in (jlax, jax.lax))
+            for key in got:
+                compare(f"{dtype.name}/{key}", got[key], want[key])
 
 
 def run_permutes_ragged_and_partly_manual(compare, n, mesh) -> None:

@@ -49,6 +49,23 @@ def exact_data(shape, dtype, seed=0, low=-3, high=4):
     return (rng.integers(low * 4, high * 4, size=shape) / 4).astype(dtype)
 
 
+def every_bit_pattern(dtype, shape, seed=0):
+    """Random values of a narrow type (jax_jaccl._ops._common.NARROW) covering its bit patterns:
+    every byte for the 8-bit types (NaNs with their payloads, infinities, -0, subnormals), every
+    value for the 4-bit ones."""
+    import ml_dtypes
+
+    from jax_jaccl._ops import _common
+
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(dtype)
+    if dtype in _common.SUB_BYTE and dtype.kind in "iu":
+        info = ml_dtypes.iinfo(dtype)
+        return rng.integers(int(info.min), int(info.max) + 1, size=shape).astype(dtype)
+    high = 16 if dtype in _common.SUB_BYTE else 256
+    return rng.integers(0, high, size=shape).astype(np.uint8).view(dtype)
+
+
 def put(array, mesh, spec=P("x")):
     return jax.device_put(array, NamedSharding(mesh, spec))
 
