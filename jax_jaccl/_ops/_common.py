@@ -117,9 +117,10 @@ def _named(*names) -> tuple:
 # every collective it runs on it (a convert, the collective, a convert back: read off jax
 # 0.12.1's compiled programs; tests/in_process/test_narrow_dtypes.py pins the bits). Their
 # reductions run the same way here, so their bits are jax.lax's. An op that only moves elements
-# moves their bytes instead (sub-byte types two to a byte, as XLA packs them in memory), after
-# the same round trip through the wide type on this side (it turns some NaNs into another NaN:
-# jax.lax's bits): half (float8, int4) or a quarter (float4) of the bytes XLA moves.
+# moves their bytes instead (sub-byte types two to a byte, as XLA packs them in memory): half
+# (float8, int4) or a quarter (float4) of the bytes XLA moves. XLA's round trip is the identity
+# but for NaNs, each of which it turns into its type's quiet NaN (NAN_AFTER_ROUND_TRIP), which
+# is done here before the bytes move.
 NARROW = {
     **{d: np.dtype(np.float16) for d in _named(
         "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz",
@@ -129,6 +130,11 @@ NARROW = {
     **{d: np.dtype(np.uint8) for d in _named("uint4")},
 }
 SUB_BYTE = _named("int4", "uint4", "float4_e2m1fn")  # 4 bits: XLA packs two to a byte
+# The NaN XLA:CPU's round trip makes of any NaN of a type with several: its bits, and whether
+# the NaN's sign stays (float8_e5m2's never does); jax 0.10.2 and 0.12.1 alike.
+NAN_AFTER_ROUND_TRIP = {d: rule for names, rule in (
+    (("float8_e5m2",), (0x7F, False)), (("float8_e4m3",), (0x7C, True)),
+    (("float8_e3m4",), (0x78, True)), (("float8_e4m3fn",), (0x7F, True))) for d in _named(*names)}
 
 
 def to_engine(x, *, reduces: bool, last_axis_pieces: int | None = 1):
@@ -146,11 +152,13 @@ def to_engine(x, *, reduces: bool, last_axis_pieces: int | None = 1):
         return x, lambda y: y
     if reduces:
         return x.astype(NARROW[dtype]), lambda y: y.astype(dtype)
-    # XLA's round trip (the barrier keeps XLA from folding the two converts away)
-    x = jax.lax.optimization_barrier(x.astype(NARROW[dtype])).astype(dtype)
     if dtype not in SUB_BYTE:
-        return (jax.lax.bitcast_convert_type(x, np.uint8),
-                lambda y: jax.lax.bitcast_convert_type(y, dtype))
+        bits = jax.lax.bitcast_convert_type(x, np.uint8)
+        if dtype in NAN_AFTER_ROUND_TRIP:
+            nan, keeps_sign = NAN_AFTER_ROUND_TRIP[dtype]
+            sign = bits & np.uint8(0x80) if keeps_sign else np.uint8(0)
+            bits = jax.numpy.where(jax.numpy.isnan(x), sign | np.uint8(nan), bits)
+        return bits, lambda y: jax.lax.bitcast_convert_type(y, dtype)
     if last_axis_pieces is None or x.ndim == 0 or x.shape[-1] % (2 * last_axis_pieces):
         return x.astype(NARROW[dtype]), lambda y: y.astype(dtype)
 
