@@ -15,13 +15,18 @@ import re
 import threading
 
 import jax
+import jax.core
+import jax.interpreters.mlir
 from jax._src import core as _core
 from jax._src import effects
 
 # (module, attribute) of every jax internal read here and in manual_region.py; optional ones
 # (read with a fallback where an older or newer jax lacks them) are in OPTIONAL_INTERNALS.
+# docs/layout.md ("jax internals") says why each is read and whether a public name serves;
+# what has one on every supported jax (jax.core.Tracer, jax.interpreters.mlir's TokenSet,
+# SPMDAxisContext, register_lowering, ir) is read there instead.
 INTERNALS = (
-    ("jax._src.core", "NamedAxisEffect"), ("jax._src.core", "Tracer"), ("jax._src.core", "Primitive"),
+    ("jax._src.core", "NamedAxisEffect"), ("jax._src.core", "Primitive"),
     ("jax._src.core", "get_axis_env"), ("jax._src.core", "jaxprs_in_params"),
     ("jax._src.core", "abstract_token"), ("jax._src.effects", "Effect"),
     ("jax._src.effects", "ordered_effects"), ("jax._src.effects", "lowerable_effects"),
@@ -30,13 +35,13 @@ INTERNALS = (
     ("jax._src.lax.parallel", "all_gather"), ("jax._src.lax.parallel", "all_to_all"),
     ("jax._src.lax.parallel", "ppermute"), ("jax._src.lax.parallel", "psum_scatter"),
     ("jax._src.interpreters.mlir", "custom_call"),
-    ("jax._src.interpreters.mlir", "create_token"), ("jax._src.interpreters.mlir", "TokenSet"),
-    ("jax._src.interpreters.mlir", "_lowerings"),
+    ("jax._src.interpreters.mlir", "create_token"), ("jax._src.interpreters.mlir", "_lowerings"),
     ("jax._src.interpreters.mlir", "get_sharding_attr"),
-    ("jax._src.shard_map", "shard_map_p"), ("jax._src.sharding_impls", "SPMDAxisContext"),
+    ("jax._src.interpreters.mlir", "wrap_with_sharding_op"),
+    ("jax._src.sharding_impls", "SdyArrayList"), ("jax._src.config", "use_shardy_partitioner"),
+    ("jax._src.shard_map", "shard_map_p"),
     ("jax._src.mesh", "get_concrete_mesh"), ("jax._src.distributed", "global_state"),
-    ("jax._src.source_info_util", "user_frames"), ("jax._src.interpreters.pxla", "__name__"),
-    ("jax._src.lib", "xla_client"), ("jax._src.lib.mlir", "ir"),
+    ("jax._src.source_info_util", "user_frames"), ("jax._src.lib", "xla_client"),
     ("jax._src.lib.mlir.dialects", "sdy"), ("jax._src.lib.mlir.dialects", "hlo"),
     ("jax._src.lib._jax", "get_distributed_runtime_service"), ("jax._src.distributed", "_jax"),
     ("jax._src.compiler", "compile_or_get_cached"),
@@ -46,6 +51,10 @@ OPTIONAL_INTERNALS = (
     ("jax._src.lax.parallel", "psum_invariant_p"), ("jax._src.lax.parallel", "_get_from"),
     ("jax._src.lax.parallel", "_maybe_skip_one_sized_axes"),
     ("jax._src.lib._jax", "make_gloo_tcp_collectives"),
+    # jax <= 0.12.0's GSPMD partly manual regions (manual_region.py); gone from 0.12.1
+    ("jax._src.interpreters.pxla", "manual_proto"),
+    ("jax._src.interpreters.mlir", "wrap_with_full_to_shard_op"),
+    ("jax._src.interpreters.mlir", "wrap_with_shard_to_full_op"),
 )
 
 try:  # jax >= 0.10
@@ -60,7 +69,7 @@ except ImportError:  # pragma: no cover
 lax_parallel = _parallel
 
 NamedAxisEffect = _core.NamedAxisEffect
-Tracer = _core.Tracer
+Tracer = jax.core.Tracer
 # jax.extend.core.Primitive, without importing jax.extend: on jax 0.12 that import defines new
 # configuration options (Pallas's), which changes the tracing context, so every function traced
 # before an op's module was first imported (a user's step, when the first jaccl op is met while
@@ -267,19 +276,19 @@ def create_token():
 
 
 def token_set(tokens: dict):
-    from jax._src.interpreters import mlir as _mlir
+    from jax.interpreters import mlir
 
-    return _mlir.TokenSet(tokens)
+    return mlir.TokenSet(tokens)
 
 
 def partly_manual(ctx) -> bool:
     """True when `ctx` lowers inside a shard_map that is manual over only some of its mesh's
     axes (axis_names=..., or jax.vmap of a shard_map): the other axes stay with XLA's
     partitioner, which needs a sharding on every side-effecting op there."""
-    from jax._src import sharding_impls
+    from jax.interpreters import mlir
 
     axis_context = ctx.module_context.axis_context
-    if not isinstance(axis_context, sharding_impls.SPMDAxisContext):
+    if not isinstance(axis_context, mlir.SPMDAxisContext):
         return False
     return frozenset(axis_context.manual_axes) != frozenset(axis_context.mesh.axis_names)
 
@@ -355,7 +364,7 @@ def _track_shard_map_meshes() -> None:
             flags.pop()
 
     rule._jaccl_tracks_meshes = True
-    _mlir.register_lowering(_shard_map.shard_map_p, rule, inline=entry.inline)
+    jax.interpreters.mlir.register_lowering(_shard_map.shard_map_p, rule, inline=entry.inline)
 
 
 _track_shard_map_meshes()

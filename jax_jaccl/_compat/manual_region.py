@@ -29,8 +29,8 @@ from jax._src import core, sharding_impls
 from jax._src.interpreters import mlir
 from jax._src.interpreters import pxla
 from jax._src.lib import xla_client as xc
-from jax._src.lib.mlir import ir
 from jax._src.lib.mlir.dialects import hlo, sdy
+from jax.interpreters.mlir import ir
 from jax.sharding import NamedSharding, PartitionSpec
 
 

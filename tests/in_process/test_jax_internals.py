@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib
 
+import jax
+import jaxlib
 import pytest
 
 from jax_jaccl import _compat
@@ -35,8 +37,9 @@ def present(module: str, attribute: str) -> bool:
                          ids=[f"{m}.{a}" for m, a in _compat.INTERNALS])
 def test_every_internal_jaccl_reads_is_in_this_jax(module, attribute):
     assert present(module, attribute), (
-        f"this jax has no {module}.{attribute}, which jax_jaccl/_compat reads: move _compat to "
-        "what replaced it")
+        f"jax {jax.__version__} (jaxlib {jaxlib.__version__}) has no {module}.{attribute}, which "
+        "jax_jaccl/_compat reads (docs/layout.md, 'jax internals', says what for): move _compat "
+        "to what replaced it before widening pyproject's jax bound")
 
 
 def test_the_optional_internals_are_named_right():
