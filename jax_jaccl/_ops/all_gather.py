@@ -45,8 +45,8 @@ def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, algorithm: s
         dim = _common.canonical_axis(axis, leaf.ndim if tiled else leaf.ndim + 1, "axis",
                                      "all_gather")
         # the last axis stays last unless a new one is appended after it
-        last_stays = tiled or dim < leaf.ndim
-        leaf, restore = _common.to_engine(leaf, reduces=False, last_axis_pieces=1 if last_stays else None)
+        pieces = 1 if tiled or dim < leaf.ndim else None
+        leaf, restore = _common.to_engine(leaf, reduces=False, last_axis_pieces=pieces)
         leaf = _compat.make_varying(leaf, axes)
         return restore(all_gather_p.bind(leaf, axes=axes, axis=dim, tiled=tiled,
                                          algorithm=algorithm, axis_size=size, groups=groups))
