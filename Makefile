@@ -13,6 +13,8 @@
 # test-newest: a canary, not part of .ci/run: the newest jax pip has, past pyproject's bound (in
 #        .venv-newest), the fast loop and one job of each kind; it prints which jax it ran
 #        (docs/tests.md: how to widen the bound once it passes)
+# suites: flax's, chex's, dm-haiku's and optax's own tests (pinned, from PyPI), plain and with
+#        jax_jaccl.lax in jax.lax's place, in build/suites (tests/suites/run_suites.py; ~9 min)
 # bench: jaccl-bench collectives, 2 processes x 1 device, against jax's own collectives
 VENV ?= .venv
 OLDEST_VENV ?= .venv-oldest
@@ -61,8 +63,8 @@ EACH_KIND_OF_JOB := tests/processes/test_fresh_processes.py \
 	"tests/processes/test_random_programs_as_jobs.py::test_random_programs_match_lax_across_processes[2x2]"
 SOURCES := pyproject.toml CMakeLists.txt $(shell find xla_ffi -name '*.cc' -o -name '*.c' -o -name '*.txt' -o -name '*.py' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name CMakeLists.txt)
 
-.PHONY: setup setup-oldest setup-newest demo test test-fast test-oldest test-newest bench bench-setup \
-	libfabric clean
+.PHONY: setup setup-oldest setup-newest demo test test-fast test-oldest test-newest suites bench \
+	bench-setup libfabric clean
 
 setup: $(VENV)/.installed
 
@@ -120,6 +122,9 @@ test-newest: setup-newest
 	@$(NEWEST_PY) -c 'import jax, jaxlib; print(f"test-newest: jax {jax.__version__}, jaxlib {jaxlib.__version__}; pyproject allows $(NEWEST_JAX)")'
 	$(NEWEST_PY) -m pytest -q -n 2 tests/in_process --durations=10
 	$(NEWEST_PY) -m pytest -q $(EACH_KIND_OF_JOB) --durations=15
+
+suites: setup
+	VENV=$(VENV) $(PY) tests/suites/run_suites.py
 
 bench: setup
 	$(VENV)/bin/jaccl-bench collectives --nprocs 2 --runs 3 --vs lax --plot collectives.png
