@@ -14,7 +14,7 @@ Contract:
   describe the job rather than tune it, and are read when initialize() runs.
 - override(**fields) replaces fields for a with-block (tests) and hands the engines the result.
 - unknown(env) lists the JACCL_* variables that are neither settings, nor the build's
-  (JACCL_CUDA), nor the test harness's own (JACCL_TEST_*, JACCL_PYTEST_*, JACCL_EMULATED_GPUS,
+  (JACCL_CUDA, JACCL_OFI), nor the test harness's own (JACCL_TEST_*, JACCL_PYTEST_*, JACCL_EMULATED_GPUS,
   JACCL_REQUIRE_OFI): the bootstrap warns about each, since a misspelt setting would otherwise
   be ignored without a word.
 """
@@ -169,7 +169,7 @@ VARIABLES = (
 LAUNCH_VARIABLES = (
     Variable("coordinator", "JACCL_COORDINATOR", "", _text, False,
              "address of JAX's coordinator (jaccl-run sets it)"),
-    Variable("num_processes", "JACCL_NUM_PROCESSES", "0", _at_least(0), True,
+    Variable("num_processes", "JACCL_NUM_PROCESSES", "0", _at_least(0), False,
              "processes in the job (jaccl-run sets it)"),
     Variable("process_id", "JACCL_PROCESS_ID", "0", _at_least(0), False,
              "this process's index (jaccl-run sets it)"),
@@ -183,9 +183,9 @@ LAUNCH_VARIABLES = (
              "seconds without a heartbeat before JAX declares a process dead"),
     Variable("shutdown_timeout_s", "JACCL_SHUTDOWN_TIMEOUT", "30", _positive_float, False,
              "seconds JAX's shutdown barrier waits"),
-    Variable("xla_collectives", "JACCL_XLA_COLLECTIVES", "gloo", _one_of("gloo", "jaccl"), False,
+    Variable("xla_collectives", "JACCL_XLA_COLLECTIVES", "gloo", _one_of("gloo", "jaccl"), True,
              "what carries the collectives XLA emits itself: jaccl's engine or JAX's gloo "
-             "(jaccl-run's --xla-collectives)"),
+             "(jaccl-run's --xla-collectives; compared as what the process runs on)"),
     Variable("coordination_service", "JACCL_COORDINATION_SERVICE", "auto",
              _one_of("auto", "process0", "launcher"), False,
              "where JAX's coordination service runs: `launcher`: jaccl-run's (jaccl-run "
@@ -280,7 +280,7 @@ def launch(env: Mapping[str, str] | None = None) -> Launch:
 
 
 _HARNESS_PREFIXES = ("JACCL_TEST_", "JACCL_PYTEST_")
-_HARNESS_NAMES = ("JACCL_CUDA", "JACCL_EMULATED_GPUS", "JACCL_REQUIRE_OFI")
+_HARNESS_NAMES = ("JACCL_CUDA", "JACCL_OFI", "JACCL_EMULATED_GPUS", "JACCL_REQUIRE_OFI")
 
 
 def unknown(env: Mapping[str, str] | None = None) -> list[str]:

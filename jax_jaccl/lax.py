@@ -121,8 +121,9 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, t
 
 class Started:
     """A collective started by a *_start function: done() gives its result. jaccl's CPU calls
-    of 64 KiB and more already run beside XLA's compute until their result is used, so the
-    call is made at start; the value is a pytree (it passes through jit and tree functions)."""
+    of at least JACCL_ASYNC_MIN_KB (1024 KiB by default) already run beside XLA's compute until
+    their result is used (smaller ones of lane 0 run at once on XLA's thread), so the call is
+    made at start; the value is a pytree (it passes through jit and tree functions)."""
 
     def __init__(self, result):
         self._result = result

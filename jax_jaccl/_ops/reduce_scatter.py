@@ -22,8 +22,8 @@ def reduce_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fa
     along `scatter_dimension` (jax.lax.psum_scatter semantics). Untiled, that dimension must
     equal the group size and is removed; tiled, it must be divisible by it and shrinks.
 
-    algorithm: 'auto' (mesh: every member sends each block straight to its owner; hierarchical
-    when the group spans hosts with several ranks on each), 'mesh', 'ring' (bidirectional),
+    algorithm: 'auto' (mesh: every member sends each block straight to its owner; for integer
+    types, hierarchical when the group spans hosts with several ranks on each), 'mesh', 'ring' (bidirectional),
     'ring_oneway' or 'hierarchical' (asked for where the groups lack its layout: a ValueError as
     the program is traced). axis_index_groups: as jax.lax's (each group reduces and scatters
     among itself).

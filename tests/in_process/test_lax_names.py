@@ -305,6 +305,23 @@ def test_every_name_is_jax_laxs_and_none_is_missing():
     assert hasattr(jlax, "psum_scatter_start") == hasattr(jax.lax, "psum_scatter_start")
 
 
+def test_every_signature_is_jax_laxs():
+    """Each name's parameters (names, kinds and defaults; not annotations) are the installed
+    jax.lax's. jax.lax.psum_scatter_start is written `(*args, **kwargs)` and hands them to
+    psum_scatter's own parameters: it is compared with jax.lax.psum_scatter."""
+    import inspect
+
+    def parameters(f):
+        return [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
+
+    for name in jlax.__all__:
+        theirs = getattr(jax.lax, name)
+        if name == "psum_scatter_start" and [p[1] for p in parameters(theirs)] == [
+                inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD]:
+            theirs = jax.lax.psum_scatter
+        assert parameters(getattr(jlax, name)) == parameters(theirs), name
+
+
 @pytest.mark.skipif(not hasattr(jax.lax, "psum_scatter_start"),
                     reason="this jax has no jax.lax.psum_scatter_start (jax 0.12 has)")
 def test_psum_scatter_start_and_done():

@@ -14,7 +14,7 @@ import re
 import tokenize
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SKIP = {".git", ".venv", ".venv-oldest", "build", "__pycache__"}
+SKIP = {".git", ".venv", ".venv-oldest", ".venv-newest", "build", "__pycache__"}
 C_LIKE = {".cc", ".h", ".cu", ".cuh", ".c"}
 PATH = re.compile(r"(?<![\w./-])((?:xla_ffi|jax_jaccl|tests|docs|examples|startup)/[\w./-]*\w)")
 OUTSIDE = re.compile(r"\.\./[\w./-]+|(?<![\w./-])research/[\w./-]+")  # the team's notes

@@ -55,7 +55,7 @@ def test_a_bad_value_names_its_variable(env, message):
 def test_misspelt_variables_are_found_and_the_harness_own_are_not():
     env = {"JACCL_TIMEOTU": "5", "JACCL_TIMEOUT": "5", "JACCL_TEST_ENGINE": "x",
            "JACCL_PYTEST_PARENT": "1", "JACCL_REQUIRE_OFI": "1", "JACCL_NUM_PROCESSES": "2",
-           "OTHER": "1"}
+           "JACCL_CUDA": "OFF", "JACCL_OFI": "ON", "OTHER": "1"}
     assert _settings.unknown(env) == ["JACCL_TIMEOTU"]
 
 

@@ -150,23 +150,29 @@ def test_demo_trains_and_matches_lax():
 
 
 def test_readme_quickstart_runs_as_written(tmp_path):
-    """The README's quickstart, copied out of the README, on 2 processes: the loss falls, and
-    the same script on jax.lax (the README's one-line swap) gives the same losses."""
+    """The README's quickstart, copied out of the README, on 2 processes, on 3, and on 2 of 3
+    CPU devices each (XLA's collectives on jaccl's engine there too, so both imports sum in the
+    same order): the loss falls, and the same script on jax.lax (the README's one-line swap)
+    gives the same losses."""
     readme = (REPO / "README.md").read_text()
     code = readme.split("## Quickstart", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     assert "from jax_jaccl import lax" in code
-    losses = {}
-    for lax in ("from jax_jaccl import lax", "from jax import lax"):
-        script = tmp_path / "quickstart.py"
-        script.write_text(code.replace("from jax_jaccl import lax", lax))
-        done = jaccl_run("-n", "2", "--", sys.executable, str(script), timeout=120)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        lines = sorted(l for l in done.stdout.splitlines() if "in 200 steps" in l)
-        assert [l[:3] for l in lines] == ["[0]", "[1]"], done.stdout
-        first, last = (float(v) for v in lines[0].split("loss ")[1].split(" in")[0].split(" -> "))
-        assert last < first / 10, lines
-        losses[lax] = [l.split("loss ")[1] for l in lines]
-    assert len(set(map(tuple, losses.values()))) == 1, losses
+    layouts = {"2x1": ["-n", "2"], "3x1": ["-n", "3"],
+               "2x3": ["-n", "2", "--devices-per-process", "3", "--xla-collectives", "jaccl"]}
+    for layout, args in layouts.items():
+        processes = int(args[1])
+        losses = {}
+        for lax in ("from jax_jaccl import lax", "from jax import lax"):
+            script = tmp_path / "quickstart.py"
+            script.write_text(code.replace("from jax_jaccl import lax", lax))
+            done = jaccl_run(*args, "--", sys.executable, str(script), timeout=120)
+            assert done.returncode == 0, (layout, done.stdout[-3000:] + done.stderr[-3000:])
+            lines = sorted(l for l in done.stdout.splitlines() if "in 200 steps" in l)
+            assert [l[:3] for l in lines] == [f"[{p}]" for p in range(processes)], done.stdout
+            first, last = (float(v) for v in lines[0].split("loss ")[1].split(" in")[0].split(" -> "))
+            assert last < first / 10, (layout, lines)
+            losses[lax] = [l.split("loss ")[1] for l in lines]
+        assert len(set(map(tuple, losses.values()))) == 1, (layout, losses)
 
 
 @pytest.mark.parametrize("mode", [[], ["--dropless"]], ids=["capacity", "dropless"])
