@@ -19,8 +19,8 @@
 VENV ?= .venv
 OLDEST_VENV ?= .venv-oldest
 NEWEST_VENV ?= .venv-newest
-# pyproject's requirement (the newest jax CI passed is its bound)
-NEWEST_JAX := '$(shell sed -n 's/^dependencies = \["\(jax[^"]*\)".*/\1/p' pyproject.toml)'
+# pyproject's jax requirement (its bound is the newest jax CI passed)
+SUPPORTED_JAX := '$(shell sed -n 's/^dependencies = \["\(jax[^"]*\)".*/\1/p' pyproject.toml)'
 OLDEST_JAX := jax==0.10.2 jaxlib==0.10.2
 PYTHON ?= $(shell for p in python3.12 python3.13 $$(pyenv root 2>/dev/null)/versions/3.12*/bin/python3 \
 	$$(pyenv root 2>/dev/null)/versions/3.13*/bin/python3; do \
@@ -91,7 +91,7 @@ endef
 
 $(VENV)/.installed: $(SOURCES)
 	$(MAKE) -s libfabric
-	$(call venv,$(VENV),$(PYTHON),$(NEWEST_JAX),Python >= 3.12)
+	$(call venv,$(VENV),$(PYTHON),$(SUPPORTED_JAX),Python >= 3.12)
 
 $(OLDEST_VENV)/.installed: $(SOURCES)
 	$(MAKE) -s libfabric
@@ -100,8 +100,9 @@ $(OLDEST_VENV)/.installed: $(SOURCES)
 # the project as in setup, then the newest jax and jaxlib over it (pip warns of the bound)
 $(NEWEST_VENV)/.installed: $(SOURCES)
 	$(MAKE) -s libfabric
-	$(call venv,$(NEWEST_VENV),$(PYTHON),$(NEWEST_JAX),Python >= 3.12)
-	$(NEWEST_PY) -m pip install -q --upgrade jax jaxlib
+	rm -f $@
+	$(call venv,$(NEWEST_VENV),$(PYTHON),$(SUPPORTED_JAX),Python >= 3.12)
+	$(NEWEST_PY) -m pip install -q --upgrade jax jaxlib || { rm -f $@; exit 1; }
 
 demo: setup
 	$(PY) examples/demo.py
@@ -119,7 +120,8 @@ test-oldest: setup-oldest
 	$(OLDEST_PY) -m pytest -q $(EACH_KIND_OF_JOB) --durations=15
 
 test-newest: setup-newest
-	@$(NEWEST_PY) -c 'import jax, jaxlib; print(f"test-newest: jax {jax.__version__}, jaxlib {jaxlib.__version__}; pyproject allows $(NEWEST_JAX)")'
+	@echo "test-newest: pyproject allows "$(SUPPORTED_JAX)"; this run has:"
+	@$(NEWEST_PY) -c 'import jax, jaxlib; print(f"jax {jax.__version__}, jaxlib {jaxlib.__version__}")'
 	$(NEWEST_PY) -m pytest -q -n 2 tests/in_process --durations=10
 	$(NEWEST_PY) -m pytest -q $(EACH_KIND_OF_JOB) --durations=15
 

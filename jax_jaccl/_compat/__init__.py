@@ -42,6 +42,8 @@ INTERNALS = (
     ("jax._src.shard_map", "shard_map_p"),
     ("jax._src.mesh", "get_concrete_mesh"), ("jax._src.distributed", "global_state"),
     ("jax._src.source_info_util", "user_frames"), ("jax._src.lib", "xla_client"),
+    ("jax._src.interpreters.pxla", "__name__"), ("jax.sharding.NamedSharding", "_to_sdy_sharding"),
+    ("jax._src.lib._jax", "get_distributed_runtime_client"),
     ("jax._src.lib.mlir.dialects", "sdy"), ("jax._src.lib.mlir.dialects", "hlo"),
     ("jax._src.lib._jax", "get_distributed_runtime_service"), ("jax._src.distributed", "_jax"),
     ("jax._src.compiler", "compile_or_get_cached"),

@@ -25,7 +25,8 @@ Part of _compat: this module reads jax internals (jax._src).
 
 from __future__ import annotations
 
-from jax._src import core, sharding_impls
+import jax.interpreters.mlir
+from jax._src import config, core, sharding_impls
 from jax._src.interpreters import mlir
 from jax._src.interpreters import pxla
 from jax._src.lib import xla_client as xc
@@ -39,7 +40,7 @@ def in_fully_manual_region(ctx, operands, avals_in, avals_out, emit):
     mesh = axis_context.mesh
     manual = frozenset(axis_context.manual_axes)
     remaining = [a for a in mesh.axis_names if a not in manual]
-    if mlir.config.use_shardy_partitioner.value or not gspmd_regions_by_hand():
+    if config.use_shardy_partitioner.value or not gspmd_regions_by_hand():
         return _shardy_region(ctx, mesh, remaining, operands, avals_in, avals_out, emit)
     return _gspmd_region(ctx, mesh, manual, operands, avals_in, avals_out, emit)
 
@@ -57,7 +58,7 @@ def _ndim(aval) -> int:
 def _ir_type(ctx, aval):
     if aval is core.abstract_token:
         return hlo.TokenType.get()
-    return mlir.aval_to_ir_type(ctx.module_context, aval)
+    return jax.interpreters.mlir.aval_to_ir_type(ctx.module_context, aval)
 
 
 def _replicated_sdy(ctx, mesh, avals):

@@ -5,7 +5,8 @@ Contract:
 - normalize_axes/check_axes/check_dtype raise ValueError or TypeError saying what to change.
 - to_engine(x, reduces=...) puts an operand in a form the engine carries (complex as real
   pairs; the narrow types, NARROW, as XLA:CPU carries them) and returns the function that turns
-  the op's result back.
+  the op's result back; move(op, x) runs an op that only moves elements through it, keeping its
+  derivative where the form is a narrow float's bytes.
 - group_table(ctx, axes) returns the global device ids of every group, in rank order, computed
   from the concrete mesh the op is lowered for (rank = jax.lax.axis_index over `axes`).
 - refuse_unfit_algorithm() raises ValueError where an algorithm asked for by name needs a
@@ -117,7 +118,7 @@ def _named(*names) -> tuple:
 # every collective it runs on it (a convert, the collective, a convert back: read off jax
 # 0.12.1's compiled programs; tests/in_process/test_narrow_dtypes.py pins the bits). Their
 # reductions run the same way here, so their bits are jax.lax's. An op that only moves elements
-# moves their bytes instead (sub-byte types two to a byte, as XLA packs them in memory): half
+# (all_gather, all_to_all, ppermute) moves their bytes instead (sub-byte types two to a byte, as XLA packs them in memory): half
 # (float8, int4) or a quarter (float4) of the bytes XLA moves. XLA's round trip is the identity
 # but for NaNs, each of which it turns into its type's quiet NaN (NAN_AFTER_ROUND_TRIP), which
 # is done here before the bytes move.
@@ -130,6 +131,9 @@ NARROW = {
     **{d: np.dtype(np.uint8) for d in _named("uint4")},
 }
 SUB_BYTE = _named("int4", "uint4", "float4_e2m1fn")  # 4 bits: XLA packs two to a byte
+# Moved widened: where a ppermute sends nothing, jax.lax's result is the wide type's zero
+# narrowed, which for a type without a zero is not the zero bytes the engine writes (a NaN).
+WITHOUT_ZERO = _named("float8_e8m0fnu")
 # The NaN XLA:CPU's round trip makes of any NaN of a type with several: its bits, and whether
 # the NaN's sign stays (float8_e5m2's never does); jax 0.10.2 and 0.12.1 alike.
 NAN_AFTER_ROUND_TRIP = {d: rule for names, rule in (
@@ -143,14 +147,15 @@ def to_engine(x, *, reduces: bool, last_axis_pieces: int | None = 1):
     a reduction, widened as XLA:CPU widens it (jax.lax's bits); for an op that only moves
     elements, an 8-bit type as its bytes, a sub-byte type two to a byte along the last axis
     where the op keeps that axis last and cuts it into `last_axis_pieces` pieces of even length
-    (None: it does not keep it last), else widened; any other type as it is."""
+    (None: it does not keep it last), else widened (as are types WITHOUT_ZERO); any other type as
+    it is."""
     dtype = np.dtype(x.dtype)
     if np.issubdtype(dtype, np.complexfloating):
         pairs = jax.numpy.stack([jax.numpy.real(x), jax.numpy.imag(x)], axis=-1)
         return pairs, lambda y: jax.lax.complex(y[..., 0], y[..., 1])
     if dtype not in NARROW:
         return x, lambda y: y
-    if reduces:
+    if reduces or dtype in WITHOUT_ZERO:
         return x.astype(NARROW[dtype]), lambda y: y.astype(dtype)
     if dtype not in SUB_BYTE:
         bits = jax.lax.bitcast_convert_type(x, np.uint8)
@@ -166,6 +171,28 @@ def to_engine(x, *, reduces: bool, last_axis_pieces: int | None = 1):
         return jax.lax.bitcast_convert_type(y, dtype).reshape(*y.shape[:-1], 2 * y.shape[-1])
     pairs = x.reshape(*x.shape[:-1], x.shape[-1] // 2, 2)
     return jax.lax.bitcast_convert_type(pairs, np.uint8), unpack
+
+
+def move(op, x, last_axis_pieces: int | None = 1):
+    """op(x in to_engine's form for an op that only moves elements), turned back. A narrow
+    float type travels as its bytes, and a bitcast has no derivative in jax: there the tangent
+    travels through the same op widened (NARROW's type, as XLA:CPU would move it), so jax.grad
+    and jax.jvp see the op's own linear map. `op` must close over no traced values."""
+    dtype = np.dtype(x.dtype)
+
+    def moved(v):
+        engine_form, restore = to_engine(v, reduces=False, last_axis_pieces=last_axis_pieces)
+        return restore(op(engine_form))
+    if dtype not in NARROW or not jax.numpy.issubdtype(dtype, jax.numpy.inexact):
+        return moved(x)
+
+    moved = jax.custom_jvp(moved)
+
+    @moved.defjvp
+    def _(primals, tangents):
+        (v,), (t,) = primals, tangents
+        return moved(v), op(t.astype(NARROW[dtype])).astype(t.dtype)
+    return moved(x)
 
 
 def check_choice(value, allowed, what: str, api: str) -> None:

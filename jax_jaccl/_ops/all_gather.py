@@ -46,10 +46,9 @@ def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, algorithm: s
                                      "all_gather")
         # the last axis stays last unless a new one is appended after it
         pieces = 1 if tiled or dim < leaf.ndim else None
-        leaf, restore = _common.to_engine(leaf, reduces=False, last_axis_pieces=pieces)
-        leaf = _compat.make_varying(leaf, axes)
-        return restore(all_gather_p.bind(leaf, axes=axes, axis=dim, tiled=tiled,
-                                         algorithm=algorithm, axis_size=size, groups=groups))
+        return _common.move(lambda v: all_gather_p.bind(
+            _compat.make_varying(v, axes), axes=axes, axis=dim, tiled=tiled, algorithm=algorithm,
+            axis_size=size, groups=groups), leaf, pieces)
 
     return jax.tree_util.tree_map(bind, x)
 

@@ -57,10 +57,9 @@ def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool =
                 leaf = lax.expand_dims(leaf, (concat_axis,))
                 split_axis += 1
         pieces = size if split_axis == leaf.ndim - 1 else 1  # how the op cuts the last axis
-        leaf, restore = _common.to_engine(leaf, reduces=False, last_axis_pieces=pieces)
-        leaf = _compat.make_varying(leaf, axes)
-        out = restore(all_to_all_p.bind(leaf, axes=axes, split_axis=split_axis,
-                                        concat_axis=concat_axis, axis_size=size, groups=groups))
+        out = _common.move(lambda v: all_to_all_p.bind(
+            _compat.make_varying(v, axes), axes=axes, split_axis=split_axis,
+            concat_axis=concat_axis, axis_size=size, groups=groups), leaf, pieces)
         if not tiled and split_axis != concat_axis:
             out = lax.squeeze(out, (split_axis,))
         return out

@@ -33,9 +33,8 @@ def ppermute(x, axis_name, perm):
             return _common.over_vmap_axes(axes, None, "ppermute",
                                           lambda a: _permute_batch(leaf, a, perm))
         pairs = _member_pairs(perm, _common.check_axes(axes, "ppermute"), axis_name)
-        leaf, restore = _common.to_engine(leaf, reduces=False)
-        leaf = _compat.make_varying(leaf, axes)
-        return restore(ppermute_p.bind(leaf, axes=axes, perm=pairs))
+        return _common.move(lambda v: ppermute_p.bind(_compat.make_varying(v, axes), axes=axes,
+                                                       perm=pairs), leaf)
 
     return jax.tree_util.tree_map(bind, x)
 

@@ -66,10 +66,12 @@ def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets
             "jaccl.ragged_all_to_all: input_offsets, send_sizes, output_offsets and recv_sizes "
             f"must have the same length, a multiple of the group size {size} of axis "
             f"{axis_name!r}; got lengths {[v.shape[0] for v in indices]}")
-    # rows are cut along the first axis: the last may be packed where it is not the first
+    # rows are cut along the first axis: the last may be packed where it is not the first;
+    # narrow floats travel widened, which keeps their derivative (_common.move)
     pieces = 1 if operand.ndim >= 2 else None
-    (operand, restore), (output, _) = (_common.to_engine(v, reduces=False, last_axis_pieces=pieces)
-                                       for v in (operand, output))
+    widen = jnp.issubdtype(operand.dtype, jnp.inexact)
+    (operand, restore), (output, _) = (
+        _common.to_engine(v, reduces=widen, last_axis_pieces=pieces) for v in (operand, output))
     operand, output = (_compat.make_varying(v, axes) for v in (operand, output))
     indices = [_compat.make_varying(v, axes) for v in indices]
     return restore(ragged_all_to_all_p.bind(operand, output, *indices, axes=axes, axis_size=size,

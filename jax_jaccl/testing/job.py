@@ -6,8 +6,8 @@ test) and runs no fixture in the pytest process. runtest() waits for process slo
 at most `jax_processes_max` rank processes on the machine at once), then starts the ranks, each
 a `python -m pytest <the one test>` with JACCL_* set as jaccl-run sets them, the session's
 compilation cache (compile_cache.py: not for a gloo job on a jax whose gloo hangs on it) and
-the marker's env (rank.py runs there), its stdout and stderr in <job>/rank<k>.log; waits for all of them, or for the first failure plus a grace, or
-for the timeout; then, for every rank still running, asks faulthandler for its stacks
+the marker's env (rank.py runs there), its stdout and stderr in <job>/rank<k>.log; waits for
+all of them, or for the first failure plus a grace, or for the timeout; then, for every rank still running, asks faulthandler for its stacks
 (SIGUSR1), waits a moment and kills its process group. It always removes what the job made:
 processes, /dev/shm/jaccl-<job>-* segments, namespaces, the port reservation and the job
 folder, whether the test passed, failed, was skipped or killed (what a failure report shows

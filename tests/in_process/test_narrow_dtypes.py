@@ -70,23 +70,26 @@ def cases(ndim, n):
     last = ndim - 1
     shift = [(i, (i + 1) % n) for i in range(n)]
     both = lambda f: (f(jlax), f(jax.lax))  # noqa: E731
-    out = {op: both(lambda L, op=op: lambda x: getattr(L, op)(x, "x")) for op in ("psum", "pmax", "pmin")}
-    out["psum_scatter"] = both(lambda L: lambda x: L.psum_scatter(x, "x", scatter_dimension=last, tiled=True))
+    out = {op: both(lambda L, op=op: lambda x: getattr(L, op)(x, "x"))
+           for op in ("psum", "pmax", "pmin")}
+    out["psum_scatter"] = both(lambda L: lambda x: L.psum_scatter(x, "x", scatter_dimension=last,
+                                                                  tiled=True))
     out["all_gather/tiled"] = both(lambda L: lambda x: L.all_gather(x, "x", tiled=True))
     out["all_gather/last"] = both(lambda L: lambda x: L.all_gather(x, "x", axis=last, tiled=True))
     out["all_gather/new-last"] = both(lambda L: lambda x: L.all_gather(x, "x", axis=ndim))
     out["ppermute"] = both(lambda L: lambda x: L.ppermute(x, "x", shift))
+    out["ppermute/partial"] = both(lambda L: lambda x: L.ppermute(x, "x", [(0, n - 1), (2, 1)]))
     out["all_to_all/last"] = both(lambda L: lambda x: L.all_to_all(x, "x", last, 0, tiled=True))
     out["all_to_all/first"] = both(lambda L: lambda x: L.all_to_all(x, "x", 0, last, tiled=True))
     return out
 
 
-# per device (4 rows each): 8 columns pack sub-byte types (an even last axis, cut in 4 pieces of
-# 2), 6 pack where the op keeps the axis whole and widen where all_to_all cuts it, 7 widen; the
-# 8-bit types move as bytes whatever the shape
-SHAPES = [(N * N, 8), (N * N, 6), (N * N, 7)]
-CASES = [(d.name, shape) for d in _common.NARROW for shape in SHAPES
-         if d in _common.SUB_BYTE or shape == SHAPES[1]]
+# per device (4 rows each): 16 columns hold every 8-bit pattern once over the devices; for the
+# sub-byte types 8 columns pack (an even last axis, cut in 4 pieces of 2), 12 pack where the op
+# keeps the axis whole and widen where all_to_all cuts it in 4 pieces of 3, 7 widen everywhere
+WHOLE, SUB_BYTE_SHAPES = (N * N, 16), [(N * N, 8), (N * N, 12), (N * N, 7)]
+CASES = [(d.name, shape) for d in _common.NARROW
+         for shape in (SUB_BYTE_SHAPES if d in _common.SUB_BYTE else [WHOLE])]
 
 
 @pytest.mark.parametrize("name, shape", CASES, ids=[f"{d}-{s[1]}" for d, s in CASES])
@@ -102,7 +105,7 @@ def test_narrow_dtypes_match_jax_lax_bit_for_bit(name, shape):
             # its 0x00, 2^-127, is a float32 subnormal, which XLA:CPU's float32 max and min keep
             # in arrays of 16 elements or more and jaccl's flush (test_float_edges.py's
             # test_float32_min_and_max_of_subnormals_in_long_arrays): not a narrow type's matter
-            x = put(np.where(data.view(np.uint8) == 0, np.uint8(1), data.view(np.uint8)).view(dtype), mesh)
+            x = put(np.maximum(data.view(np.uint8), 1).view(dtype), mesh)
         got = stacked(ours, mesh)(x)
         want = stacked(theirs, mesh)(x)
         assert_equal(got, want, err_msg=f"{name} {case}")
@@ -130,3 +133,27 @@ def test_narrow_rows_through_ragged_all_to_all(name):
         sent = data.reshape((N, N) + row_shape)  # [sender, row]
         want = np.swapaxes(sent, 0, 1)  # device k's slot j: sender j's row k
         assert_equal(got, want, err_msg=f"{name} rows {row_shape}")
+
+
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2", "float4_e2m1fn"])
+def test_narrow_floats_differentiate_as_jax_lax(name):
+    """The gradient through the ops that move narrow floats as bytes (a bitcast has no
+    derivative): the tangent moves widened, as jax.lax's gradient does."""
+    dtype = np.dtype(getattr(jnp, name))
+    mesh = mesh1d()
+    x = put(np.linspace(-2, 2, N * 8).reshape(N, 8).astype(np.float32), mesh)
+    shift = [(i, (i + 1) % N) for i in range(N)]
+
+    def loss(L):
+        def f(v):
+            w = v.astype(dtype)
+            moved = (L.all_gather(w, "x", axis=1, tiled=True).sum(axis=1)
+                     + L.ppermute(w, "x", shift).sum(axis=1)
+                     + L.all_to_all(w, "x", 1, 1, tiled=True).sum(axis=1))
+            return (moved.astype(np.float32) ** 2).sum()
+        return f
+
+    grads = [stacked(lambda v: jax.grad(loss(L))(v), mesh)(x) for L in (jlax, jax.lax)]
+    assert np.abs(np.asarray(grads[1])).sum() > 0
+    assert_equal(grads[0], grads[1])
+

@@ -126,6 +126,7 @@ def test_bad_arguments():
     assert jaccl_run("-n", "2").returncode != 0
 
 
+@pytest.mark.timeout(600)  # its own deadline, 400 s, comes first
 def test_demo_trains_and_matches_lax():
     """make demo's driver, shortened: each layout twice (jax.lax's step on gloo, then on
     jaccl; several devices per process too), every step checked (bit for bit where jax.lax
@@ -149,6 +150,7 @@ def test_demo_trains_and_matches_lax():
     assert "OK: every job's jaccl and jax.lax steps agree" in out
 
 
+@pytest.mark.timeout(900)  # six jaccl-run jobs of 120 s at most
 def test_readme_quickstart_runs_as_written(tmp_path):
     """The README's quickstart, copied out of the README, on 2 processes, on 3, and on 2 of 3
     CPU devices each (XLA's collectives on jaccl's engine there too, so both imports sum in the

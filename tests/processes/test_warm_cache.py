@@ -31,12 +31,14 @@ def plain_gloo(cache: Path, deadline: float) -> tuple[list[str] | None, float]:
     seconds (then every process is killed); and the seconds the run took."""
     with reserve_port() as port_holder:
         port = port_holder.getsockname()[1]
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(cache), str(PROCESSES), str(port), str(rank)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              start_new_session=True) for rank in range(PROCESSES)]
+    args = [str(cache), str(PROCESSES), str(port)]
+    procs = [subprocess.Popen([sys.executable, str(WORKER), *args, str(rank)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+             for rank in range(PROCESSES)]
     start = time.monotonic()
     try:
-        outputs = [p.communicate(timeout=max(0.1, deadline - (time.monotonic() - start)))[0] for p in procs]
+        outputs = [p.communicate(timeout=max(0.1, deadline - (time.monotonic() - start)))[0]
+                   for p in procs]
     except subprocess.TimeoutExpired:
         return None, time.monotonic() - start
     finally:
@@ -45,7 +47,8 @@ def plain_gloo(cache: Path, deadline: float) -> tuple[list[str] | None, float]:
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait()
     lines = [l for out in outputs for l in out.splitlines() if l.startswith("OUT ")]
-    assert len(lines) == PROCESSES and all(p.returncode == 0 for p in procs), "\n".join(outputs)[-4000:]
+    assert len(lines) == PROCESSES and all(p.returncode == 0 for p in procs), \
+        "\n".join(outputs)[-4000:]
     return sorted(lines), time.monotonic() - start
 
 
@@ -59,11 +62,12 @@ def jaccl_job(cache: Path) -> list[str]:
     return lines
 
 
+@pytest.mark.timeout(900)  # the runs' own deadlines come first: 180 + 120 + 2 x 180 s at worst
 def test_gloo_on_a_warm_cache_hangs_where_this_jax_is_said_to_and_jaccl_passes(tmp_path):
     cold, seconds = plain_gloo(tmp_path / "gloo", deadline=180)
     assert cold is not None, "the cold run on gloo did not finish in 180 s"
     assert list((tmp_path / "gloo").iterdir()), "the cold run wrote no cache entry"
-    warm, warm_seconds = plain_gloo(tmp_path / "gloo", deadline=max(20.0, 3 * seconds))
+    warm, warm_seconds = plain_gloo(tmp_path / "gloo", deadline=min(120.0, max(20.0, 3 * seconds)))
     hangs = compile_cache.gloo_hangs_on_cached_programs()
     if hangs:
         assert warm is None, (

@@ -41,6 +41,7 @@ RESULTS = WORK / "results"
 BASE_PY = ROOT / os.environ.get("VENV", ".venv") / "bin" / "python"
 PY = ENV / "bin" / "python"
 DEVICES = 8  # CPU devices for every run (XLA_FLAGS=--xla_force_host_platform_device_count)
+RUN_DEADLINE_S = 1800  # one suite's one run, at most
 
 
 @dataclass(frozen=True)
@@ -147,8 +148,13 @@ def run_pytest(suite: Suite, where: Path, jaccl: bool, args) -> tuple[dict | Non
     flags = f"--xla_force_host_platform_device_count={DEVICES} {os.environ.get('XLA_FLAGS', '')}"
     env = {**os.environ, "XLA_FLAGS": flags.strip(), "JAX_PLATFORMS": "cpu", "PYTHONPATH": HERE,
            "SUITES_TRACING_LIST": RESULTS / f"{suite.dist}-tracing.txt"}
-    with open(log, "w") as out:
-        subprocess.run([str(c) for c in cmd], cwd=where, env=env, stdout=out, stderr=subprocess.STDOUT)
+    with open(log, "w") as out:  # a whole run's deadline too: a hang in native code ignores
+        try:                       # pytest-timeout's signal; the run then counts as no result
+            subprocess.run([str(c) for c in cmd], cwd=where, env=env, stdout=out,
+                           stderr=subprocess.STDOUT, timeout=RUN_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            out.write(f"\nrun_suites: no result within {RUN_DEADLINE_S} s\n")
+            return None, None
     if not jaccl:
         return (parse_junit(xml) if xml.exists() else None), None
     held, tracing = swap_report(log)

@@ -50,20 +50,23 @@ def exact_data(shape, dtype, seed=0, low=-3, high=4):
 
 
 def every_bit_pattern(dtype, shape, seed=0):
-    """Random values of a narrow type (jax_jaccl._ops._common.NARROW) covering its bit patterns:
-    every byte for the 8-bit types (NaNs with their payloads, infinities, -0, subnormals), every
-    value for the 4-bit ones."""
+    """Values of a narrow type (jax_jaccl._ops._common.NARROW) in a random order, each bit
+    pattern as often as the next: all of them where the shape holds 256 (8-bit types: NaNs with
+    their payloads, infinities, -0, subnormals) or 16 (4-bit types) elements or more."""
     import ml_dtypes
 
     from jax_jaccl._ops import _common
 
     rng = np.random.default_rng(seed)
     dtype = np.dtype(dtype)
+    size = int(np.prod(shape))
     if dtype in _common.SUB_BYTE and dtype.kind in "iu":
         info = ml_dtypes.iinfo(dtype)
-        return rng.integers(int(info.min), int(info.max) + 1, size=shape).astype(dtype)
+        values = np.arange(int(info.min), int(info.max) + 1)
+        return rng.permutation(np.resize(values, size)).reshape(shape).astype(dtype)
     high = 16 if dtype in _common.SUB_BYTE else 256
-    return rng.integers(0, high, size=shape).astype(np.uint8).view(dtype)
+    bits = rng.permutation(np.resize(np.arange(high, dtype=np.uint8), size))
+    return bits.reshape(shape).view(dtype)
 
 
 def put(array, mesh, spec=P("x")):

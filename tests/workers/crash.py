@@ -22,11 +22,15 @@ import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 jax_jaccl.distributed.initialize()
-mesh = jax.make_mesh((jax.device_count(),), ("i",))
-x = jax.make_array_from_callback((jax.device_count(),), NamedSharding(mesh, P("i")),
-                                 lambda index: np.arange(jax.device_count(), dtype=np.float32)[index])
-total = jax.jit(jax.shard_map(lambda v: jaccl.all_reduce(v, "i"), mesh=mesh, in_specs=P("i"), out_specs=P("i")))(x)
+n = jax.device_count()
+mesh = jax.make_mesh((n,), ("i",))
+x = jax.make_array_from_callback((n,), NamedSharding(mesh, P("i")),
+                                 lambda index: np.arange(n, dtype=np.float32)[index])
+total = jax.jit(jax.shard_map(lambda v: jaccl.all_reduce(v, "i"), mesh=mesh, in_specs=P("i"),
+                              out_specs=P("i")))(x)
 print("SUM", float(total.addressable_data(0)[0]), "processes", jax.process_count(), flush=True)
+with open("/proc/self/maps") as maps:  # whether the handlers' libraries are in this process
+    print("PSM", "loaded" if "libpsm" in maps.read() else "absent", flush=True)
 if args.who is None or args.who == jax.process_index():
     if args.how == "abort":
         os.abort()

@@ -12,9 +12,9 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 cache, *plain = sys.argv[1:]
-for option, value in (("jax_compilation_cache_dir", cache), ("jax_persistent_cache_min_compile_time_secs", 0),
-                      ("jax_persistent_cache_min_entry_size_bytes", -1)):
-    jax.config.update(option, value)
+jax.config.update("jax_compilation_cache_dir", cache)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 if plain:
     n, port, rank = map(int, plain)
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -23,9 +23,11 @@ else:
     import jax_jaccl.distributed
     jax_jaccl.distributed.initialize()
 n, mesh = jax.device_count(), jax.make_mesh((jax.device_count(),), ("i",))
-body = lambda x: (jax.lax.psum(x, "i"), jax.lax.pmax(x, "i"), jax.lax.psum_scatter(x, "i", scatter_dimension=1, tiled=True),  # noqa: E731
-                  jax.lax.all_gather(x, "i", tiled=True), jax.lax.all_to_all(x, "i", 1, 1, tiled=True),
-                  jax.lax.ppermute(x, "i", [(j, (j + 1) % n) for j in range(n)]))
+body = lambda x: (  # noqa: E731
+    jax.lax.psum(x, "i"), jax.lax.pmax(x, "i"),
+    jax.lax.psum_scatter(x, "i", scatter_dimension=1, tiled=True),
+    jax.lax.all_gather(x, "i", tiled=True), jax.lax.all_to_all(x, "i", 1, 1, tiled=True),
+    jax.lax.ppermute(x, "i", [(j, (j + 1) % n) for j in range(n)]))
 step = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i")))
 data = np.arange(n * 4.0, dtype=np.float32).reshape(n, 4)
 x = jax.make_array_from_callback(data.shape, NamedSharding(mesh, P("i")), lambda index: data[index])
