@@ -56,6 +56,7 @@ EACH_KIND_OF_JOB := tests/processes/test_fresh_processes.py \
 	tests/processes/test_jax_harness.py \
 	tests/processes/test_transport_choice.py \
 	tests/processes/test_warm_cache.py tests/processes/test_crash_signals.py \
+	tests/processes/test_cpu_pool.py \
 	tests/plugin/test_axis_orders_as_jobs.py \
 	"tests/plugin/test_battery_as_jobs.py::test_collectives_match_lax[2x2]" \
 	"tests/plugin/test_battery_as_jobs.py::test_collectives_match_lax[4x1-2hosts-lo-tcp]" \

@@ -3,7 +3,8 @@ the CUDA ones when the package was built with CUDA (they run on GPUs, staging th
 same engine). A module built with a newer XLA FFI API than the running jax's is an ImportError
 saying so (XLA would refuse its handlers at first use, or fail to start its CPU backend).
 Handlers are stateless, so registering at import is safe (even before
-jax.distributed.initialize()); nothing here touches a GPU.
+jax.distributed.initialize()); nothing here touches a GPU. Where JAX has not made its CPU
+client yet, it makes room in that client's thread pool for the devices planned (_cpu_pool).
 """
 
 import os
@@ -21,7 +22,10 @@ CRASH_HANDLER_SWITCHES = {"IPATH_NO_BACKTRACE": "1", "HFI_NO_BACKTRACE": "1"}
 for _name, _value in CRASH_HANDLER_SWITCHES.items():
     os.environ.setdefault(_name, _value)
 
-from . import _jaccl  # noqa: E402
+from . import _cpu_pool, _jaccl  # noqa: E402
+
+# jaxlib < 0.12.1 deadlocks with more CPU devices than its pool of threads holds (_cpu_pool).
+_cpu_pool.make_room(_cpu_pool.planned_devices())
 
 engine = _jaccl
 

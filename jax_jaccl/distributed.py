@@ -5,7 +5,8 @@ takes JACCL_COORDINATOR, JACCL_NUM_PROCESSES, JACCL_PROCESS_ID and JACCL_LOCAL_D
 (_settings.launch(), read when it runs) and
 calls jax.distributed.initialize() with them (and sets jax_num_cpu_devices); under SLURM or
 Open MPI it lets jax.distributed.initialize() find its settings by itself; alone, it only sets
-the local device count. Where jaccl-run (by default, or `jaccl-info --xla-collectives-env`
+the local device count (and on jaxlib < 0.12.1 sets NPROC so that XLA's CPU pool holds that
+many devices: _cpu_pool). Where jaccl-run (by default, or `jaccl-info --xla-collectives-env`
 under SLURM / Open MPI) put jaccl's MPI shim in place (_xla_collectives), it also runs
 jaccl.init(), so the collectives XLA emits run on jaccl from the first computation on (also
 with several CPU devices per process, where the launcher was asked to); where it could not
@@ -24,7 +25,7 @@ import warnings
 
 import jax
 
-from . import _settings, _xla_collectives, _uncaught
+from . import _cpu_pool, _settings, _xla_collectives, _uncaught
 
 _CLUSTER_MARKERS = ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE")
 
@@ -48,6 +49,7 @@ def initialize(local_devices: int | None = None) -> tuple[int, int]:
         local_devices = job.local_devices
     if local_devices:
         jax.config.update("jax_num_cpu_devices", local_devices)
+        _cpu_pool.make_room(local_devices)  # jaxlib < 0.12.1 deadlocks in too small a pool
     unplanned = _xla_collectives.unplanned_devices(local_devices)
     if unplanned:  # the launcher chose jaccl for another device count: JAX's own instead
         jax.config.update("jax_cpu_collectives_implementation", "gloo")

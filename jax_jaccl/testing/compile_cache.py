@@ -21,13 +21,13 @@ written gets a warning and compiles instead: never a wrong program.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
-import re
 import shutil
 import tempfile
 
 import pytest
+
+from .._cpu_pool import jaxlib_version
 
 OPTION = "jax_processes_compilation_cache"
 _SESSION_FOLDER = pytest.StashKey[str]()
@@ -35,11 +35,6 @@ _SESSION_FOLDER = pytest.StashKey[str]()
 # cache (checked here: 0.10.2 and 0.12.0.1 do not, 0.12.1 does), until a release is seen fixed:
 # tests/processes/test_warm_cache.py pins it on whatever jax is installed.
 GLOO_HANGS_FROM = (0, 12, 1)
-
-
-def jaxlib_version() -> tuple:
-    """The installed jaxlib's version as numbers (read without importing it)."""
-    return tuple(int(part) for part in re.findall(r"\d+", importlib.metadata.version("jaxlib"))[:4])
 
 
 def gloo_hangs_on_cached_programs() -> bool:
