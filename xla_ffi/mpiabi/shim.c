@@ -856,8 +856,19 @@ JMPI_EXPORT int MPIABI_Comm_free(uintptr_t* comm) {
 
 /* ---- collectives (out of place, as XLA calls them) ---- */
 
+/* XLA:CPU narrows a collective's element count (a size_t) to MPI's int: 2^31 to 2^32 - 1
+ * elements arrive negative and are refused here, naming the count they were; 2^32 elements or
+ * more arrive as the count modulo 2^32, which nothing here can tell from a real one
+ * (docs/xla-collectives.md). */
+static int refuse_wrapped_count(const char* name, int count) {
+  return fail(JMPI_ERR_COUNT, "jaccl: %s of %u elements (%d once XLA made it an MPI int): XLA's "
+              "collectives carry element counts as 32-bit ints, so one of 2^31 elements or more "
+              "cannot run on them; split the array", name, (unsigned)count, count);
+}
+
 JMPI_EXPORT int MPIABI_Allreduce(const void* send, void* recv, int count, uintptr_t datatype,
                                  uintptr_t op, uintptr_t comm) {
+  if (count < 0) return refuse_wrapped_count("MPI_Allreduce", count);
   JmpiComm* c = comm_in_use(comm);
   const JmpiType* type = c ? type_of(datatype) : NULL;
   int32_t code = 0;  /* set by op_of when it succeeds */
@@ -869,6 +880,7 @@ JMPI_EXPORT int MPIABI_Allreduce(const void* send, void* recv, int count, uintpt
 
 static int reduce_scatter(const char* name, const void* send, void* recv, int count,
                           uintptr_t datatype, uintptr_t op, uintptr_t comm) {
+  if (count < 0) return refuse_wrapped_count(name, count);
   JmpiComm* c = comm_in_use(comm);
   const JmpiType* type = c ? type_of(datatype) : NULL;
   int32_t code = 0;  /* set by op_of when it succeeds */
@@ -899,6 +911,7 @@ JMPI_EXPORT int MPIABI_Reduce_scatter(const void* send, void* recv, const int co
 
 JMPI_EXPORT int MPIABI_Allgather(const void* send, int send_count, uintptr_t send_type,
                                  void* recv, int recv_count, uintptr_t recv_type, uintptr_t comm) {
+  if (send_count < 0) return refuse_wrapped_count("MPI_Allgather", send_count);
   JmpiComm* c = comm_in_use(comm);
   const JmpiType* type = c ? type_of(send_type) : NULL;
   if (type == NULL) return last_code;
@@ -946,10 +959,10 @@ static int transfer(const JmpiComm* c, const struct JacclTransfer* sends, size_t
   return JMPI_SUCCESS;
 }
 
-static int bytes_of(uintptr_t datatype, int count, uint64_t* bytes) {
+static int bytes_of(const char* name, uintptr_t datatype, int count, uint64_t* bytes) {
   const JmpiType* type = type_of(datatype);
   if (type == NULL) return last_code;
-  if (count < 0) return fail(JMPI_ERR_COUNT, "jaccl: negative count %d", count);
+  if (count < 0) return refuse_wrapped_count(name, count);
   *bytes = (uint64_t)count * (uint64_t)type->size;
   return JMPI_SUCCESS;
 }
@@ -965,8 +978,8 @@ JMPI_EXPORT int MPIABI_Sendrecv(const void* send, int send_count, uintptr_t send
                                 int source, int recv_tag, uintptr_t comm, void* status) {
   JmpiComm* c = comm_in_use(comm);
   uint64_t send_bytes = 0, recv_bytes = 0;  /* set by bytes_of when it succeeds */
-  if (c == NULL || bytes_of(send_type, send_count, &send_bytes) != JMPI_SUCCESS ||
-      bytes_of(recv_type, recv_count, &recv_bytes) != JMPI_SUCCESS ||
+  if (c == NULL || bytes_of("MPI_Sendrecv", send_type, send_count, &send_bytes) != JMPI_SUCCESS ||
+      bytes_of("MPI_Sendrecv", recv_type, recv_count, &recv_bytes) != JMPI_SUCCESS ||
       check_peer(c, dest, "MPI_Sendrecv to") != JMPI_SUCCESS ||
       check_peer(c, source, "MPI_Sendrecv from") != JMPI_SUCCESS) {
     return last_code;
@@ -1003,7 +1016,8 @@ static int post(int is_send, void* buf, int count, uintptr_t datatype, int peer,
                 uintptr_t comm, uintptr_t* request) {
   JmpiComm* c = comm_in_use(comm);
   uint64_t bytes = 0;  /* set by bytes_of when it succeeds */
-  if (c == NULL || bytes_of(datatype, count, &bytes) != JMPI_SUCCESS ||
+  const char* name = is_send ? "MPI_Isend" : "MPI_Irecv";
+  if (c == NULL || bytes_of(name, datatype, count, &bytes) != JMPI_SUCCESS ||
       check_peer(c, peer, is_send ? "MPI_Isend to" : "MPI_Irecv from") != JMPI_SUCCESS) {
     return last_code;
   }
