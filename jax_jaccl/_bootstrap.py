@@ -44,7 +44,7 @@ import time
 
 import jax
 
-from . import _compat, _cuda_peers, _settings, _xla_collectives, _transport, _uncaught
+from . import _compat, _cuda_peers, _mpi_counts, _settings, _xla_collectives, _transport, _uncaught
 from ._ext import cuda_engine, engine
 
 _lock = threading.Lock()
@@ -167,7 +167,7 @@ def _incarnations(members: tuple) -> tuple | None:
     return tuple(by_process[p] for p in members)
 
 
-def _refuse_lost_processes(devices, has_collectives) -> None:
+def _refuse_lost_processes(devices, program) -> None:
     """After each compilation in a job that recovers, with XLA's collectives on jaccl: refuses a
     program that runs collectives over devices of lost processes, those JAX's last
     multihost_utils.live_devices block did not report live and jaccl's world went on without
@@ -183,7 +183,7 @@ def _refuse_lost_processes(devices, has_collectives) -> None:
         return
     processes = {int(d.process_index) for d in devices}
     lost = sorted(processes - set(live) - set(world.members))
-    if lost and has_collectives():
+    if lost and program.collectives:
         raise RuntimeError(
             f"jaccl: this program runs collectives over devices of processes {lost}, which "
             "were lost: run it over a mesh of the live devices (those "
@@ -444,6 +444,7 @@ def _start(members: tuple | None = None, generation: int = 0, first_tag: str = "
     if xla_collectives == "jaccl":  # XLA:CPU's own collectives run on this world from here on
         try:
             _xla_collectives.attach()
+            _mpi_counts.install()
             if _recoverable():
                 _xla_collectives.recoverable()
                 _compat.after_each_compile(_refuse_lost_processes)

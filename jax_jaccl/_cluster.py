@@ -19,6 +19,9 @@ instead of printing it (over ssh and prefixes too): jaccl-run tells the service 
 process which connected died (launch._report_lost); one that died before connecting is left to
 the service (telling it then would stand in for it in that barrier).
 
+Where XLA's collectives run on jaccl, each program is checked as it compiles for collectives
+past MPI's 32-bit counts (check_mpi_counts, _mpi_counts.py), once jax has loaded.
+
 Contract: install() runs at interpreter start-up, from jax_jaccl_cluster.pth in site-packages,
 only in processes that jaccl-run (or the pytest plugin) started (JACCL_COORDINATOR is set). It
 imports nothing of JAX's: it waits for JAX to import jax._src.clusters (and
@@ -170,3 +173,14 @@ def install() -> None:
     job = _settings.launch()
     if job.coordination_service == "launcher":
         _after_load(_DISTRIBUTED, under_launcher_service)
+    if job.xla_collectives == "jaccl":
+        _after_load("jax", check_mpi_counts)
+
+
+def check_mpi_counts(jax) -> None:
+    """Once jax has loaded: each program XLA compiles is checked for counts past MPI's int
+    (_mpi_counts.py), as a program that never calls jaccl runs its collectives on the shim."""
+    del jax
+    from . import _mpi_counts
+
+    _mpi_counts.install()

@@ -472,11 +472,28 @@ _COLLECTIVE_OP = re.compile(r"\b(all-reduce|all-gather|all-to-all|collective-per
 _compile_checks: list = []
 
 
+class CompiledProgram:
+    """What after_each_compile's checks see of a compiled program: the text of its HLO
+    modules and its collective instructions, lines of that text (SPMD-partitioned: the
+    collectives XLA inserted for shardings too), each read when first asked."""
+
+    def __init__(self, executable) -> None:
+        self._executable = executable
+
+    @functools.cached_property
+    def module_texts(self) -> list:
+        return [module.to_string() for module in self._executable.hlo_modules()]
+
+    @functools.cached_property
+    def collectives(self) -> list:
+        return [line.strip() for text in self.module_texts for line in text.splitlines()
+                if _COLLECTIVE_OP.search(line)]
+
+
 def after_each_compile(check) -> None:
-    """Calls check(devices, has_collectives) after each XLA compilation of this process (once
-    per new program; jit's cache serves the others): `devices`, the program's devices;
-    has_collectives(), whether the compiled program (SPMD-partitioned: the collectives XLA
-    inserted for shardings too) runs any collective. What check raises is the compilation's
+    """Calls check(devices, program) after each XLA compilation of this process (once per new
+    program; jit's cache serves the others), a compilation cache's hit too: `devices`, the
+    program's devices; `program`, a CompiledProgram. What check raises is the compilation's
     error. Once per check."""
     from jax._src import compiler
 
@@ -488,10 +505,9 @@ def after_each_compile(check) -> None:
         @functools.wraps(compile_or_get_cached)
         def compile_and_check(backend, computation, devices, *args, **kwargs):
             executable = compile_or_get_cached(backend, computation, devices, *args, **kwargs)
-            has_collectives = functools.cache(lambda: any(
-                _COLLECTIVE_OP.search(m.to_string()) for m in executable.hlo_modules()))
+            program = CompiledProgram(executable)
             for each in list(_compile_checks):
-                each(list(devices.flat), has_collectives)
+                each(list(devices.flat), program)
             return executable
 
         compiler.compile_or_get_cached = compile_and_check

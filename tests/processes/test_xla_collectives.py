@@ -91,7 +91,8 @@ def test_gloo_when_asked():
 
 # jax alone: jax.distributed.initialize() from jaccl-run's variables, or with no arguments
 # (jaccl-run's cluster environment, jax_jaccl/_cluster.py, finds them); the program imports
-# nothing of jaccl's (only the start-up hook's small modules are loaded, no engine).
+# nothing of jaccl's (only the start-up hook's small modules are loaded, no engine); a psum of
+# 2^32 + 5 elements a device is refused as it compiles (_mpi_counts.py: XLA would wrap its count).
 NEVER_STARTS_JACCL = """
 import os, sys, numpy as np
 import jax, jax.numpy as jnp
@@ -101,8 +102,18 @@ assert jax.process_count() == 2 and jax.local_device_count() == %d
 mesh = Mesh(np.array(jax.devices()), ("x",))
 v = np.arange(12 * %d, dtype=np.float32).reshape(4 * %d, 3)
 x = jax.make_array_from_callback(v.shape, NamedSharding(mesh, P("x")), lambda i: v[i])
-assert {m for m in sys.modules if m.startswith("jax_jaccl")} <= {"jax_jaccl", "jax_jaccl._cluster",
-                                                                "jax_jaccl._settings"}
+assert {m for m in sys.modules if m.startswith("jax_jaccl")} <= {
+    "jax_jaccl", "jax_jaccl._cluster", "jax_jaccl._settings", "jax_jaccl._compat",
+    "jax_jaccl._mpi_counts"}
+psum = jax.jit(jax.shard_map(lambda a: jax.lax.psum(a, "x"), mesh=mesh, in_specs=P("x"),
+                             out_specs=P("x")))
+big = jax.ShapeDtypeStruct((len(jax.devices()) * ((1 << 32) + 5),), jnp.int8,
+                           sharding=NamedSharding(mesh, P("x")))
+try:
+    psum.lower(big).compile()
+    raise AssertionError("a psum of 2^32 + 5 elements a device compiled for XLA's MPI path")
+except ValueError as e:  # as it compiles: XLA would hand the shim a count of 5
+    assert "all-reduce" in str(e) and "moves 4294967301 elements" in str(e), e
 f = jax.jit(lambda a: jnp.sum(a, axis=0), out_shardings=NamedSharding(mesh, P()))
 for _ in range(3):
     out = f(x)
