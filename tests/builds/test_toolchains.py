@@ -35,6 +35,7 @@ from harness import clean, run_job  # noqa: E402
 
 GPU_MACHINE_LINK = " ".join(load_cuda_emulation_build().GPU_MACHINE_LINK)
 TIMEOUT = 6
+BATTERY_CHECKS = 514  # every check of tests/workers/collectives.py at 2 x 2
 
 
 def oldest_ffi_headers() -> pathlib.Path:
@@ -82,10 +83,11 @@ def engine(tmp_path_factory):
                         oldest_ffi_headers())
 
 
-def job(engine, mode, nprocs, devices=1, grace=None, env=None):
+def job(engine, mode, nprocs, devices=1, grace=None, env=None, worker="faults.py"):
     env = {"JACCL_TEST_ENGINE": str(engine), "JACCL_DEBUG": "INFO", "JACCL_TIMEOUT": str(TIMEOUT),
            **(env or {})}
-    done = run_job("faults.py", nprocs, devices, args=[mode], env=env, timeout=120, grace=grace)
+    done = run_job(worker, nprocs, devices, args=[mode] if mode else [], env=env, timeout=300,
+                   grace=grace)
     for rank in range(nprocs):  # the module built here ran, not the installed one
         assert done.values(rank, "ENGINE") == [str(engine)], clean(done.output)[-3000:]
     return done
@@ -147,4 +149,16 @@ def test_killed_peer_is_named_whole(engine):
         message = done.raised(rank)[1]
         assert re.search(r"process 2 \(pid \d+\) died", message), message
     assert done.returncode != 0
+    assert done.leftovers() == []
+
+
+def test_the_value_battery_on_the_engine_pip_builds(engine):
+    """The collective battery (every op, dtype, shape and forced algorithm against jax.lax on
+    gloo) on the module built as `pip install` builds it, under this jax: 2 processes x 2
+    devices, groups within and across processes. Every check of the battery, counted."""
+    done = job(engine, None, 2, devices=2, worker="collectives.py")
+    assert done.returncode == 0, clean(done.output)[-6000:]
+    for rank in (0, 1):
+        assert "DONE" in done.lines(rank), clean(done.output)[-3000:]
+        assert len(done.values(rank, "OK")) == BATTERY_CHECKS, len(done.values(rank, "OK"))
     assert done.leftovers() == []
