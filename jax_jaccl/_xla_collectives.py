@@ -28,6 +28,7 @@ Contract:
   jaccl that _bootstrap.attach_on_first_use() tried on its behalf failed); renew_failed(reason)
   the error of the communicator XLA makes after a lost process, when
   _bootstrap.renew_after_loss() could not build the survivors' world.
+- served() is how many of XLA's collectives this process has run on the shim.
 - unplanned_devices(n) is why a process of n CPU devices keeps XLA's collectives on gloo
   though its launcher put them on jaccl for another count (resolve()'s default), or "".
 - shares_channels(local_devices) is whether jaccl's world must share its channels among
@@ -170,6 +171,15 @@ def renew_failed(reason: str) -> None:
     shim = _handle()
     if shim is not None:
         shim.jaccl_mpiabi_renew_failed(reason.encode(errors="replace"))
+
+
+def served() -> int:
+    """How many of XLA's collectives this process has run on jaccl's shim (0 without it)."""
+    shim = _handle()
+    if shim is None:
+        return 0
+    shim.jaccl_mpiabi_served.restype = ctypes.c_ulong
+    return int(shim.jaccl_mpiabi_served())
 
 
 def refuse(reason: str) -> None:

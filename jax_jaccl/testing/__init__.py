@@ -27,7 +27,9 @@ slots. `env={...}` adds
 environment variables to every process (e.g. a transport: {"JACCL_TRANSPORT": "tcp"}).
 The collectives XLA emits itself (jit with shardings, jax.lax) run on jaccl's engine as under
 jaccl-run (jobs of n > 1 processes of one CPU device each; with several devices per process
-under `xla_collectives="jaccl"`); `xla_collectives="gloo"` keeps JAX's own.
+under `xla_collectives="jaccl"`); `xla_collectives="gloo"` keeps JAX's own. There a check of
+jaccl's ops against jax.lax compares jaccl with itself: a passing job that ran both without
+asking for jaccl warns (LaxOnJacclWarning), and jax_job.xla_collectives says which carries jax.lax.
 `jax_processes_compilation_cache = session` (ini) lets the jobs share a JAX compilation
 cache: a program compiled by one job (the same test over several layouts) is loaded by the
 next (compile_cache.py says by which processes).
@@ -94,6 +96,7 @@ def _job_options(config, marker) -> dict:
         env = dict(env or {})
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise pytest.UsageError(f"{usage}, env={env!r}): env maps names to strings")
+        by_default = xla_collectives is None
         try:  # as jaccl-run chooses
             xla_collectives = _xla_collectives.resolve(xla_collectives, int(n),
                                                        int(devices_per_process))
@@ -102,7 +105,7 @@ def _job_options(config, marker) -> dict:
         return dict(processes=int(n), devices_per_process=int(devices_per_process), hosts=int(hosts),
                     timeout=float(timeout if timeout is not None else config.getini("jax_processes_timeout")),
                     link_rate=link_rate, network=network, env=env, ranks=ranks,
-                    xla_collectives=xla_collectives)
+                    xla_collectives=xla_collectives, xla_collectives_by_default=by_default)
 
     return options(*marker.args, **marker.kwargs)
 

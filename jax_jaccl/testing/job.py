@@ -14,7 +14,8 @@ folder, whether the test passed, failed, was skipped or killed (what a failure r
 is read from the folder first). The test passes when every rank passed; is skipped when every rank
 skipped; else fails with one JobFailed naming the first failing rank, which repr_failure
 renders rank by rank (its traceback, or how it ended and its last output, and the stacks of the
-ranks that hung).
+ranks that hung). A passing job whose XLA collectives ran on jaccl by default (not asked for)
+while its test also ran jaccl's own ops warns (LaxOnJacclWarning): its jax.lax was jaccl too.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +42,11 @@ from .compile_cache import cache_env
 from .placement import NoNamespaces, Placement
 from .rank import FAILED_FLAG, class_name
 from .slots import hold_slots
+
+
+class LaxOnJacclWarning(pytest.PytestWarning):
+    """A job ran jaccl's ops and jax.lax's collectives on jaccl's engine without being asked."""
+
 
 GRACE_S = 5.0   # how long the other ranks may still report after one failed
 LOG_TAIL = 40   # lines of a rank's output shown when it failed without a traceback
@@ -114,13 +121,14 @@ class JobItem(pytest.Item):
 
     def __init__(self, *, function: pytest.Function, processes: int, devices_per_process: int,
                  hosts: int, timeout: float, link_rate: str | None, network: str, env: dict, ranks: str,
-                 xla_collectives: str, **kwargs):
+                 xla_collectives: str, xla_collectives_by_default: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.function = function
         self.processes, self.devices_per_process = processes, devices_per_process
         self.hosts, self.timeout, self.link_rate = hosts, timeout, link_rate
         self.network, self.extra_env, self.rank_order = network, env, ranks
         self.xla_collectives = xla_collectives
+        self.xla_collectives_by_default = xla_collectives_by_default
         self.own_markers = list(function.own_markers)
         self.keywords.update(function.keywords)
         self.obj = getattr(function, "obj", None)
@@ -230,6 +238,7 @@ class JobItem(pytest.Item):
         """Returns when every rank passed; otherwise skips or fails the test."""
         statuses = {r.status for r in ranks}
         if statuses == {"passed"}:
+            self._warn_if_lax_ran_on_jaccl(ranks)
             return
         if statuses == {"skipped"}:
             reason = next(p["skip_reason"] for p in ranks[0].phases if p["outcome"] == "skipped")
@@ -242,6 +251,24 @@ class JobItem(pytest.Item):
         bad = [r for r in ranks if r.status != "passed"]
         first = min(bad, key=lambda r: (_blame(r), r.rank))
         raise self._as_expected_failure(JobFailed(ranks, first, placement.description))
+
+    def _warn_if_lax_ran_on_jaccl(self, ranks: list) -> None:
+        """A test of jaccl's ops against jax.lax whose jax.lax ran on jaccl's engine (the
+        default for one CPU device per process) compares jaccl with itself: say so."""
+        if self.xla_collectives != "jaccl" or not self.xla_collectives_by_default:
+            return
+        for r in ranks:
+            carried = (r.phase("call") or {}).get("carriers") or {}
+            if carried.get("jaccl_ops") and carried.get("xla_on_jaccl"):
+                warnings.warn(LaxOnJacclWarning(
+                    f"rank {r.rank} ran {carried['jaccl_ops']} of jaccl's ops and "
+                    f"{carried['xla_on_jaccl']} of XLA's collectives (jax.lax, shardings) on "
+                    "jaccl's engine: XLA's collectives run on jaccl by default in jobs of one CPU "
+                    "device per process, so checking jaccl's ops against jax.lax here compares "
+                    "jaccl with itself. Pass xla_collectives=\"gloo\" to the jax_processes mark to "
+                    "check against JAX's own collectives, or xla_collectives=\"jaccl\" to say it is "
+                    "meant; jax_job.xla_collectives tells the test which carries jax.lax."))
+                return
 
     def _as_expected_failure(self, failure: JobFailed) -> JobFailed:
         """Under xfail(raises=E): where some rank's exception is an E, the job's failure is

@@ -8,9 +8,9 @@ every thread's Python stack to <job>/rank<k>.stacks on SIGUSR1, and calls
 jax_jaccl.distributed.initialize(). record() appends each phase's report to <job>/rank<k>.jsonl
 as one JSON line (written and flushed at once, so a rank killed later still leaves what it
 finished), with the classes of a failed phase's exception (most derived first, as
-"module.QualName"; note_exception() attaches them), and a failed one also creates <job>/failed
-(the parent's signal to stop waiting for the others). JaxJob is what the `jax_job` fixture
-gives a test.
+"module.QualName"; note_exception() attaches them) and, for the test's call, what carried its
+collectives (carriers()); a failed one also creates <job>/failed (the parent's signal to stop
+waiting for the others). JaxJob is what the `jax_job` fixture gives a test.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import faulthandler
 import json
 import os
 import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import _settings
+from .. import _settings, _xla_collectives
 
 JOB_DIR = "JACCL_PYTEST_JOB_DIR"
 FAILED_FLAG = "failed"
@@ -61,11 +62,20 @@ def start() -> None:
     distributed.initialize()
 
 
+def carriers() -> dict:
+    """What carried this process's collectives so far: jaccl's own ops (calls of its FFI
+    handlers) and XLA's collectives (jax.lax, shardings) run on jaccl's MPI shim."""
+    ext = sys.modules.get("jax_jaccl._ext")
+    own = sum(ext.engine.call_counts()) if ext is not None and ext.engine.is_initialized() else 0
+    return {"jaccl_ops": int(own), "xla_on_jaccl": _xla_collectives.served()}
+
+
 def record(config, report) -> None:
     data = config.hook.pytest_report_to_serializable(config=config, report=report)
     line = json.dumps({"when": getattr(report, "when", "collect"), "outcome": report.outcome,
                        "text": report.longreprtext if report.failed or report.skipped else "",
                        "skip_reason": _skip_reason(report), "exception": getattr(report, EXCEPTION, []),
+                       "carriers": carriers() if getattr(report, "when", "") == "call" else {},
                        "report": data}, default=str)
     with open(job_dir() / f"rank{rank()}.jsonl", "a") as f:
         f.write(line + "\n")
@@ -99,6 +109,7 @@ class JaxJob:
     local_device_count: int
     job_id: str
     shared_path: Path  # one folder for every process of the job
+    xla_collectives: str  # what carries jax.lax's collectives here: "jaccl" (its engine) or "gloo"
 
     @classmethod
     def here(cls) -> "JaxJob":
@@ -110,4 +121,5 @@ class JaxJob:
                    host_index=int(os.environ["JACCL_TEST_HOST_INDEX"]),
                    host_count=int(os.environ["JACCL_TEST_HOSTS"]),
                    local_device_count=jax.local_device_count(), job_id=_settings.read().job_id,
-                   shared_path=shared)
+                   shared_path=shared,
+                   xla_collectives="jaccl" if _xla_collectives.active() else "gloo")

@@ -2,8 +2,8 @@
 semantics (XLA:CPU cannot run jax.lax's), one process x 4 devices, on both schedules of one
 process (members reading each other's buffers, and frames through the engine): random valid
 arguments, one and two slices per pair, int32 and int64 indices, rows of several shapes and
-dtypes, `output` kept where nothing arrives; autodiff (the transpose is checked as the
-adjoint, <f(x), t> == <x, f^T(t)>); vmap of the op; bad arguments at trace time and at run
+dtypes, `output` kept where nothing arrives; autodiff (the transpose element by element
+against a numpy adjoint, and <f(x), t> == <x, f^T(t)>); vmap of the op; bad arguments at trace time and at run
 time (every rank of the group raises, naming the entry)."""
 
 from __future__ import annotations
@@ -115,8 +115,9 @@ def test_axis_index_groups_against_the_model_of_each_group(name):
 
 
 def test_the_transpose_is_the_adjoint_and_jvp_is_the_op():
-    """ragged_all_to_all is linear in (operand, output): <f(x, y), t> == <x, dx> + <y, dy> for
-    (dx, dy) = f^T(t), and jvp(f) at any point is f of the tangents."""
+    """ragged_all_to_all is linear in (operand, output): (dx, dy) = f^T(t) is numpy's adjoint
+    element by element (so <f(x, y), t> == <x, dx> + <y, dy>), and jvp(f) at any point is f of
+    the tangents."""
     rng = np.random.default_rng(11)
     operands, outputs, in_off, sizes, out_off, recv = ragged_model.random_arguments(
         rng, N, 2, in_rows=12, out_rows=20, row_shape=(3,))
@@ -133,13 +134,16 @@ def test_the_transpose_is_the_adjoint_and_jvp_is_the_op():
 
     out, vjp = jax.vjp(lambda x, y: f(x, y, *indices), x, y)
     dx, dy = jax.jit(vjp)(tt)
+    want_dx, want_dy = ragged_model.transpose(t, 12, in_off, sizes, out_off)
+    np.testing.assert_array_equal(np.asarray(dx), np.concatenate(want_dx))  # element by element
+    np.testing.assert_array_equal(np.asarray(dy), np.concatenate(want_dy))
+    assert np.abs(np.asarray(dx)).sum() > 0
     a = lambda v: np.asarray(v, np.float64).ravel()  # noqa: E731
     lhs = float(np.dot(a(out), a(tt)))
     rhs = float(np.dot(a(x), a(dx)) + np.dot(a(y), a(dy)))
-    assert abs(lhs - rhs) <= 1e-3 * max(1.0, abs(lhs)), (lhs, rhs)
+    assert abs(lhs - rhs) <= 1e-3 * max(1.0, abs(lhs)), (lhs, rhs)  # the adjoint's definition
     _, tangent = jax.jvp(lambda x, y: f(x, y, *indices), (x, y), (x, y))
     np.testing.assert_array_equal(np.asarray(tangent), np.asarray(out))
-    assert np.abs(np.asarray(dx)).sum() > 0
 
 
 def test_vmap_of_the_op_over_a_batch():

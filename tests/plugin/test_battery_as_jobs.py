@@ -61,6 +61,12 @@ LAYOUTS = [
     layout(4, 2, 2, network="namespaces", ranks="round-robin"),
 ]
 assert FOR_THEIR_TRANSPORT <= {p.id for p in LAYOUTS}, "a name above is not a layout's"
+# (checks, results digested) each layout's battery runs: a battery that lost a section fails.
+CHECKS = {"2x2": (514, 154), "4x1": (173, 62), "4x1-2hosts-lo-tcp": (177, 64),
+          "2x2-2hosts-lo-tcp": (247, 91), "2x2-2hosts-lo-ofi": (180, 66),
+          "4x1-4hosts-lo-ofi-messages": (173, 62), "4x1-4hosts-netns-tcp": (173, 62),
+          "4x1-2hosts-netns-ofi": (177, 64), "4x2-2hosts-netns-tcp-rr": (180, 66)}
+assert set(CHECKS) == {p.id for p in LAYOUTS}
 
 
 @pytest.mark.parametrize("nprocs, devices, hosts, transport", LAYOUTS)
@@ -90,7 +96,7 @@ def test_collectives_match_lax(jax_job, request, nprocs, devices, hosts, transpo
         assert (settings.frame_bytes, settings.slots, settings.tcp_sockets) == (4096, 2, 1)
         dtypes = TRANSPORT_DTYPES + (jnp.bfloat16,)
     run_battery(compare, hierarchical=hosts > 1 and jax.device_count() // hosts > 1, dtypes=dtypes)
-    assert len(checked) > 100 and len(digests) > 20
+    assert (len(checked), len(digests)) == CHECKS.get(name), (name, len(checked), len(digests))
     same_on_every_process(digests)
     if name == "4x2-2hosts-netns-tcp-rr":
         mesh = jax.make_mesh((2, 2, 2), ("x", "y", "z"))

@@ -295,3 +295,14 @@ def test_a_reserved_port_is_never_handed_out():
             s.bind(("0.0.0.0", port))
     finally:
         reservation.close()
+
+
+def test_a_comparison_with_jax_lax_on_jaccl_is_told(tmp_path):
+    """jax_job.xla_collectives says what carries jax.lax; a job that ran jaccl's ops and, by
+    default, jax.lax on jaccl's engine too warns that the comparison is jaccl with itself."""
+    rc, out, _ = run_pytest(tmp_path, {"test_lax_carrier.py": source("lax_carrier")}, "-rA")
+    assert rc == 0 and "3 passed" in out, out
+    assert out.count("LaxOnJacclWarning: rank") == 1, out
+    assert re.search(r"test_lax_carrier.py::test_by_default\n.*LaxOnJacclWarning: rank 0 ran 1 of "
+                     r"jaccl's ops and 1 of XLA's collectives", out), out
+    assert_nothing_left(tmp_path, out)

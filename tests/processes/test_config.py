@@ -1,11 +1,13 @@
 """Settings read from the environment, in fresh processes: JACCL_DEBUG=INFO logs the transport
 and algorithm once per communicator, op and size class; JACCL_ALGO overrides the automatic
 choice; a bad setting stops the first op naming it, a misspelt one is a warning; processes of
-a job that disagree on a setting they must share all stop, naming it."""
+a job that disagree on a setting they must share all stop, naming it; JACCL_DEBUG=trace and
+JACCL_CALL_SITES=0 across processes, under the value battery."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -102,3 +104,26 @@ def test_processes_that_disagree_on_a_setting_all_stop_naming_it(last):
             clean(job.output)[-3000:]
     assert "FINISHED" not in job.output
     assert job.leftovers() == []
+
+
+TRANSPORT_CHECKS = 176  # every check of tests/workers/collectives.py's transport types at 2 x 2
+TRACE_LINE = re.compile(r"jaccl \d+ TRACE [a-z_]+ #\d+ \d+ B on rank \d+: [a-z_]+ [0-9.e+-]+ us")
+
+
+def test_trace_lines_and_no_call_sites_across_processes():
+    """JACCL_DEBUG=trace (a line per call, written while frames cross between processes: the
+    GPU machine's first crash was in this formatting) with JACCL_CALL_SITES=0 (frames carry no
+    site): the battery's transport types at 2 processes x 2 devices against jax.lax on gloo,
+    every check, and every trace line whole."""
+    done = run_job("collectives.py", 2, 2, timeout=300,
+                   env={"JACCL_DEBUG": "trace", "JACCL_CALL_SITES": "0",
+                        "JACCL_TEST_BATTERY_DTYPES": "transport"})
+    assert done.returncode == 0, clean(done.output)[-4000:]
+    for rank in (0, 1):
+        assert "DONE" in done.lines(rank), clean(done.output)[-3000:]
+        assert len(done.values(rank, "OK")) == TRANSPORT_CHECKS, len(done.values(rank, "OK"))
+        traced = [l for l in done.lines(rank) if " TRACE " in l]
+        assert len(traced) > TRANSPORT_CHECKS, len(traced)
+        assert all(TRACE_LINE.fullmatch(l) for l in traced), [l for l in traced
+                                                              if not TRACE_LINE.fullmatch(l)][:5]
+    assert done.leftovers() == []

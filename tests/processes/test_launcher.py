@@ -150,31 +150,43 @@ def test_demo_trains_and_matches_lax():
     assert "OK: every job's jaccl and jax.lax steps agree" in out
 
 
+def near(ours: str, theirs: str) -> bool:
+    """Two printed numbers within one and a half units of their last digit."""
+    return abs(float(ours) - float(theirs)) <= 1.5 * 10.0 ** -len(ours.split(".")[1])
+
+
 @pytest.mark.timeout(900)  # six jaccl-run jobs of 120 s at most
 def test_readme_quickstart_runs_as_written(tmp_path):
     """The README's quickstart, copied out of the README, on 2 processes, on 3, and on 2 of 3
-    CPU devices each (XLA's collectives on jaccl's engine there too, so both imports sum in the
-    same order): the loss falls, and the same script on jax.lax (the README's one-line swap)
-    gives the same losses."""
+    CPU devices each: the loss falls, and the same script on jax.lax (the README's one-line
+    swap) with JAX's own collectives (gloo: a reference that shares nothing with jaccl's
+    engine) prints the same losses: as printed on 2 processes of one device (a sum of two has
+    one order), within one unit of the last printed digit on more (gloo's order is its own).
+    The small gradients keep clear of gloo's own reduce-scatter bug (jax-ml/jax#40830: chunks
+    of megabytes)."""
     readme = (REPO / "README.md").read_text()
     code = readme.split("## Quickstart", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     assert "from jax_jaccl import lax" in code
-    layouts = {"2x1": ["-n", "2"], "3x1": ["-n", "3"],
-               "2x3": ["-n", "2", "--devices-per-process", "3", "--xla-collectives", "jaccl"]}
+    layouts = {"2x1": ["-n", "2"], "3x1": ["-n", "3"], "2x3": ["-n", "2", "--devices-per-process", "3"]}
     for layout, args in layouts.items():
         processes = int(args[1])
         losses = {}
-        for lax in ("from jax_jaccl import lax", "from jax import lax"):
+        for lax, carrier in (("from jax_jaccl import lax", []),
+                             ("from jax import lax", ["--xla-collectives", "gloo"])):
             script = tmp_path / "quickstart.py"
             script.write_text(code.replace("from jax_jaccl import lax", lax))
-            done = jaccl_run(*args, "--", sys.executable, str(script), timeout=120)
+            done = jaccl_run(*args, *carrier, "--", sys.executable, str(script), timeout=120)
             assert done.returncode == 0, (layout, done.stdout[-3000:] + done.stderr[-3000:])
             lines = sorted(l for l in done.stdout.splitlines() if "in 200 steps" in l)
             assert [l[:3] for l in lines] == [f"[{p}]" for p in range(processes)], done.stdout
-            first, last = (float(v) for v in lines[0].split("loss ")[1].split(" in")[0].split(" -> "))
+            printed = [l.split("loss ")[1].split(" in")[0].split(" -> ") for l in lines]
+            first, last = (float(v) for v in printed[0])
             assert last < first / 10, (layout, lines)
-            losses[lax] = [l.split("loss ")[1] for l in lines]
-        assert len(set(map(tuple, losses.values()))) == 1, (layout, losses)
+            losses[lax] = [v for pair in printed for v in pair]
+        ours, theirs = losses.values()
+        if layout == "2x1":
+            assert ours == theirs, (layout, losses)
+        assert all(near(a, b) for a, b in zip(ours, theirs)), (layout, losses)
 
 
 @pytest.mark.parametrize("mode", [[], ["--dropless"]], ids=["capacity", "dropless"])

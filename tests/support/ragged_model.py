@@ -24,6 +24,25 @@ def ragged_all_to_all(operands, outputs, input_offsets, send_sizes, output_offse
     return results
 
 
+def transpose(cotangents, in_rows, input_offsets, send_sizes, output_offsets):
+    """The adjoint of ragged_all_to_all for per-device output cotangents t: (dx, dy), dx[s] rows
+    [input_offsets[s][i], + send_sizes[s][i]) = t[d] rows [output_offsets[s][i], + the same)
+    for the device d = i // k they went to (zero where nothing was sent), dy[d] = t[d] with the
+    rows that arrived zeroed (the output was overwritten there)."""
+    n = len(cotangents)
+    K = len(input_offsets[0])
+    k = K // n
+    dx = [np.zeros((in_rows,) + t.shape[1:], t.dtype) for t in cotangents]
+    dy = [np.array(t, copy=True) for t in cotangents]
+    for s in range(n):
+        for i in range(K):
+            d = i // k
+            rows, o, a = int(send_sizes[s][i]), int(output_offsets[s][i]), int(input_offsets[s][i])
+            dx[s][a:a + rows] = cotangents[d][o:o + rows]
+            dy[d][o:o + rows] = 0
+    return dx, dy
+
+
 def random_arguments(rng, n, k, in_rows, out_rows, row_shape=(), dtype=np.float32, fill=0.5):
     """Valid arguments for n devices with k slices per pair: slices laid out with gaps in the
     operand, placed without overlap (in a shuffled order, with gaps) in the receivers' outputs.

@@ -856,6 +856,13 @@ JMPI_EXPORT int MPIABI_Comm_free(uintptr_t* comm) {
 
 /* ---- collectives (out of place, as XLA calls them) ---- */
 
+/* XLA's collectives this process has run here (all-reduces, all-gathers, reduce-scatters,
+ * all-to-all rounds, collective-permute requests): jax_jaccl.testing tells a test whose
+ * jax.lax ran on jaccl's engine so (jax_jaccl/_xla_collectives.py: served()). */
+static atomic_ulong served;
+
+JMPI_EXPORT unsigned long jaccl_mpiabi_served(void) { return atomic_load(&served); }
+
 /* XLA:CPU narrows a collective's element count (a size_t) to MPI's int: 2^31 to 2^32 - 1
  * elements arrive negative and are refused here, naming the count they were; 2^32 elements or
  * more arrive as the count modulo 2^32, which nothing here can tell from a real one
@@ -869,6 +876,7 @@ static int refuse_wrapped_count(const char* name, int count) {
 JMPI_EXPORT int MPIABI_Allreduce(const void* send, void* recv, int count, uintptr_t datatype,
                                  uintptr_t op, uintptr_t comm) {
   if (count < 0) return refuse_wrapped_count("MPI_Allreduce", count);
+  atomic_fetch_add(&served, 1);
   JmpiComm* c = comm_in_use(comm);
   const JmpiType* type = c ? type_of(datatype) : NULL;
   int32_t code = 0;  /* set by op_of when it succeeds */
@@ -881,6 +889,7 @@ JMPI_EXPORT int MPIABI_Allreduce(const void* send, void* recv, int count, uintpt
 static int reduce_scatter(const char* name, const void* send, void* recv, int count,
                           uintptr_t datatype, uintptr_t op, uintptr_t comm) {
   if (count < 0) return refuse_wrapped_count(name, count);
+  atomic_fetch_add(&served, 1);
   JmpiComm* c = comm_in_use(comm);
   const JmpiType* type = c ? type_of(datatype) : NULL;
   int32_t code = 0;  /* set by op_of when it succeeds */
@@ -912,6 +921,7 @@ JMPI_EXPORT int MPIABI_Reduce_scatter(const void* send, void* recv, const int co
 JMPI_EXPORT int MPIABI_Allgather(const void* send, int send_count, uintptr_t send_type,
                                  void* recv, int recv_count, uintptr_t recv_type, uintptr_t comm) {
   if (send_count < 0) return refuse_wrapped_count("MPI_Allgather", send_count);
+  atomic_fetch_add(&served, 1);
   JmpiComm* c = comm_in_use(comm);
   const JmpiType* type = c ? type_of(send_type) : NULL;
   if (type == NULL) return last_code;
@@ -976,6 +986,7 @@ static int check_peer(const JmpiComm* c, int peer, const char* what) {
 JMPI_EXPORT int MPIABI_Sendrecv(const void* send, int send_count, uintptr_t send_type, int dest,
                                 int send_tag, void* recv, int recv_count, uintptr_t recv_type,
                                 int source, int recv_tag, uintptr_t comm, void* status) {
+  atomic_fetch_add(&served, 1);
   JmpiComm* c = comm_in_use(comm);
   uint64_t send_bytes = 0, recv_bytes = 0;  /* set by bytes_of when it succeeds */
   if (c == NULL || bytes_of("MPI_Sendrecv", send_type, send_count, &send_bytes) != JMPI_SUCCESS ||
@@ -1014,6 +1025,7 @@ static __thread JmpiRequest* queue;
 
 static int post(int is_send, void* buf, int count, uintptr_t datatype, int peer, int tag,
                 uintptr_t comm, uintptr_t* request) {
+  atomic_fetch_add(&served, 1);
   JmpiComm* c = comm_in_use(comm);
   uint64_t bytes = 0;  /* set by bytes_of when it succeeds */
   const char* name = is_send ? "MPI_Isend" : "MPI_Irecv";
