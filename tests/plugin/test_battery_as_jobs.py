@@ -19,7 +19,7 @@ from jax.experimental import multihost_utils
 
 import jax_jaccl as jaccl
 import axis_orders
-from job_layouts import OFI, OFI_MESSAGES, TCP, expected, layout, needs_ofi
+from job_layouts import OFI, OFI_MESSAGES, SMALL_FRAMES, expected, layout, needs_ofi
 from process_battery import ALL_DTYPES, TRANSPORT_DTYPES, assert_equal_shards, run_battery
 
 
@@ -40,30 +40,31 @@ def same_on_every_process(digests: dict) -> None:
 # (groups within a process and across processes); the other layouts are there for a
 # transport, an algorithm or a placement, which move and reduce every dtype alike: they run
 # the battery's transport types (the forced algorithms, hierarchical included, and the
-# frame-spanning sizes stay). 2x2 on 2 hosts runs the transport settings at their smallest
-# (4 KiB frames, 2 in flight, one socket a link, no busy wait), with a 16-bit type too: its
-# messages span hundreds of frames, in sizes that divide by neither frames nor frames x lanes.
+# frame-spanning sizes stay). The flow control runs at its tightest (SMALL_FRAMES: 4 KiB
+# frames, 2 in flight, one socket a link, no busy wait) on each kind of channel: shared memory
+# between processes (4x1), jaccl's TCP and libfabric between hosts (2x2 on 2 hosts), with a
+# 16-bit type too: its messages span hundreds of frames, in sizes that divide by neither frames
+# nor frames x lanes.
 # The round-robin layout also runs every collective over the three axes of a 2 x 2 x 2 mesh
 # in the mesh's order and reversed (tests/support/axis_orders.py), its ranks dealt over hosts
 # in the most scrambled way; every order runs on one host (test_axis_orders_as_jobs.py: 2
 # processes x 4 devices, groups within and across processes).
-SMALL_FRAMES = {**TCP, "JACCL_FRAME_KB": "4", "JACCL_SLOTS": "2", "JACCL_TCP_SOCKETS": "1",
-                "JACCL_SPIN_US": "0"}
-FOR_THEIR_TRANSPORT = {"4x1", "4x1-2hosts-lo-tcp", "2x2-2hosts-lo-tcp", "2x2-2hosts-lo-ofi",
-                       "4x1-4hosts-lo-ofi-messages", "4x1-4hosts-netns-tcp",
-                       "4x1-2hosts-netns-ofi", "4x2-2hosts-netns-tcp-rr"}
+FOR_THEIR_TRANSPORT = {"4x1-small-frames", "4x1-2hosts-lo-tcp", "2x2-2hosts-lo-tcp-small-frames",
+                       "2x2-2hosts-lo-ofi-small-frames", "4x1-4hosts-lo-ofi-messages",
+                       "4x1-4hosts-netns-tcp", "4x1-2hosts-netns-ofi", "4x2-2hosts-netns-tcp-rr"}
 LAYOUTS = [
-    layout(2, 2), layout(4, 1),
-    layout(4, 1, 2), layout(2, 2, 2, SMALL_FRAMES),
-    layout(2, 2, 2, OFI, marks=needs_ofi), layout(4, 1, 4, OFI_MESSAGES, marks=needs_ofi),
+    layout(2, 2), layout(4, 1, settings=SMALL_FRAMES, tag="small-frames"),
+    layout(4, 1, 2), layout(2, 2, 2, settings=SMALL_FRAMES, tag="small-frames"),
+    layout(2, 2, 2, OFI, marks=needs_ofi, settings=SMALL_FRAMES, tag="small-frames"),
+    layout(4, 1, 4, OFI_MESSAGES, marks=needs_ofi),
     layout(4, 1, 4, network="namespaces"),
     layout(4, 1, 2, OFI, network="namespaces", marks=needs_ofi),
     layout(4, 2, 2, network="namespaces", ranks="round-robin"),
 ]
 assert FOR_THEIR_TRANSPORT <= {p.id for p in LAYOUTS}, "a name above is not a layout's"
 # (checks, results digested) each layout's battery runs: a battery that lost a section fails.
-CHECKS = {"2x2": (514, 154), "4x1": (173, 62), "4x1-2hosts-lo-tcp": (177, 64),
-          "2x2-2hosts-lo-tcp": (247, 91), "2x2-2hosts-lo-ofi": (180, 66),
+CHECKS = {"2x2": (514, 154), "4x1-small-frames": (240, 87), "4x1-2hosts-lo-tcp": (177, 64),
+          "2x2-2hosts-lo-tcp-small-frames": (247, 91), "2x2-2hosts-lo-ofi-small-frames": (247, 91),
           "4x1-4hosts-lo-ofi-messages": (173, 62), "4x1-4hosts-netns-tcp": (173, 62),
           "4x1-2hosts-netns-ofi": (177, 64), "4x2-2hosts-netns-tcp-rr": (180, 66)}
 assert set(CHECKS) == {p.id for p in LAYOUTS}
@@ -91,7 +92,7 @@ def test_collectives_match_lax(jax_job, request, nprocs, devices, hosts, transpo
 
     name = request.node.callspec.id
     dtypes = TRANSPORT_DTYPES if name in FOR_THEIR_TRANSPORT else ALL_DTYPES
-    if transport is SMALL_FRAMES:
+    if name.endswith("-small-frames"):
         settings = jaccl.init().settings
         assert (settings.frame_bytes, settings.slots, settings.tcp_sockets) == (4096, 2, 1)
         dtypes = TRANSPORT_DTYPES + (jnp.bfloat16,)

@@ -7,7 +7,8 @@ numpy; dropless dispatch and combine against the reference with room for every r
 of dispatch-expert-combine against the reference's, also in a shard_map manual over the
 expert axis only (within the host). Layouts: 2 processes x 2 devices on one
 host; 2 hosts x 2 processes on loopback over jaccl's TCP and in network namespaces (as root)
-over the OFI transport."""
+over the OFI transport; the arrival schedule on one host (2 frames of 4 KiB in flight) and
+between hosts."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jax_jaccl as jaccl
-from job_layouts import OFI, expected, layout, needs_ofi
+from job_layouts import OFI, SMALL_FRAMES, expected, layout, needs_ofi
 import moe_reference as ref
 import fp8_reference as fref
 from moe_cases import (CASES, FP8_CASE, FP8_FORMATS, dropless_dispatches, expert,
@@ -199,19 +200,29 @@ def check_partly_manual_layer(c: Checks) -> None:
 # and FP8 rows the same in every scale format (the scales are computed before the rows leave):
 # float32, one scale format and one dropless case there; every dtype, format and case, and the
 # partly manual layer (a question of partitioning, not of transport), within the host.
+# The arrival schedule (JACCL_MOE_SCHEDULE=arrival: each rank sends as its rows are ready),
+# whose early sends matter only between processes, runs on one host with the flow control at
+# its tightest (shared-memory channels of 2 frames of 4 KiB) and between emulated hosts.
+ARRIVAL = {"JACCL_MOE_SCHEDULE": "arrival"}
+
+
 @pytest.mark.parametrize("nprocs, devices, hosts, transport", [
     layout(2, 2), layout(4, 1, 2), layout(4, 1, 2, OFI, network="namespaces", marks=needs_ofi),
+    layout(2, 2, settings={**ARRIVAL, **SMALL_FRAMES}, tag="arrival-small-frames"),
+    layout(4, 1, 2, settings=ARRIVAL, tag="arrival"),
 ])
-def test_moe_matches_reference(jax_job, nprocs, devices, hosts, transport):
+def test_moe_matches_reference(jax_job, request, nprocs, devices, hosts, transport):
     assert (jax_job.process_count, jax_job.local_device_count) == (nprocs, devices)
     assert jaccl.init().host_count == hosts
     assert jaccl.init().transport == (expected(transport) if hosts > 1 else "none")
+    arrival = "-arrival" in request.node.callspec.id
+    assert jaccl.init().settings.moe_schedule == ("arrival" if arrival else "remote_first")
     c = Checks()
-    dtypes = (np.float32,) if hosts > 1 else BOTH_DTYPES
+    dtypes = (np.float32,) if hosts > 1 or arrival else BOTH_DTYPES
     check_every_case(c, dtypes)
     cases = sum(1 for (_, _, _, E, _, _) in CASES.values() if E % c.n == 0)
     assert len(c.checked) == 3 * len(dtypes) * cases > 0
-    if hosts > 1:
+    if hosts > 1 or arrival:
         check_fp8(c, formats=FP8_FORMATS[:1])
         check_dropless(c, cases=("k8-eloc4",))
         check_gradients(c)
