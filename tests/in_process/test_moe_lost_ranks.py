@@ -3,7 +3,8 @@ process x 4 devices. The live ranks run on a mesh of their devices alone; what t
 must be what the whole layout computes when every pair routed to a lost rank's experts is
 marked -1 and the lost ranks route nothing (their results unread): recv_x, recv_count,
 dropped, combine's output and the gradients, bitwise, and handle.lost counts the pairs sent
-nowhere. Capacity, dropless and FP8 dispatch; trace-time errors."""
+nowhere. Capacity, dropless and FP8 dispatch; capacity and dropless also against the jax.numpy
+reference (independent of jaccl's MoE) on the masked whole layout; trace-time errors."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_jaccl as jaccl
-from moe_cases import expert, inputs
+import moe_reference as ref
+from moe_cases import expert, inputs, packed
 
 from util import N
 
@@ -82,6 +84,40 @@ def test_the_live_ranks_compute_what_the_whole_layout_computes_without_the_lost(
         gone = pairs[(pairs >= 0) & np.isin(pairs // per_rank, lost)]
         np.testing.assert_array_equal(ours[4][member], np.bincount(gone, minlength=E))
     assert ours[4].sum() > 0, "the case routes nothing to a lost rank"
+
+
+@pytest.mark.parametrize("layout", ["capacity", "dropless"])
+@pytest.mark.parametrize("lost", LOST, ids=str)
+def test_the_live_ranks_match_the_reference(lost, layout):
+    """The same against tests/support/moe_reference.py (jax.numpy over all-gathered inputs,
+    nothing of jaccl's MoE) on the whole layout with the lost ranks' pairs masked: recv_x
+    (dropless: the reference's rows packed by group), recv_count, dropped and combine."""
+    case = "k8-eloc4" if layout == "capacity" else "random"
+    x, idx, w, E, C = inputs(case, np.float32, seed=5)
+    T = x.shape[0] // N
+    room = C if layout == "capacity" else T * N  # dropless: every (rank, token) once an expert
+    options = dict(capacity=C) if layout == "capacity" else dict(dropless=True)
+
+    def reference(x, i, w):
+        recv, count, dropped = ref.dispatch(x, i, num_experts=E, capacity=room, axis="x")
+        products, ok = ref.pair_products(expert(recv), i, w, num_experts=E, capacity=room, axis="x")
+        return recv[None], count[None], dropped[None], products, ok.astype(jnp.float32)
+
+    devices = jax.devices()[:N]
+    live = [r for r in range(N) if r not in lost]
+    recv, count, dropped, products, ok = run(reference, devices, (x, masked(idx, E, lost), w), 5)
+    combined = np.asarray(ref.accumulate(products, ok > 0, np.float32))  # a program of its own
+    ours = run(layer(E, lost, **options), [devices[r] for r in live],
+               (split(x, live), split(idx, live), split(w, live)), 5)
+    want_recv = split(recv, live)
+    if layout == "dropless":
+        m = ours[0].shape[1]
+        want_recv = np.stack([packed(rows, n, m) for rows, n in zip(want_recv, split(count, live))])
+    for name, got, want in zip(["recv_x", "recv_count", "dropped", "combine"], ours,
+                               [want_recv, split(count, live), split(dropped, live),
+                                split(combined, live)]):
+        np.testing.assert_array_equal(got, want, err_msg=name)
+    assert split(count, live).sum() > 0
 
 
 @pytest.mark.parametrize("lost", LOST[:2], ids=str)

@@ -1,7 +1,7 @@
 """MoE dispatch and combine across processes and emulated hosts, as pytest-plugin jobs: every
 case of tests/support/moe_cases.py against the jax.numpy reference (tests/support/moe_reference.py)
-in the same job, bitwise on every device of every process, for float32 and bfloat16 (float32
-alone between hosts); FP8
+in the same job, bitwise on every device of every process, for float32, bfloat16 and float16
+(float32 alone between hosts); FP8
 dispatch in every scale format (one between hosts) against the reference's rows quantised in
 numpy; dropless dispatch and combine against the reference with room for every row; gradients
 of dispatch-expert-combine against the reference's, also in a shard_map manual over the
@@ -56,10 +56,10 @@ class Checks:
         self.checked.append(name)
 
 
-BOTH_DTYPES = (np.float32, jnp.bfloat16)
+ROW_DTYPES = (np.float32, jnp.bfloat16, np.float16)  # every dtype MoE rows take
 
 
-def check_every_case(c: Checks, dtypes=BOTH_DTYPES) -> None:
+def check_every_case(c: Checks, dtypes=ROW_DTYPES) -> None:
     """Each case of test_moe.CASES whose experts split over the job's devices, in `dtypes`."""
     for case, (T, H, K, E, C, kind) in CASES.items():
         if E % c.n:
@@ -218,7 +218,7 @@ def test_moe_matches_reference(jax_job, request, nprocs, devices, hosts, transpo
     arrival = "-arrival" in request.node.callspec.id
     assert jaccl.init().settings.moe_schedule == ("arrival" if arrival else "remote_first")
     c = Checks()
-    dtypes = (np.float32,) if hosts > 1 or arrival else BOTH_DTYPES
+    dtypes = (np.float32,) if hosts > 1 or arrival else ROW_DTYPES
     check_every_case(c, dtypes)
     cases = sum(1 for (_, _, _, E, _, _) in CASES.values() if E % c.n == 0)
     assert len(c.checked) == 3 * len(dtypes) * cases > 0
