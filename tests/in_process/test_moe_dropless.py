@@ -2,7 +2,8 @@
 local experts' groups packed one after another in (source rank, token) order with recv_count
 as their sizes, zero past them; against the reference dispatch with room for every row,
 packed in numpy; combine of [M, H] expert outputs bitwise against the reference; gradients;
-jax.lax.ragged_dot on the groups against a per-expert matmul; FP8 rows dropless; errors."""
+jax.lax.ragged_dot on the groups against a per-expert matmul; FP8 rows dropless against the
+reference's rows quantised in numpy (fp8_reference.py); errors."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import jax_jaccl as jaccl
+import fp8_reference as fref
 import moe_reference as ref
 from moe_cases import (CASES, dropless_dispatches, inputs, packed, smap, stacked,
                        tanh_expert_round_trips)
@@ -110,6 +112,8 @@ def test_ragged_dot_takes_the_groups_as_they_are():
 
 
 def test_fp8_rows_dropless():
+    """FP8 dropless dispatch against the reference's rows (jax.numpy, room for every row),
+    packed by group and quantised in numpy (fp8_reference.py): values and scales bitwise."""
     T, H, K, E = 6, 128, 2, 8
     rng = np.random.default_rng(2)
     x = rng.normal(size=(N * T, H)).astype(np.float32)
@@ -119,19 +123,21 @@ def test_fp8_rows_dropless():
     def f(x, i, w):
         recv, count, _ = jaccl.moe_dispatch(x, i, w, num_experts=E, axis_name="x", dropless=True,
                                             fp8=True)
-        plain, _, _ = jaccl.moe_dispatch(x, i, w, num_experts=E, axis_name="x", dropless=True)
-        q = jaccl.quantize_fp8(plain)
-        return stacked(recv.values.astype(jnp.float32), recv.scales, q.values.astype(jnp.float32),
-                       q.scales, count)
+        rows, want_count, _ = ref.dispatch(x, i, num_experts=E, capacity=T * N, axis="x")
+        return stacked(recv.values.astype(jnp.float32), recv.scales, count, rows, want_count)
 
-    values, scales, want_values, want_scales, count = (np.asarray(a) for a in smap(f, 3, 5)(
+    values, scales, count, rows, want_count = (np.asarray(a) for a in smap(f, 3, 5)(
         put(x, mesh1d()), put(idx, mesh1d()), put(w, mesh1d())))
-    assert values.shape == (N, T * K * N, H) and scales.shape == (N, T * K * N, 1)
+    m = T * K * N
+    assert values.shape == (N, m, H) and scales.shape == (N, m, 1)
     for rank in range(N):
-        rows = count[rank].sum()
-        np.testing.assert_array_equal(values[rank, :rows], want_values[rank, :rows])
-        np.testing.assert_array_equal(scales[rank, :rows], want_scales[rank, :rows])
-        assert not values[rank, rows:].any() and not scales[rank, rows:].any()
+        np.testing.assert_array_equal(count[rank], want_count[rank])
+        want_values, want_scales = fref.quantize(packed(rows[rank], count[rank], m))
+        valid = np.arange(m) < count[rank].sum()
+        np.testing.assert_array_equal(values[rank], np.where(valid[:, None], want_values.astype(
+            np.float32), 0), err_msg=f"values of rank {rank}")
+        np.testing.assert_array_equal(scales[rank], np.where(valid[:, None], want_scales, 0),
+                                      err_msg=f"scales of rank {rank}")
 
 
 @pytest.mark.parametrize("kwargs, match", [

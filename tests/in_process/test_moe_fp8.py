@@ -13,6 +13,7 @@ from jax.sharding import PartitionSpec as P
 
 import fp8_reference as fref
 import jax_jaccl as jaccl
+import moe_reference as ref
 from moe_cases import FP8_CASE, fp8_dispatches, fp8_routing, fp8_rows, smap, stacked
 
 from util import N, mesh1d, put
@@ -76,14 +77,18 @@ def test_the_cast_is_straight_through_for_gradients():
     """JAX hands dispatch the cotangent of its float8 values in float8 (unscaled): with
     power-of-two scales of 2^-9 .. 2^-1 and a loss of small integers every such cotangent is
     exact in e4m3, and d/dx of sum(dequantised recv * S) equals the unquantised dispatch's
-    d/dx of sum(recv * S)."""
+    d/dx of sum(recv * S), and the reference dispatch's (moe_reference.py: jax.numpy over
+    all-gathered rows, nothing of jaccl's)."""
     x = rows(seed=2, magnitudes=(0, 7))
     x[0, :128] = 1.0  # no zero block (its scale, 2^-22, would flush every cotangent)
     idx, w = fp8_routing(N, seed=2)
     S = np.random.default_rng(3).integers(-2, 3, size=(N, E // N, C, H)).astype(np.float32)
 
-    def loss(fp8):
+    def loss(fp8, reference=False):
         def layer(x, i, w, s):
+            if reference:
+                recv, _, _ = ref.dispatch(x, i, num_experts=E, capacity=C, axis="x")
+                return jnp.sum(recv * s[0])[None]
             recv, _, _ = jaccl.moe_dispatch(x, i, w, num_experts=E, capacity=C, axis_name="x",
                                             fp8=fp8, scale_format="pow2")
             rows = jaccl.dequantize_fp8(recv) if fp8 else recv
@@ -98,6 +103,7 @@ def test_the_cast_is_straight_through_for_gradients():
 
     got, want = np.asarray(loss(True)), np.asarray(loss(False))
     np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, np.asarray(loss(False, reference=True)))
     assert np.abs(want).sum() > 0
 
 
