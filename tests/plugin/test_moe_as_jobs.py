@@ -8,7 +8,8 @@ of dispatch-expert-combine against the reference's, also in a shard_map manual o
 expert axis only (within the host). Layouts: 2 processes x 2 devices on one
 host; 2 hosts x 2 processes on loopback over jaccl's TCP and in network namespaces (as root)
 over the OFI transport; the arrival schedule on one host (2 frames of 4 KiB in flight) and
-between hosts."""
+between hosts. Between hosts the live ranks also serve without a lost one (lost_ranks; capacity,
+dropless and FP8) against the reference on the masked whole layout."""
 
 from __future__ import annotations
 
@@ -16,15 +17,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_jaccl as jaccl
 from job_layouts import OFI, SMALL_FRAMES, expected, layout, needs_ofi
 import moe_reference as ref
 import fp8_reference as fref
 from moe_cases import (CASES, FP8_CASE, FP8_FORMATS, dropless_dispatches, expert,
-                       fp8_dispatches, fp8_inputs, packed, routing, tanh_expert_round_trips)
-from util import assert_equal
+                       fp8_dispatches, fp8_inputs, inputs, packed, routing,
+                       tanh_expert_round_trips)
+from util import N, assert_equal
 
 
 class Checks:
@@ -194,6 +196,71 @@ def check_partly_manual_layer(c: Checks) -> None:
         c.assert_same(f"partly-manual/{name}", a, b, rtol=1e-5, atol=1e-5)
 
 
+def check_lost_ranks(c: Checks, lost=(2,)) -> None:
+    """Serving without a lost rank across processes: the live ranks (one a process, those
+    not lost) run moe_dispatch(..., lost_ranks=lost) and combine on a mesh of their devices,
+    the lost rank's process stays out; each compares its own device's recv_x, recv_count,
+    dropped and combine (capacity, dropless, FP8) with the reference (moe_reference.py) that the
+    whole layout computes with the lost rank's pairs masked and nothing routed by it."""
+    assert c.n == N == jax.process_count(), "one device a process, as moe_cases.inputs lays out"
+    devices = jax.devices()
+    live = [r for r in range(c.n) if r not in lost]
+    mine = devices.index(jax.local_devices()[0])
+    put = lambda mesh, a: jax.make_array_from_callback(  # noqa: E731
+        a.shape, NamedSharding(mesh, P("x")), lambda i: a[i])
+    local = lambda arr: np.asarray(arr.addressable_shards[0].data)  # noqa: E731
+    whole, alive = Mesh(np.array(devices), ("x",)), Mesh(np.array([devices[r] for r in live]), ("x",))
+    smap = lambda mesh, fn, n_in, n_out: jax.jit(jax.shard_map(  # noqa: E731
+        fn, mesh=mesh, in_specs=(P("x"),) * n_in, out_specs=(P("x"),) * n_out))
+    for layout in ("capacity", "dropless", "fp8"):
+        x, idx, w, E, C = inputs("k8-eloc4" if layout == "capacity" else "random", np.float32, 5)
+        if layout == "fp8":
+            x = np.repeat(x, 32, axis=1)  # H = 256: two scale blocks
+        T = x.shape[0] // c.n
+        room = T * c.n if layout == "dropless" else C
+        options = {"capacity": dict(capacity=C), "dropless": dict(dropless=True),
+                   "fp8": dict(capacity=C, fp8=True)}[layout]
+        per_rank = E // c.n
+        masked = np.where(np.isin(idx // per_rank, lost) & (idx >= 0), -1, idx)
+        masked = np.concatenate([np.full_like(b, -1) if r in lost else b
+                                 for r, b in enumerate(np.split(masked, c.n))])
+
+        def theirs(x, i, w):
+            recv, count, dropped = ref.dispatch(x, i, num_experts=E, capacity=room, axis="x")
+            products, ok = ref.pair_products(expert(recv), i, w, num_experts=E, capacity=room,
+                                             axis="x")
+            return recv[None], count[None], dropped[None], products, ok
+
+        def ours(x, i, w):
+            recv, count, handle = jaccl.moe_dispatch(x, i, w, num_experts=E, axis_name="x",
+                                                     lost_ranks=lost, **options)
+            rows = jaccl.dequantize_fp8(recv) if layout == "fp8" else recv
+            out = jaccl.moe_combine(expert(rows), handle, w, axis_name="x")
+            values = (recv.values, recv.scales) if layout == "fp8" else (recv, recv)
+            return values[0][None], values[1][None], count[None], handle.dropped[None], out
+
+        want = [local(a) for a in smap(whole, theirs, 3, 5)(*(put(whole, a) for a in (x, masked, w)))]
+        if mine in lost:
+            continue
+        rows_of = lambda a: np.concatenate([np.split(a, c.n)[r] for r in live])  # noqa: E731
+        got = [local(a) for a in smap(alive, ours, 3, 5)(*(put(alive, rows_of(a)) for a in (x, idx, w)))]
+        recv, count, dropped = want[0][0], want[1][0], want[2][0]
+        assert_equal(got[2][0], count, err_msg=f"lost/{layout}/recv_count")
+        assert_equal(got[3][0], dropped, err_msg=f"lost/{layout}/dropped")
+        if layout == "fp8":
+            values, scales = fref.expected_dispatch(recv, count, "float32")
+            assert_equal(got[0][0].view(np.uint8), values.view(np.uint8), err_msg="lost/fp8/values")
+            assert_equal(got[1][0], scales, err_msg="lost/fp8/scales")
+        else:
+            rows = packed(recv, count, got[0].shape[1]) if layout == "dropless" else recv
+            assert_equal(got[0][0], rows, err_msg=f"lost/{layout}/recv_x")
+            combined = np.asarray(jax.jit(ref.accumulate, static_argnums=2)(want[3], want[4], x.dtype))
+            assert_equal(got[4], combined, err_msg=f"lost/{layout}/combine")
+        c.checked.append(f"lost/{layout}")
+    assert mine in lost or [n for n in c.checked if n.startswith("lost/")] == [
+        "lost/capacity", "lost/dropless", "lost/fp8"]
+
+
 # Within a host (2x2); between emulated hosts over jaccl's TCP (loopback) and over libfabric
 # in network namespaces (the remote-first schedule has other hosts to send to first). Those two
 # are there for the schedule and the transports, which move float32 and bfloat16 rows alike,
@@ -223,6 +290,8 @@ def test_moe_matches_reference(jax_job, request, nprocs, devices, hosts, transpo
     cases = sum(1 for (_, _, _, E, _, _) in CASES.values() if E % c.n == 0)
     assert len(c.checked) == 3 * len(dtypes) * cases > 0
     if hosts > 1 or arrival:
+        if nprocs == 4 and not arrival:
+            check_lost_ranks(c)
         check_fp8(c, formats=FP8_FORMATS[:1])
         check_dropless(c, cases=("k8-eloc4",))
         check_gradients(c)
