@@ -41,7 +41,7 @@ A hostfile lists the hosts in rank order:
 A host is reached with `ssh` (its environment passed with `env`), or started locally behind a
 command `prefix`, or plainly when it has neither. `address` is where the other hosts reach it
 (default: the ssh host name, else 127.0.0.1); the first host's is the coordinator's.
-`ifname` sets JACCL_IFNAME for that host's processes, `env` more variables; `coordinator_host`, how that host reaches
+`ifname` sets JACCL_IFNAME for that host's processes, `env` more variables (through ssh too); `coordinator_host`, how that host reaches
 the coordinator if not at the first host's `address` (a separate control network). Under SLURM or Open MPI no hostfile is
 needed: start the script with srun / mpirun and call jax_jaccl.distributed.initialize().
 """
@@ -192,10 +192,10 @@ def _die_with_launcher() -> None:
 
 def _command(host: dict, env: dict, command: list) -> tuple[list, dict]:
     """The command line and local environment that start one process on `host`."""
-    if "ssh" in host:
+    if "ssh" in host:  # the job's variables, and every one the hostfile gives this host
         job_env = [f"{k}={shlex.quote(v)}" for k, v in env.items()
                    if k.startswith("JACCL_") or k in _xla_collectives.VARIABLES or
-                   k == "JAX_NUM_CPU_DEVICES"]
+                   k == "JAX_NUM_CPU_DEVICES" or k in host.get("env", {})]
         remote = " ".join(["env", *job_env, "PYTHONUNBUFFERED=1", *map(shlex.quote, command)])
         return ["ssh", "-o", "BatchMode=yes", host["ssh"], remote], dict(os.environ)
     return list(host.get("prefix", [])) + list(command), env

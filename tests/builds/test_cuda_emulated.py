@@ -103,7 +103,9 @@ def assert_path(report, path, processes):
         assert (peer > 0 and staged == 0) if path == "peer" else (staged > 0 and peer == 0), counts
 
 
-@pytest.mark.parametrize("path", ["peer", "staged"])
+# One process runs the peer path (its kernels and schedules between devices that read each
+# other); the staged path runs in two processes below, where it carries the same battery.
+@pytest.mark.parametrize("path", ["peer"])
 @pytest.mark.parametrize("suite", ["collectives", "moe"])
 def test_gpu_batteries_through_the_cuda_handlers(built, suite, path):
     rc, report = run_jax(built[1], suite, "--path", path)

@@ -1,5 +1,6 @@
 """What .ci/run installs as root for tests that would otherwise skip: Open MPI (the mpirun
-tests), iproute2 (hosts in network namespaces) and rdma-core's pyverbs (jaccl-info's test).
+tests), iproute2 (hosts in network namespaces), rdma-core's pyverbs (jaccl-info's test) and
+OpenSSH's server (hosts reached by ssh).
 Where .ci/run sets JACCL_TEST_REQUIRE_TOOLS=1, a missing one fails here, instead of leaving
 those tests to skip in silence after the install's warning."""
 
@@ -16,6 +17,8 @@ TOOLS = {
     "ip": (lambda: shutil.which("ip"), "iproute2 (network-namespace hosts, tests/multihost)"),
     "pyverbs": (lambda: Path("/usr/lib/python3/dist-packages/pyverbs").is_dir(),
                 "python3-pyverbs (jaccl-info's devices, tests/multihost)"),
+    "sshd": (lambda: Path("/usr/sbin/sshd").exists(),
+             "openssh-server (hosts reached by ssh, tests/multihost/test_ssh_hosts.py)"),
 }
 
 
