@@ -77,8 +77,8 @@ def _group_size(line: str) -> int:
 
 
 def past_int(module_text: str):
-    """(op, its op_name, the count) of the first collective in one HLO module whose count XLA
-    would narrow past MPI's int, or None."""
+    """(op, its op_name, the count, "elements" or "bytes") of the first collective in one HLO
+    module whose count XLA would narrow past MPI's int, or None."""
     shape_of = {}
     for line in module_text.splitlines():
         m = _INSTRUCTION.match(line.strip())
