@@ -45,9 +45,10 @@ def spans(total: int):
         yield start, min(start + CHUNK, total)
 
 
-def check(name: str, got: np.ndarray, want) -> None:
-    """Every element of `got` equals want(start, stop), slice by slice; names the first wrong."""
-    assert got.shape == (sum(stop - start for start, stop in spans(got.size)),)
+def check(name: str, got: np.ndarray, size: int, want) -> None:
+    """`got` holds `size` elements, each equal to want(start, stop), slice by slice; names the
+    first wrong one."""
+    assert got.shape == (size,), (name, got.shape, size)
     for start, stop in spans(got.size):
         expect = want(start, stop)
         if not np.array_equal(got[start:stop], expect):
@@ -98,15 +99,15 @@ def test_every_op_past_2_gib_and_2_31_elements(jax_job, transport, hosts):
         (2 * N,), NamedSharding(mesh, P("x")), [jax.device_put(local, jax.local_devices()[0])])
     del local
 
-    check("all_reduce", run(mesh, lambda v: jaccl.all_reduce(v, "x"), x), summed)
+    check("all_reduce", run(mesh, lambda v: jaccl.all_reduce(v, "x"), x), N, summed)
     check("reduce_scatter", run(mesh, lambda v: jaccl.reduce_scatter(v, "x", tiled=True), x),
-          lambda a, b: summed(me * half + a, me * half + b))
-    check("all_gather", run(mesh, lambda v: jaccl.all_gather(v, "x", tiled=True), x),
+          half, lambda a, b: summed(me * half + a, me * half + b))
+    check("all_gather", run(mesh, lambda v: jaccl.all_gather(v, "x", tiled=True), x), 2 * N,
           piecewise([(N, lambda a, b: pattern(0, a, b)), (N, lambda a, b: pattern(1, a, b))]))
-    check("all_to_all", run(mesh, lambda v: jaccl.all_to_all(v, "x", 0, 0, tiled=True), x),
+    check("all_to_all", run(mesh, lambda v: jaccl.all_to_all(v, "x", 0, 0, tiled=True), x), N,
           piecewise([(half, lambda a, b, r=r: pattern(r, me * half + a, me * half + b))
                      for r in (0, 1)]))
-    check("ppermute", run(mesh, lambda v: jaccl.ppermute(v, "x", [(0, 1), (1, 0)]), x),
+    check("ppermute", run(mesh, lambda v: jaccl.ppermute(v, "x", [(0, 1), (1, 0)]), x), N,
           lambda a, b: pattern(1 - me, a, b))
 
     # ragged_all_to_all over rows of 2 elements: rank 0 sends its first FEW rows to itself and
@@ -124,7 +125,7 @@ def test_every_op_past_2_gib_and_2_31_elements(jax_job, transport, hosts):
             jnp.asarray(sizes)[k], jnp.asarray(out_at)[k], jnp.asarray(sizes)[:, k],
             axis_name="x").reshape(-1)
 
-    check("ragged_all_to_all", run(mesh, ragged, x),
+    check("ragged_all_to_all", run(mesh, ragged, x), N,
           piecewise([(2 * int(sizes[r, me]), lambda a, b, r=r: pattern(
               r, 2 * int(in_at[r, me]) + a, 2 * int(in_at[r, me]) + b)) for r in (0, 1)]))
 
@@ -147,7 +148,7 @@ def test_every_op_past_2_gib_and_2_31_elements(jax_job, transport, hosts):
         rows, _, _ = jaccl.moe_dispatch(v, idx, weights, num_experts=2, capacity=2 * T, axis_name="x")
         return rows
 
-    check("moe_dispatch", run(mesh, dispatch, x).view(np.uint16), piecewise(
+    check("moe_dispatch", run(mesh, dispatch, x).view(np.uint16), 2 * T * H, piecewise(
         [(T * H, lambda a, b, r=r: pattern(r, a, b, BASE16)) for r in (0, 1)]))
 
     def there_and_back(v):
@@ -156,5 +157,5 @@ def test_every_op_past_2_gib_and_2_31_elements(jax_job, transport, hosts):
         scaled = rows * (1 + 2 * jax.lax.axis_index("x")).astype(rows.dtype)
         return jaccl.moe_combine(scaled, handle, weights, axis_name="x")
 
-    check("moe_combine", run(mesh, there_and_back, x).view(np.uint16),
+    check("moe_combine", run(mesh, there_and_back, x).view(np.uint16), T * H,
           lambda a, b: pattern(me, a, b, BASE16))
