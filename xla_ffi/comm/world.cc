@@ -457,8 +457,17 @@ void World::evict_if_absent(int64_t device, uint32_t comm, uint32_t seq,
   const CallBoard* board = board_of(device);
   if (board == nullptr) return;
   const std::optional<uint32_t> entered = entered_on(*board, comm, 0xffffffffu);
-  if (!entered) return;  // unknown: the board had no room for the communicator
-  if (*entered > seq) return;  // it is in that call (or past it), waiting like the asker
+  // Declined (it stays, and says why: the asker waits on until JAX counts this process lost):
+  // the board had no room for the communicator, or the device is in that call (or past it),
+  // waiting like the asker.
+  if (!entered || *entered > seq) {
+    log(LogLevel::kWarn, "stays: ", from, " timed out in call #", seq, " waiting for ",
+        describe_device(device), ", which ",
+        entered ? text("entered it (its calls reached #", *entered - 1, ")")
+                : std::string("this process cannot tell (its call board had no room)"),
+        "; not leaving (JACCL_EVICT_STALLED)");
+    return;
+  }
   log(LogLevel::kWarn, "evicted: ", from, " timed out in call #", seq, " waiting for ",
       describe_device(device), ", which never reached it; this process leaves with SIGKILL ",
       "(JACCL_EVICT_STALLED)");
