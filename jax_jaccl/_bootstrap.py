@@ -44,7 +44,8 @@ import time
 
 import jax
 
-from . import _compat, _cuda_peers, _mpi_counts, _settings, _xla_collectives, _transport, _uncaught
+from . import (_compat, _cuda_peers, _mpi_counts, _settings, _xla_collectives, _xla_groups,
+               _transport, _uncaught)
 from ._ext import cuda_engine, engine
 
 _lock = threading.Lock()
@@ -174,8 +175,9 @@ def _refuse_lost_processes(devices, program) -> None:
     (a mesh of jax.devices() after a loss, not of the live devices). XLA's collectives on jaccl
     would split its groups over the survivors: the shim refuses a group led by a lost device or
     missing one inside, but one that lacks only its last members looks whole to it (XLA tells
-    it a group's first device and each member's rank, never its size), and the collective
-    would run over the live members only. gloo waits for the lost ones for good. (A process
+    it a group's first device and each member's rank, never its size; _xla_groups.py reads the
+    groups of programs compiled before the loss for it), and the collective would run over the
+    live members only. gloo waits for the lost ones for good. (A process
     lost since the world was last built is not known lost here: the program's first collective
     meets it and fails, as any would.)"""
     world, live = _world, _live_incarnations()
@@ -445,6 +447,7 @@ def _start(members: tuple | None = None, generation: int = 0, first_tag: str = "
         try:
             _xla_collectives.attach()
             _mpi_counts.install()
+            _xla_groups.install()
             if _recoverable():
                 _xla_collectives.recoverable()
                 _compat.after_each_compile(_refuse_lost_processes)

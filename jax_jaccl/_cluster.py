@@ -20,7 +20,8 @@ process which connected died (launch._report_lost); one that died before connect
 the service (telling it then would stand in for it in that barrier).
 
 Where XLA's collectives run on jaccl, each program is checked as it compiles for collectives
-past MPI's 32-bit counts (check_mpi_counts, _mpi_counts.py), once jax has loaded.
+past MPI's 32-bit counts (_mpi_counts.py), and its groups of devices are kept for the checks
+after a lost process (_xla_groups.py), once jax has loaded (watch_compiles).
 
 Contract: install() runs at interpreter start-up, from jax_jaccl_cluster.pth in site-packages,
 only in processes that jaccl-run (or the pytest plugin) started (JACCL_COORDINATOR is set). It
@@ -174,13 +175,15 @@ def install() -> None:
     if job.coordination_service == "launcher":
         _after_load(_DISTRIBUTED, under_launcher_service)
     if job.xla_collectives == "jaccl":
-        _after_load("jax", check_mpi_counts)
+        _after_load("jax", watch_compiles)
 
 
-def check_mpi_counts(jax) -> None:
+def watch_compiles(jax) -> None:
     """Once jax has loaded: each program XLA compiles is checked for counts past MPI's int
-    (_mpi_counts.py), as a program that never calls jaccl runs its collectives on the shim."""
+    (_mpi_counts.py) and its groups kept (_xla_groups.py), as a program that never calls jaccl
+    runs its collectives on the shim."""
     del jax
-    from . import _mpi_counts
+    from . import _mpi_counts, _xla_groups
 
     _mpi_counts.install()
+    _xla_groups.install()

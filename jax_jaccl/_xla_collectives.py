@@ -27,7 +27,8 @@ Contract:
 - refuse(reason) hands the shim the error of the collective it attaches for (the start of
   jaccl that _bootstrap.attach_on_first_use() tried on its behalf failed); renew_failed(reason)
   the error of the communicator XLA makes after a lost process, when
-  _bootstrap.renew_after_loss() could not build the survivors' world.
+  _bootstrap.renew_after_loss() could not build the survivors' world; group_refused(reason)
+  that of a communicator made after a lost process that _xla_groups refuses.
 - served() is how many of XLA's collectives this process has run on the shim.
 - unplanned_devices(n) is why a process of n CPU devices keeps XLA's collectives on gloo
   though its launcher put them on jaccl for another count (resolve()'s default), or "".
@@ -171,6 +172,14 @@ def renew_failed(reason: str) -> None:
     shim = _handle()
     if shim is not None:
         shim.jaccl_mpiabi_renew_failed(reason.encode(errors="replace"))
+
+
+def group_refused(reason: str) -> None:
+    """Hands `reason` to the shim as the error of the communicator XLA is making after a lost
+    process, which _xla_groups.split_after_loss() refuses."""
+    shim = _handle()
+    if shim is not None:
+        shim.jaccl_mpiabi_group_refused(reason.encode(errors="replace"))
 
 
 def served() -> int:

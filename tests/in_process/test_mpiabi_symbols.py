@@ -43,7 +43,8 @@ def test_the_shim_exports_the_list_and_nothing_else():
     # jaccl's own: what _jaccl's attach and jax_jaccl._xla_collectives (ctypes) call
     assert names == listed() | {"jaccl_mpiabi_attach", "jaccl_mpiabi_expect", "jaccl_mpiabi_refuse",
                                 "jaccl_mpiabi_renew_failed", "jaccl_mpiabi_came_back",
-                                "jaccl_mpiabi_recoverable", "jaccl_mpiabi_served"}
+                                "jaccl_mpiabi_recoverable", "jaccl_mpiabi_served",
+                                "jaccl_mpiabi_group_refused"}
 
 
 def test_the_scan_takes_whole_names_only():

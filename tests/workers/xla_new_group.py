@@ -2,7 +2,8 @@
 meets a group XLA never made before, after a lost process, under jaccl-run --keep-going and
 JAX's recoverability; each step inside multihost_utils.live_devices.
 
-    python xla_new_group.py {back,lost,lost-inside,lost-last,quiet} [--compiled before|after]
+    python xla_new_group.py {back,lost,lost-inside,lost-last,lost-last-live-order,quiet}
+                            [--compiled before|after]
 
 The last process kills itself at step 2. Every step sums each device's process index over the
 live devices in process order (a group XLA made at the start, then the survivors'), until:
@@ -15,6 +16,10 @@ live devices in process order (a group XLA made at the start, then the survivors
   line>` or `SUM <value>`. `--compiled before`: that program was compiled (jit's lower and
   compile) at the start, while every process was live, and first runs after the loss, so that
   only the split of its group can tell; `after` (the default): compiled after the loss;
+- lost-last-live-order: as lost-last, the live devices in the order of the survivors' own
+  steps (process 0's first), so that the group's live members are a group XLA already made
+  after the loss, the lost process's devices in reverse order (with 2 devices per process: a
+  group XLA never made before the loss);
 - quiet: the survivors run no collective in the step that loses the process, so that their
   first call after the loss is XLA's split of the live devices' group, and two steps later
   print `SUM <value>` over the live devices (0 + 1 = 1).
@@ -36,7 +41,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 from common import start  # noqa: E402
 
 args, index, count = start("a group new to XLA after a loss", {
-    "mode": {"choices": ["back", "lost", "lost-inside", "lost-last", "quiet"]},
+    "mode": {"choices": ["back", "lost", "lost-inside", "lost-last", "lost-last-live-order",
+                         "quiet"]},
     "--compiled": {"choices": ["before", "after"], "default": "after"}})
 started_again = int(os.environ.get("JACCL_RESTART", "0")) > 0
 last = count - 1
@@ -64,9 +70,12 @@ def by_process(devices, first):
 def lost_at_place(devices):
     """Every device, the last process's where the mode puts it, the others' in an order XLA has
     not seen (process 1's first)."""
-    live = by_process([d for d in devices if d.process_index != last], 1)
+    live = by_process([d for d in devices if d.process_index != last],
+                      0 if args.mode == "lost-last-live-order" else 1)
     mine = [d for d in devices if d.process_index == last]
-    place = {"lost": 0, "lost-inside": 1, "lost-last": len(live)}[args.mode]
+    if args.mode == "lost-last-live-order":
+        mine = mine[::-1]
+    place = {"lost": 0, "lost-inside": 1}.get(args.mode, len(live))
     return live[:place] + mine + live[place:]
 
 

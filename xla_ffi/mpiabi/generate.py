@@ -120,7 +120,7 @@ def write_exports(rows, pointers, out):
 # What jaccl itself calls in the shim (_jaccl's attach, jax_jaccl._xla_collectives through ctypes).
 JACCL_OWN = ["jaccl_mpiabi_attach", "jaccl_mpiabi_expect", "jaccl_mpiabi_refuse",
              "jaccl_mpiabi_renew_failed", "jaccl_mpiabi_came_back", "jaccl_mpiabi_recoverable",
-             "jaccl_mpiabi_served"]
+             "jaccl_mpiabi_served", "jaccl_mpiabi_group_refused"]
 
 
 def write_map(rows, out):

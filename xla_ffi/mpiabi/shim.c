@@ -328,6 +328,46 @@ static void renew_after_loss(void) {
   run_python("__import__('jax_jaccl._bootstrap')._bootstrap.renew_after_loss()");
 }
 
+/* Whether the world attached may change while the job runs (JAX's recoverability on: the
+ * interpreter says so at attach, jaccl_mpiabi_recoverable()). */
+static atomic_int recoverable;
+
+static __thread char group_problem[kMessageBytes];
+
+/* Why _xla_groups.split_after_loss() refuses the communicator just made (the interpreter). */
+JMPI_EXPORT void jaccl_mpiabi_group_refused(const char* why) {
+  snprintf(group_problem, sizeof group_problem, "%s", why);
+}
+
+static int lacks_processes(void);
+
+/* A communicator XLA made of MPI_COMM_WORLD in a world that lacks processes (after a loss):
+ * XLA never says a group's size, so a group of a program compiled before the loss that had
+ * the lost devices at its end only comes out whole here, its live members alone. The
+ * interpreter, which read every compiled program's groups, tells (jax_jaccl._xla_groups);
+ * a refused communicator is freed and the split fails saying why. */
+static int check_after_loss(uintptr_t* newcomm, uint64_t round) {
+  JmpiComm* c = (JmpiComm*)*newcomm;
+  if (c == NULL || !atomic_load(&recoverable) || !lacks_processes()) return JMPI_SUCCESS;
+  const size_t bytes = 128 + 24 * (size_t)c->size;
+  char* code = malloc(bytes);
+  if (code == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
+  size_t at = (size_t)snprintf(code, bytes,
+                               "__import__('jax_jaccl._xla_groups')._xla_groups.split_after_loss((");
+  for (int i = 0; i < c->size; ++i) {
+    at += (size_t)snprintf(code + at, bytes - at, "%lld,", (long long)c->devices[i]);
+  }
+  snprintf(code + at, bytes - at, "), %llu)", (unsigned long long)round);
+  group_problem[0] = '\0';
+  run_python(code);
+  free(code);
+  if (group_problem[0] == '\0') return JMPI_SUCCESS;
+  c->magic = 0;
+  free(c);
+  *newcomm = 0;
+  return fail(JMPI_ERR_OTHER, "%s", group_problem);
+}
+
 static int run(const JacclHostCall* call) {
   char error[kMessageBytes];
   if (atomic_load(&engine)->run_call(call, error, sizeof error) != 0) {
@@ -639,15 +679,12 @@ static int split_world(const JmpiComm* world, int color, int key, uintptr_t* new
   } else {
     rc = comm_of_color(world, all, color, e->my_process * per_process + slot, round, newcomm);
     if (rc == JMPI_SUCCESS && *newcomm != 0) ((JmpiComm*)*newcomm)->xla_group = 1;
+    if (rc == JMPI_SUCCESS) rc = check_after_loss(newcomm, round);
   }
   free(all);
   if (rc != JMPI_SUCCESS) remember_split_failure();
   return rc;
 }
-
-/* Whether the world attached may change while the job runs (JAX's recoverability on: the
- * interpreter says so at attach, jaccl_mpiabi_recoverable()). */
-static atomic_int recoverable;
 
 JMPI_EXPORT void jaccl_mpiabi_recoverable(void) { atomic_store(&recoverable, 1); }
 
@@ -747,6 +784,7 @@ static int split_of(const JmpiComm* parent, int color, int key, uintptr_t* newco
     rc = comm_of_color(parent, all, color, parent->rank, parent->split_round, newcomm);
     if (rc == JMPI_SUCCESS && *newcomm != 0 && parent == world_comm) {
       ((JmpiComm*)*newcomm)->xla_group = 1;
+      rc = check_after_loss(newcomm, 0);
     }
   }
   free(all);
