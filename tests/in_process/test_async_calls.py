@@ -40,7 +40,7 @@ def test_a_call_under_compute_on_a_gpu_stream_runs_on_cpus_unchanged():
     """Users put collectives on a GPU stream of their own with compute_on("gpu_stream:N")
     (XLA:GPU would run the call beside the compute stream; jax 0.11.2's does not compile it:
     tests/cuda); the same program on CPUs lowers and gives the same result (XLA:CPU ignores
-    the stream)."""
+    the stream): both against numpy."""
     import jax
     from jax.sharding import PartitionSpec as P
 
@@ -53,8 +53,9 @@ def test_a_call_under_compute_on_a_gpu_stream_runs_on_cpus_unchanged():
     x = put(np.arange(N * 1000, dtype=np.float32), mesh)
     run = lambda body: jax.jit(jax.shard_map(  # noqa: E731
         body, mesh=mesh, in_specs=P("x"), out_specs=P("x")))(x)
-    np.testing.assert_array_equal(run(lambda v: reduce_on_stream(v) * 2),
-                                  run(lambda v: jaccl.all_reduce(v, "x") * 2))
+    want = 2 * np.tile(np.arange(N * 1000, dtype=np.float32).reshape(N, 1000).sum(0), N)
+    np.testing.assert_array_equal(run(lambda v: reduce_on_stream(v) * 2), want)
+    np.testing.assert_array_equal(run(lambda v: jaccl.all_reduce(v, "x") * 2), want)
 
 
 def test_calls_run_where_the_settings_say():

@@ -3,9 +3,9 @@ a jaccl-run -n 2 job (test_gpu.py: `tests/workers/gpu.py streams --worker`).
 
 compute_on("gpu_stream:1") around a jitted jaccl call makes XLA:GPU run it on another stream
 than the compute (XLA owns the start/done pair and the buffers' lifetimes). Checks that the
-results are bitwise those of the same program without the annotation, then times, medians of
---iters rounds: the all_reduce alone, the chain alone, both in one program on one stream, and
-both with the all_reduce on stream 1. Prints `STREAMS ...` (times and hidden fractions, the
+results are bitwise those of the same program without the annotation, the sum numpy's, then
+times, medians of --iters rounds: the all_reduce alone, the chain alone, both in one program on
+one stream, and both with the all_reduce on stream 1. Prints `STREAMS ...` (times and hidden fractions, the
 bench's formula: (comm + compute - step) / min(comm, compute)) and `OK streams` (check_streams).
 Speed is printed, not asserted (the GPU is shared by both processes and the machine is lent)."""
 
@@ -80,6 +80,10 @@ def check_streams(iters: int) -> None:
     for w, g in zip(want, got):
         for ws, gs in zip(w.addressable_shards, g.addressable_shards):
             np.testing.assert_array_equal(np.asarray(gs.data), np.asarray(ws.data))
+    # and the sum against numpy, not jaccl alone: every device holds the same block
+    total = n * (np.arange(ELEMENTS) % 97).astype(np.float32)  # below 2^24: exact
+    for shard in got[0].addressable_shards:
+        np.testing.assert_array_equal(np.asarray(shard.data), total)
     seconds(comm, x)  # compiled and warm, as the other two are by now
     seconds(compute, m)
     times = {name: [] for name in ("comm", "compute", "plain", "streamed")}
