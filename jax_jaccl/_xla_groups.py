@@ -18,7 +18,8 @@ that program's split is refused instead: one wrong sum, then an error.
 
 Contract:
 - groups(devices, module_text) is the set of groups (tuples of device ids, in XLA's order) of
-  a program's HLO module whose devices are `devices` (devices.flat of its compilation).
+  the collectives in HLO text (a module, or its collectives' lines) of a program whose devices
+  are `devices` (devices.flat of its compilation).
 - record(devices, program) is an _compat.after_each_compile check: it keeps the groups of
   `program` (an _compat.CompiledProgram); install() adds it (once). jaccl-run's processes get
   it as jax loads (_cluster.py), the others when jaccl attaches the shim (_bootstrap.py).
@@ -107,9 +108,7 @@ def groups(devices, module_text: str) -> set:
 def record(devices, program) -> None:
     if not program.collectives:
         return
-    found = set()
-    for text in program.module_texts:
-        found |= groups(devices, text)
+    found = groups(devices, "\n".join(program.collectives))
     with _lock:
         _recorded.update(found)
 
