@@ -12,9 +12,9 @@ asks, each time it makes a communicator of MPI_COMM_WORLD in a world that lacks 
 whether what it made is what is left of such a group. It is refused when it is, unless a
 program has a group of exactly these devices in this order too and no communicator of them was
 made in this world yet (XLA makes one per group and keeps it: a second is a larger group's
-remains). Where
-the first made is the larger group's remains and the program with the smaller one runs after,
-that program's split is refused instead: one wrong sum, then an error.
+remains). Where the first made is the larger group's remains and the program with the smaller
+one runs after, that program's split is refused instead: one wrong sum, then an error. A form
+not read here (sub-axes, say) keeps no group: reading never fails a compilation.
 
 Contract:
 - groups(devices, module_text) is the set of groups (tuples of device ids, in XLA's order) of
@@ -78,7 +78,10 @@ def _id_groups(text: str):
         ids = (_iota(f"[{','.join(map(str, sizes))}]{order}") if order
                else np.arange(math.prod(sizes)).reshape(sizes))
         names = [name for name, _ in axes]
-        over = [names.index(a) for a in re.findall(r"'([^']+)'", listed)]
+        named = re.findall(r"'([^']+)'", listed)
+        if re.sub(r"'[^']+'|[\s,]", "", listed) or not set(named) <= set(names):
+            raise ValueError(f"a mesh group not read here: {{{listed}}}")
+        over = [names.index(a) for a in named]
         rest = [i for i in range(len(names)) if i not in over]
         size = math.prod(sizes[i] for i in over)
         return ids.transpose(rest + over).reshape(-1, size).tolist()
@@ -95,7 +98,10 @@ def groups(devices, module_text: str) -> set:
         given = _REPLICA_GROUPS.search(line)
         if given is None and "replica_groups=" in line:
             continue  # a form not read here: no group kept
-        listed = _id_groups(given.group(1)) if given else None
+        try:
+            listed = _id_groups(given.group(1)) if given else None
+        except ValueError:
+            continue
         if listed is None or op.group(1) == "collective-permute":
             found.add(tuple(ids))
             continue
@@ -108,7 +114,13 @@ def groups(devices, module_text: str) -> set:
 def record(devices, program) -> None:
     if not program.collectives:
         return
-    found = groups(devices, "\n".join(program.collectives))
+    try:
+        found = groups(devices, "\n".join(program.collectives))
+    except Exception as e:  # noqa: BLE001 - never the compilation's error
+        from ._ext import engine
+
+        engine.log_info(f"XLA's groups of a program not read: {type(e).__name__}: {e}")
+        return
     with _lock:
         _recorded.update(found)
 

@@ -91,7 +91,9 @@ def test_the_forms_xla_prints():
              "{}": {(50, 30, 10, 0, 20, 40, 70, 60)}}
     for form, want in forms.items():
         assert _xla_groups.groups(devices, line.replace("{}", form, 1)) == want, form
-    assert _xla_groups.groups(devices, line.replace("{}", "an unknown form", 1)) == set()
+    for unknown in ("an unknown form", "mesh['a'=2,'b'=4] {'b':(2)2}", "mesh['a'=8] {'z'}",
+                    "[2,4]<=[9]"):
+        assert _xla_groups.groups(devices, line.replace("{}", unknown, 1)) == set(), unknown
 
 
 @pytest.fixture
