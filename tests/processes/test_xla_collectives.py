@@ -104,7 +104,7 @@ v = np.arange(12 * %d, dtype=np.float32).reshape(4 * %d, 3)
 x = jax.make_array_from_callback(v.shape, NamedSharding(mesh, P("x")), lambda i: v[i])
 assert {m for m in sys.modules if m.startswith("jax_jaccl")} <= {
     "jax_jaccl", "jax_jaccl._cluster", "jax_jaccl._settings", "jax_jaccl._compat",
-    "jax_jaccl._mpi_counts"}
+    "jax_jaccl._mpi_counts", "jax_jaccl._xla_groups"}
 psum = jax.jit(jax.shard_map(lambda a: jax.lax.psum(a, "x"), mesh=mesh, in_specs=P("x"),
                              out_specs=P("x")))
 big = jax.ShapeDtypeStruct((len(jax.devices()) * ((1 << 32) + 5),), jnp.int8,
