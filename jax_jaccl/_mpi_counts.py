@@ -59,21 +59,15 @@ def _operands(line: str, start: int) -> str:
 
 def _group_size(line: str) -> int:
     """The size of an array all-to-all's groups (it sends operand / size to each member), from
-    its replica_groups in the forms XLA prints; 1 where none is read (the whole operand)."""
-    listed = re.search(r"replica_groups=\{\{([\d,]*)\}", line)
-    if listed:
-        return len(listed.group(1).split(","))
-    iota = re.search(r"replica_groups=\[\d+,(\d+)\]", line)
-    if iota:
-        return int(iota.group(1))
-    mesh = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", line)
-    if mesh:
-        sizes = dict(re.findall(r"'(\w+)'=(\d+)", mesh.group(1)))
-        size = 1
-        for axis in re.findall(r"'(\w+)'", mesh.group(2)):
-            size *= int(sizes.get(axis, 1))
-        return size
-    return 1
+    its replica_groups in the forms XLA prints (_xla_groups.line_groups); 1 where none is read
+    (the whole operand)."""
+    from . import _xla_groups
+
+    try:
+        listed = _xla_groups.line_groups(line)
+    except ValueError:
+        return 1
+    return len(listed[0]) if listed else 1
 
 
 def past_int(module_text: str):

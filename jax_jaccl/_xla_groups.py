@@ -17,6 +17,8 @@ one runs after, that program's split is refused instead: one wrong sum, then an 
 not read here (sub-axes, say) keeps no group: reading never fails a compilation.
 
 Contract:
+- line_groups(line) is one collective line's groups as lists of ids (None: every device;
+  ValueError: a form not read here), also what _mpi_counts reads an all-to-all's size from.
 - groups(devices, module_text) is the set of groups (tuples of device ids, in XLA's order) of
   the collectives in HLO text (a module, or its collectives' lines) of a program whose devices
   are `devices` (devices.flat of its compilation).
@@ -38,12 +40,12 @@ import threading
 
 import numpy as np
 
+from . import _compat
+
 _REPLICA_GROUPS = re.compile(
     r"replica_groups=(\{\}|\{\{[\d,{}]*\}\}|\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?|"
     r"mesh\[[^\]]*\](?:\s*<=\[[\d,]+\](?:T\([\d,]+\))?)?\s*\{[^}]*\})")
 _IOTA = re.compile(r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
-_COLLECTIVE = re.compile(r"\b(all-reduce|all-gather|all-to-all|reduce-scatter|"
-                         r"ragged-all-to-all|collective-permute)(-start)?\(")
 
 _lock = threading.Lock()
 _recorded: set = set()  # every group of every program compiled so far, as device ids
@@ -88,20 +90,28 @@ def _id_groups(text: str):
     return _iota(text).tolist()
 
 
+def line_groups(line: str):
+    """The groups of one collective's HLO line, as lists of ids (the program's device indexes);
+    None where it names none (every device). ValueError for a form not read here."""
+    given = _REPLICA_GROUPS.search(line)
+    if given is None:
+        if "replica_groups=" in line:
+            raise ValueError("replica_groups in a form not read here")
+        return None
+    return _id_groups(given.group(1))
+
+
 def groups(devices, module_text: str) -> set:
     ids = [int(d.id) for d in devices]
     found = set()
     for line in module_text.splitlines():
-        op = _COLLECTIVE.search(line)
+        op = _compat._COLLECTIVE_OP.search(line)
         if not op:
             continue
-        given = _REPLICA_GROUPS.search(line)
-        if given is None and "replica_groups=" in line:
-            continue  # a form not read here: no group kept
         try:
-            listed = _id_groups(given.group(1)) if given else None
+            listed = line_groups(line)
         except ValueError:
-            continue
+            continue  # a form not read here: no group kept
         if listed is None or op.group(1) == "collective-permute":
             found.add(tuple(ids))
             continue
@@ -126,8 +136,6 @@ def record(devices, program) -> None:
 
 
 def install() -> None:
-    from . import _compat
-
     _compat.after_each_compile(record)
 
 
