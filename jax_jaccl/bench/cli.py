@@ -3,7 +3,8 @@
     jaccl-bench collectives [--nprocs 2] [--devices-per-process 1] [--sizes 4K,64K,1M,16M,64M]
                             [--ops all_reduce,reduce_scatter,all_gather,ppermute,ragged_all_to_all]
                             [--vs lax,lax_on_jaccl,mpi4jax,mpi,shm]
-                            [--runs 3] [--algorithm auto] [--plot FILE.png] [--json FILE]
+                            [--runs 3] [--algorithm auto] [--donate yes] [--plot FILE.png]
+                            [--json FILE]
     jaccl-bench collectives --emulate-hosts 4 --link-rate 200mbit --topology mesh
                             [--transports tcp,ofi] [--sizes ...] [--runs 1] [--plot FILE.png]
     jaccl-bench transport   [--transports tcp,ofi] [--frame-kb 64,512] [--both-ways]
@@ -31,6 +32,16 @@ import tempfile
 
 from . import jobs, report
 from .sizes import DEFAULT_SIZES, EVERY_OP, OPS
+
+
+# What the header says of buffers: XLA:CPU's own all-reduce and collective-permute never write
+# over their operand, so where the input is donated XLA writes a temporary and copies it into the
+# donated buffer; jaccl's all_reduce and ppermute write over theirs, so where it is not, XLA first
+# copies the input into a fresh buffer.
+DONATION = {"yes": "all_reduce and ppermute donate their input on every side (XLA's own ops "
+                   "then add a copy back into it)",
+            "no": "nothing donated (jaccl's all_reduce and ppermute then start with XLA's copy "
+                  "of their input)"}
 
 
 def mpi_impls_of(peers):
@@ -84,17 +95,19 @@ def collectives(args) -> None:
         for run in range(args.runs):
             where = ["-n", args.nprocs, "--devices-per-process", args.devices_per_process]
             work = ["--sizes", args.sizes, "--ops", args.ops]
+            jax_work = work + ["--donate", args.donate]
             out = os.path.join(tmp, f"jax{run}.json")
             records += jobs.run(jobs.launch(  # lax: JAX's own collectives
                 where, "jax_jaccl.bench.collectives_worker",
-                work + ["--impls", ",".join(jax_impls), "--algorithm", args.algorithm,
+                jax_work + ["--impls", ",".join(jax_impls), "--algorithm", args.algorithm,
                         "--output", out],
                 xla_collectives="gloo"), "collectives", output=out, timeout=args.timeout)
             if "lax_on_jaccl" in peers:
                 out = os.path.join(tmp, f"lax_on_jaccl{run}.json")
                 records += jobs.run(jobs.launch(
                     where, "jax_jaccl.bench.collectives_worker",
-                    work + ["--impls", "lax_on_jaccl", "--output", out], xla_collectives="jaccl"),
+                    jax_work + ["--impls", "lax_on_jaccl", "--output", out],
+                    xla_collectives="jaccl"),
                     "lax_on_jaccl", output=out, timeout=args.timeout)
             if mpi_impls:
                 out = os.path.join(tmp, f"mpi{run}.json")
@@ -113,7 +126,7 @@ def collectives(args) -> None:
     ranks = args.nprocs * args.devices_per_process
     print(f"# jaccl-bench collectives: {args.nprocs} processes x {args.devices_per_process} "
           f"devices ({ranks} ranks), float32, median of {args.runs} runs; time per call, "
-          "busbw in GB/s")
+          "busbw in GB/s; " + DONATION[args.donate])
     print(report.table(records, impls, reference="local"))
     if args.plot:
         report.plot(records, impls, args.plot)
@@ -145,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--algorithm", default="auto",
                    help="jaccl's algorithm: auto, naive, mesh, ring, ring_oneway, hierarchical, "
                         "cascade (naive and cascade are all_reduce's alone)")
+    c.add_argument("--donate", choices=("yes", "no"), default="yes",
+                   help="yes: all_reduce and ppermute donate their input, jaccl's and jax's alike "
+                        "(a training step's habit); no: nothing is donated")
     c.add_argument("--plot", default=None, metavar="FILE.png",
                    help="also draw bus bandwidth against size for every op and peer")
     c.add_argument("--json", default=None, metavar="FILE", help="also write every record")

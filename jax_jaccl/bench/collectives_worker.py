@@ -1,9 +1,10 @@
 """Runs inside a jaccl-run job: times jax_jaccl's collectives (and jax's own, for --vs lax) on
 one mesh axis over every device, and has rank 0 write one JSON record per measurement.
 
-Each call is timed from dispatch to block_until_ready on rank 0, after warm-up; all_reduce
-and ppermute donate their input (the result reuses the buffer, as in a training step or a
-pipeline stage), for jax's own too. ppermute is a shift by one (every rank sends S bytes to
+Each call is timed from dispatch to block_until_ready on rank 0, after warm-up. With --donate
+yes (the default) all_reduce and ppermute donate their input (the result reuses the buffer, as in
+a training step or a pipeline stage), for jax's own too, and so does the local x + 1; with --donate
+no nothing is donated. ppermute is a shift by one (every rank sends S bytes to
 the next). ragged_all_to_all: each rank
 holds S bytes of rows, one slot of S/n per peer, filled to RAGGED_FILL; jaccl sends only the
 filled rows, jax (whose XLA:CPU has no ragged all-to-all) the equivalent padded all_to_all of
@@ -37,6 +38,7 @@ def main() -> None:
                         help="comma list of jaccl, lax, local; lax_on_jaccl: jax.lax's ops in a "
                              "job whose XLA collectives run on jaccl (--xla-collectives jaccl)")
     parser.add_argument("--algorithm", default="auto")
+    parser.add_argument("--donate", choices=("yes", "no"), default="yes")
     parser.add_argument("--output", required=True)
     parser.add_argument("--budget-mb", type=int, default=1024,
                         help="about this many MiB moved per measurement")
@@ -119,8 +121,8 @@ def main() -> None:
                 fn = ops_for(impl).get(op)
                 if fn is None:
                     continue
-                donate = (0,) if op in ("all_reduce", "ppermute") or (
-                    impl == "local" and op != "all_gather") else ()
+                donate = (0,) if args.donate == "yes" and (op in ("all_reduce", "ppermute") or (
+                    impl == "local" and op != "all_gather")) else ()
                 f = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
                                           check_vma=False), donate_argnums=donate)
                 x = jax.make_array_from_callback(

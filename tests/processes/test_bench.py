@@ -14,9 +14,10 @@ def test_bench_collectives_table(tmp_path):
     plot = tmp_path / "bench.png"
     done = subprocess.run(
         [sys.executable, "-m", "jax_jaccl.bench.cli", "collectives", "--sizes", "4K,256K",
-         "--runs", "1", "--vs", "lax", "--plot", str(plot)],
+         "--runs", "1", "--vs", "lax", "--donate", "no", "--plot", str(plot)],
         capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "; nothing donated" in done.stdout.splitlines()[0], done.stdout
     for op in ("all_reduce", "reduce_scatter", "all_gather"):
         assert f"**{op}**" in done.stdout
     rows = [l for l in done.stdout.splitlines() if l.startswith("| 4 KiB") or l.startswith("| 256 KiB")]
@@ -32,6 +33,7 @@ def test_bench_ppermute_and_ragged_tables():
          "--ops", "ppermute,ragged_all_to_all", "--runs", "1", "--vs", "lax,shm"],
         capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "; all_reduce and ppermute donate their input" in done.stdout, done.stdout
     tables = done.stdout.split("**ragged_all_to_all**")
     assert len(tables) == 2 and "**ppermute**" in tables[0], done.stdout
     assert "shm copy (numpy) time" in tables[0] and "jaccl padded time" in tables[1]
