@@ -154,6 +154,11 @@ VARIABLES = (
              "out of the sender's memory when both are on one host (another process's with "
              "Linux's process_vm_readv, where the kernel allows it): one copy instead of two "
              "through shared-memory frames; 0: never"),
+    Variable("huge_pages", "JACCL_HUGE_PAGES", "1", _flag, False,
+             "jaccl-run: starts its processes with glibc's malloc asking for transparent huge "
+             "pages on the memory it maps (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, beside any "
+             "tunables set), so XLA's fresh buffers fault in 2 MiB at a time, not 4 KiB; 0: "
+             "the environment as it is"),
     Variable("cuda_path", "JACCL_CUDA_PATH", "auto", _one_of("auto", "peer", "staged"), True,
              "GPUs: peer (fail where the peer path cannot be used), staged, or auto"),
     Variable("cuda_buffer_mb", "JACCL_CUDA_BUFFER_MB", "64", _at_least(1), True,
@@ -230,6 +235,7 @@ class Settings:
     async_calls: bool
     async_min_kb: int
     single_copy_min_kb: int
+    huge_pages: bool
     cuda_path: str
     cuda_buffer_mb: int
     cuda_one_shot_kb: int

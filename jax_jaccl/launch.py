@@ -195,10 +195,21 @@ def _command(host: dict, env: dict, command: list) -> tuple[list, dict]:
     if "ssh" in host:  # the job's variables, and every one the hostfile gives this host
         job_env = [f"{k}={shlex.quote(v)}" for k, v in env.items()
                    if k.startswith("JACCL_") or k in _xla_collectives.VARIABLES or
-                   k == "JAX_NUM_CPU_DEVICES" or k in host.get("env", {})]
+                   k in ("JAX_NUM_CPU_DEVICES", "GLIBC_TUNABLES") or k in host.get("env", {})]
         remote = " ".join(["env", *job_env, "PYTHONUNBUFFERED=1", *map(shlex.quote, command)])
         return ["ssh", "-o", "BatchMode=yes", host["ssh"], remote], dict(os.environ)
     return list(host.get("prefix", [])) + list(command), env
+
+
+def _with_huge_pages(env: dict) -> None:
+    """Adds glibc.malloc.hugetlb=1 to env's GLIBC_TUNABLES unless they already name it: glibc's
+    malloc then asks for transparent huge pages (madvise) on the memory it maps, where XLA:CPU
+    allocates every fresh buffer, so a buffer of many MiB faults in 2 MiB pages instead of 4
+    KiB ones (docs/performance.md, "Fresh buffers"). glibc before 2.35 and kernels without
+    transparent huge pages ignore it."""
+    tunables = env.get("GLIBC_TUNABLES", "")
+    if "glibc.malloc.hugetlb" not in tunables:
+        env["GLIBC_TUNABLES"] = ":".join(filter(None, (tunables, "glibc.malloc.hugetlb=1")))
 
 
 def _first_host_command(args):
@@ -233,7 +244,8 @@ def _report_lost(service, rank: int, out, lock, topology_again: bool) -> bool:
 
 def run(args) -> int:
     port = free_port()
-    job = _settings.read().job_id or secrets.token_hex(6)
+    settings = _settings.read()
+    job = settings.job_id or secrets.token_hex(6)
     default_coordinator = _address(args.hosts[0])
     try:
         service = _service.start(_first_host_command(args), port, args.nprocs) \
@@ -267,6 +279,8 @@ def run(args) -> int:
         if "ifname" in host:
             env["JACCL_IFNAME"] = host["ifname"]
         env.update({k: str(v) for k, v in host.get("env", {}).items()})
+        if settings.huge_pages:
+            _with_huge_pages(env)
         cmd, cmd_env = _command(host, env, args.command)
         # Every process dies with jaccl-run, also when jaccl-run is killed outright (a test's
         # timeout): nothing of the job outlives its launcher.

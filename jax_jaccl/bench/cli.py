@@ -13,8 +13,9 @@
     jaccl-bench overlap     [--sizes 1M,16M,64M] [--link-rate 400mbit] (see overlap.py)
     jaccl-bench kernels     (a GPU: see jax_jaccl/bench/kernels.py)
 
-Each run starts one jaccl-run job (jax_jaccl, and jax's own collectives, gloo, for --vs lax), for
---vs lax_on_jaccl one more whose jax.lax collectives run on jaccl (--xla-collectives jaccl), and,
+Each run starts one jaccl-run job (jax_jaccl, and jax's own collectives, gloo, for --vs lax); --vs
+lax_on_jaccl times jax.lax's collectives on jaccl (--xla-collectives jaccl) in that job, or, with
+--vs lax too, in one more; and,
 for --vs mpi4jax/mpi, one mpirun job (Open MPI from apt; mpi4py and mpi4jax from the bench
 extra), alternating so that both see the same machine; --vs shm adds, for ppermute between
 2 processes, a plain shared-memory copy of the same bytes (shm_copy.py). The table shows
@@ -86,7 +87,12 @@ def collectives(args) -> None:
                          "openmpi-bin libopenmpi-dev) and pip install '.[bench]'")
     if mpi_impls and args.devices_per_process != 1:
         raise SystemExit("jaccl-bench: the MPI peers run one device per process")
-    jax_impls = ["jaccl"] + (["lax"] if "lax" in peers else []) + ["local"]
+    # Without --vs lax, jax.lax's ops run on jaccl in the job that times jaccl's own: both doors
+    # to the engine in one job; with it, XLA's collectives there are gloo's, and jax.lax on
+    # jaccl gets a job of its own.
+    same_job = "lax_on_jaccl" in peers and "lax" not in peers
+    jax_impls = ["jaccl"] + (["lax"] if "lax" in peers else []) + \
+        (["lax_on_jaccl"] if same_job else []) + ["local"]
     if "ragged_all_to_all" in ops:
         jax_impls.insert(1, "jaccl_padded")
     shm = "shm" in peers and "ppermute" in ops and args.nprocs == 2 and args.devices_per_process == 1
@@ -101,8 +107,9 @@ def collectives(args) -> None:
                 where, "jax_jaccl.bench.collectives_worker",
                 jax_work + ["--impls", ",".join(jax_impls), "--algorithm", args.algorithm,
                         "--output", out],
-                xla_collectives="gloo"), "collectives", output=out, timeout=args.timeout)
-            if "lax_on_jaccl" in peers:
+                xla_collectives="jaccl" if same_job else "gloo"), "collectives", output=out,
+                timeout=args.timeout)
+            if "lax_on_jaccl" in peers and not same_job:
                 out = os.path.join(tmp, f"lax_on_jaccl{run}.json")
                 records += jobs.run(jobs.launch(
                     where, "jax_jaccl.bench.collectives_worker",

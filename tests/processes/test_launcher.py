@@ -25,6 +25,52 @@ def test_environment_and_prefixes():
         assert f"[{rank}] rank {rank} of 3 2 True" in done.stdout.splitlines()
 
 
+# A process's large buffer in transparent huge pages: 64 MiB from glibc's malloc (as XLA's
+# buffers are; numpy asks for huge pages itself), written, and how much of the process's
+# anonymous memory is huge pages, in MiB.
+HUGE_PAGES_SCRIPT = """
+import ctypes, os, re
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+buffer = libc.malloc(64 << 20)
+ctypes.memset(buffer, 1, 64 << 20)
+huge = re.search(r"AnonHugePages:\\s+(\\d+) kB", open("/proc/self/smaps_rollup").read())
+print("tunables", os.environ.get("GLIBC_TUNABLES", ""), "huge", int(huge.group(1)) >> 10, "end")
+"""
+
+
+def transparent_huge_pages() -> str:
+    """The kernel's mode: always, madvise or never (the bracketed word)."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return re.search(r"\[(\w+)\]", f.read()).group(1)
+    except (OSError, AttributeError):
+        return "never"
+
+
+def test_processes_ask_glibc_for_huge_pages():
+    """jaccl-run adds glibc.malloc.hugetlb=1 to the tunables its processes start with (beside
+    the user's), unless JACCL_HUGE_PAGES=0; where the kernel gives huge pages on request
+    (madvise) and glibc knows the tunable, a 64 MiB buffer then lies in them, and without it
+    not."""
+    runs = {}
+    for name, env in (("default", {"GLIBC_TUNABLES": "glibc.malloc.arena_max=4"}),
+                      ("off", {"JACCL_HUGE_PAGES": "0", "GLIBC_TUNABLES": ""})):
+        done = jaccl_run("-n", "1", "--", sys.executable, "-c", HUGE_PAGES_SCRIPT, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        runs[name] = re.search(r"\[0\] tunables (\S*) huge (\d+) end", done.stdout)
+        assert runs[name], done.stdout
+    assert runs["default"].group(1) == "glibc.malloc.arena_max=4:glibc.malloc.hugetlb=1"
+    assert runs["off"].group(1) == ""
+    glibc = tuple(map(int, os.confstr("CS_GNU_LIBC_VERSION").split()[1].split(".")[:2]))
+    if transparent_huge_pages() != "madvise" or glibc < (2, 35):
+        pytest.skip(f"transparent huge pages [{transparent_huge_pages()}], glibc {glibc}: the "
+                    "tunable's effect shows only where pages are huge on request (madvise) and "
+                    "glibc is 2.35 or newer")
+    assert int(runs["default"].group(2)) >= 32 and int(runs["off"].group(2)) < 32, \
+        (runs["default"].group(0), runs["off"].group(0))
+
+
 def test_stdout_and_stderr_lines_stay_whole():
     """A line printed in pieces (print() unbuffered writes text and newline separately) is not
     split by a log line the extension writes to stderr in between; a last line without a

@@ -75,7 +75,8 @@ void run_host_collective(Call& call, CollectiveKind kind, const Buffers& buffers
     }
   }
   log(LogLevel::kTrace, kind_name(kind), " #", call.seq, " ", bytes, " B on rank ", member.rank,
-      ": ", algorithm_name(call.algorithm), " ", seconds_since(start) * 1e6, " us");
+      " of communicator ", hex(call.comm->id()), call.comm->space_label(), ": ",
+      algorithm_name(call.algorithm), " ", seconds_since(start) * 1e6, " us");
 }
 
 std::optional<Failure> run_collective(const CollectiveRequest& r) {
