@@ -3,8 +3,8 @@
     jaccl-bench collectives [--nprocs 2] [--devices-per-process 1] [--sizes 4K,64K,1M,16M,64M]
                             [--ops all_reduce,reduce_scatter,all_gather,ppermute,ragged_all_to_all]
                             [--vs lax,lax_on_jaccl,mpi4jax,mpi,shm]
-                            [--runs 3] [--algorithm auto] [--donate yes] [--plot FILE.png]
-                            [--json FILE]
+                            [--runs 3] [--algorithm auto] [--donate yes]
+                            [--operand argument] [--plot FILE.png] [--json FILE]
     jaccl-bench collectives --emulate-hosts 4 --link-rate 200mbit --topology mesh
                             [--transports tcp,ofi] [--sizes ...] [--runs 1] [--plot FILE.png]
     jaccl-bench transport   [--transports tcp,ofi] [--frame-kb 64,512] [--both-ways]
@@ -43,6 +43,9 @@ DONATION = {"yes": "all_reduce and ppermute donate their input on every side (XL
                    "then add a copy back into it)",
             "no": "nothing donated (jaccl's all_reduce and ppermute then start with XLA's copy "
                   "of their input)"}
+
+OPERAND = {"argument": "", "intermediate": "; every op takes an intermediate (its argument halved "
+                                            "in the same program, as a training step's gradient)"}
 
 
 def mpi_impls_of(peers):
@@ -101,7 +104,7 @@ def collectives(args) -> None:
         for run in range(args.runs):
             where = ["-n", args.nprocs, "--devices-per-process", args.devices_per_process]
             work = ["--sizes", args.sizes, "--ops", args.ops]
-            jax_work = work + ["--donate", args.donate]
+            jax_work = work + ["--donate", args.donate, "--operand", args.operand]
             out = os.path.join(tmp, f"jax{run}.json")
             records += jobs.run(jobs.launch(  # lax: JAX's own collectives
                 where, "jax_jaccl.bench.collectives_worker",
@@ -133,7 +136,7 @@ def collectives(args) -> None:
     ranks = args.nprocs * args.devices_per_process
     print(f"# jaccl-bench collectives: {args.nprocs} processes x {args.devices_per_process} "
           f"devices ({ranks} ranks), float32, median of {args.runs} runs; time per call, "
-          "busbw in GB/s; " + DONATION[args.donate])
+          "busbw in GB/s; " + DONATION[args.donate] + OPERAND[args.operand])
     print(report.table(records, impls, reference="local"))
     if args.plot:
         report.plot(records, impls, args.plot)
@@ -168,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--donate", choices=("yes", "no"), default="yes",
                    help="yes: all_reduce and ppermute donate their input, jaccl's and jax's alike "
                         "(a training step's habit); no: nothing is donated")
+    c.add_argument("--operand", choices=("argument", "intermediate"), default="argument",
+                   help="argument: each op takes the program's argument; intermediate: the "
+                        "argument halved in the same program (as a training step's collective "
+                        "takes a gradient), the same on every side")
     c.add_argument("--plot", default=None, metavar="FILE.png",
                    help="also draw bus bandwidth against size for every op and peer")
     c.add_argument("--json", default=None, metavar="FILE", help="also write every record")

@@ -4,7 +4,9 @@ one mesh axis over every device, and has rank 0 write one JSON record per measur
 Each call is timed from dispatch to block_until_ready on rank 0, after warm-up. With --donate
 yes (the default) all_reduce and ppermute donate their input (the result reuses the buffer, as in
 a training step or a pipeline stage), for jax's own too, and so does the local x + 1; with --donate
-no nothing is donated. ppermute is a shift by one (every rank sends S bytes to
+no nothing is donated. With --operand intermediate every op (not `local`) takes its argument
+halved in the same program, as a training step's collective takes a gradient: XLA then adds
+no copy around either side's op (docs/xla-collectives.md, "Speed"). ppermute is a shift by one (every rank sends S bytes to
 the next). ragged_all_to_all: each rank
 holds S bytes of rows, one slot of S/n per peer, filled to RAGGED_FILL; jaccl sends only the
 filled rows, jax (whose XLA:CPU has no ragged all-to-all) the equivalent padded all_to_all of
@@ -39,6 +41,7 @@ def main() -> None:
                              "job whose XLA collectives run on jaccl (--xla-collectives jaccl)")
     parser.add_argument("--algorithm", default="auto")
     parser.add_argument("--donate", choices=("yes", "no"), default="yes")
+    parser.add_argument("--operand", choices=("argument", "intermediate"), default="argument")
     parser.add_argument("--output", required=True)
     parser.add_argument("--budget-mb", type=int, default=1024,
                         help="about this many MiB moved per measurement")
@@ -111,6 +114,9 @@ def main() -> None:
                                       sizes, axis_name="x")
         return out.reshape(v.shape)
 
+    def halved(fn):
+        return lambda v: fn(v * 0.5)
+
     records = []
     for op in args.ops.split(","):
         for nbytes in parse_sizes(args.sizes):
@@ -121,6 +127,8 @@ def main() -> None:
                 fn = ops_for(impl).get(op)
                 if fn is None:
                     continue
+                if args.operand == "intermediate" and impl != "local":
+                    fn = halved(fn)
                 donate = (0,) if args.donate == "yes" and (op in ("all_reduce", "ppermute") or (
                     impl == "local" and op != "all_gather")) else ()
                 f = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("x"), out_specs=P("x"),

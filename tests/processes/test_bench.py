@@ -42,12 +42,15 @@ def test_bench_ppermute_and_ragged_tables():
 
 
 def test_bench_times_both_doors_to_the_engine():
-    """--vs lax_on_jaccl alone: jax.lax's ops on jaccl's engine beside jaccl's own, in one job."""
+    """--vs lax_on_jaccl alone: jax.lax's ops on jaccl's engine beside jaccl's own, in one job;
+    here each op takes an intermediate of its program (--operand intermediate)."""
     done = subprocess.run(
         [sys.executable, "-m", "jax_jaccl.bench.cli", "collectives", "--sizes", "64K",
-         "--ops", "all_reduce,all_gather", "--runs", "1", "--vs", "lax_on_jaccl"],
+         "--ops", "all_reduce,all_gather", "--runs", "1", "--vs", "lax_on_jaccl",
+         "--operand", "intermediate"],
         capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "; every op takes an intermediate" in done.stdout.splitlines()[0], done.stdout
     assert done.stdout.count("| jaccl busbw / lax on jaccl |") == 2, done.stdout
     rows = [l for l in done.stdout.splitlines() if l.startswith("| 64 KiB")]
     assert len(rows) == 2 and not any("—" in r for r in rows), done.stdout

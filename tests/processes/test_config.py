@@ -107,7 +107,8 @@ def test_processes_that_disagree_on_a_setting_all_stop_naming_it(last):
 
 
 TRANSPORT_CHECKS = 176  # every check of tests/workers/collectives.py's transport types at 2 x 2
-TRACE_LINE = re.compile(r"jaccl \d+ TRACE [a-z_]+ #\d+ \d+ B on rank \d+: [a-z_]+ [0-9.e+-]+ us")
+TRACE_LINE = re.compile(r"jaccl \d+ TRACE [a-z_]+ #\d+ \d+ B on rank \d+ of communicator "
+                        r"[0-9a-f]+( \(XLA's collectives\))?: [a-z_]+ [0-9.e+-]+ us")
 
 
 def test_trace_lines_and_no_call_sites_across_processes():
