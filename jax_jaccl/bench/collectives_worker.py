@@ -6,11 +6,11 @@ yes (the default) all_reduce and ppermute donate their input (the result reuses 
 a training step or a pipeline stage), for jax's own too, and so does the local x + 1; with --donate
 no nothing is donated. With --operand intermediate every op (not `local`) takes its argument
 halved in the same program, as a training step's collective takes a gradient: XLA then adds
-no copy around either side's op (docs/xla-collectives.md, "Speed"). ppermute is a shift by one (every rank sends S bytes to
-the next). ragged_all_to_all: each rank
-holds S bytes of rows, one slot of S/n per peer, filled to RAGGED_FILL; jaccl sends only the
-filled rows, jax (whose XLA:CPU has no ragged all-to-all) the equivalent padded all_to_all of
-whole slots, and "jaccl_padded" is jaccl's own padded all_to_all.
+no copy around either side's op (docs/xla-collectives.md, "Speed"). ppermute is a shift by one
+(every rank sends S bytes to the next). ragged_all_to_all: each rank holds S bytes of rows, one
+slot of S/n per peer, filled to RAGGED_FILL; jaccl sends only the filled rows, jax (whose
+XLA:CPU has no ragged all-to-all) the equivalent padded all_to_all of whole slots, and
+"jaccl_padded" is jaccl's own padded all_to_all.
 """
 
 from __future__ import annotations
