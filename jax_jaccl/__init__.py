@@ -58,22 +58,4 @@ def __dir__():
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Fp8Rows",
-    "MoeHandle",
-    "WorldInfo",
-    "all_gather",
-    "all_reduce",
-    "all_to_all",
-    "dequantize_fp8",
-    "init",
-    "is_initialized",
-    "lax",
-    "moe_combine",
-    "moe_dispatch",
-    "ppermute",
-    "quantize_fp8",
-    "ragged_all_to_all",
-    "reduce_scatter",
-    "shutdown",
-]
+__all__ = sorted(_DEFINED_IN)

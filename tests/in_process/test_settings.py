@@ -18,10 +18,11 @@ DOCS = Path(__file__).parents[2] / "docs" / "settings.md"
 
 def test_every_variable_is_a_field_and_every_field_a_variable():
     fields = {f.name for f in dataclasses.fields(_settings.Settings)}
-    assert fields == {v.field for v in _settings.VARIABLES}
+    assert fields == {v.field for v in _settings.VARIABLES + _settings.BENCH_VARIABLES}
     launch = {f.name for f in dataclasses.fields(_settings.Launch)} - {"ifname"}
     assert launch == {v.field for v in _settings.LAUNCH_VARIABLES}
-    names = [v.env for v in _settings.VARIABLES + _settings.LAUNCH_VARIABLES]
+    names = [v.env for v in
+             _settings.VARIABLES + _settings.BENCH_VARIABLES + _settings.LAUNCH_VARIABLES]
     assert len(names) == len(set(names)) and all(n.startswith("JACCL_") for n in names)
 
 
@@ -55,7 +56,7 @@ def test_a_bad_value_names_its_variable(env, message):
 def test_misspelt_variables_are_found_and_the_harness_own_are_not():
     env = {"JACCL_TIMEOTU": "5", "JACCL_TIMEOUT": "5", "JACCL_TEST_ENGINE": "x",
            "JACCL_PYTEST_PARENT": "1", "JACCL_REQUIRE_OFI": "1", "JACCL_NUM_PROCESSES": "2",
-           "JACCL_CUDA": "OFF", "JACCL_OFI": "ON", "OTHER": "1"}
+           "JACCL_CUDA": "OFF", "JACCL_OFI": "ON", "JACCL_TBF_BURST": "1mb", "OTHER": "1"}
     assert _settings.unknown(env) == ["JACCL_TIMEOTU"]
 
 
@@ -66,9 +67,10 @@ def test_agreed_settings_are_the_marked_ones():
     assert "JACCL_TIMEOUT" not in agreed and "JACCL_HOST_ID" not in agreed
 
 
-def test_the_docs_table_is_the_settings_table():
-    assert _settings.markdown_table() in DOCS.read_text(), \
-        "regenerate docs/settings.md's table with: python -m jax_jaccl._settings"
+def test_the_docs_tables_are_the_settings_tables():
+    for table in (_settings.markdown_table(), _settings.markdown_table(_settings.BENCH_VARIABLES)):
+        assert table in DOCS.read_text(), \
+            "regenerate docs/settings.md's tables with: python -m jax_jaccl._settings"
 
 
 def test_the_engine_checks_its_part_and_a_bad_one_changes_nothing():

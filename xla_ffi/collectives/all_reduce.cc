@@ -1,5 +1,6 @@
 // all_reduce: every rank ends with op(x_0, ..., x_{N-1}), bitwise equal on all
-// ranks. Four schedules:
+// ranks. Five schedules, four described here (hierarchical's is in
+// hierarchical.h):
 //
 // naive (small messages, latency bound): every rank streams its whole input
 // to every peer at once and reduces all N inputs itself, in ascending rank

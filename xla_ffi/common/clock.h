@@ -15,17 +15,15 @@ inline double seconds_since(Clock::time_point start) {
 class Deadline {
  public:
   explicit Deadline(double seconds)
-      : start_(Clock::now()),
-        end_(start_ + std::chrono::duration_cast<Clock::duration>(
-                          std::chrono::duration<double>(seconds))),
+      : end_(Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(seconds))),
         seconds_(seconds) {}
   bool expired() const { return Clock::now() >= end_; }
   double seconds() const { return seconds_; }
-  double elapsed() const { return seconds_since(start_); }
   Clock::time_point end() const { return end_; }
 
  private:
-  Clock::time_point start_, end_;
+  Clock::time_point end_;
   double seconds_;
 };
 

@@ -40,11 +40,4 @@ inline bool row_dtype_of_xla(xla::ffi::DataType type, Dtype* dtype) {
   return dtype_of_xla(type, dtype);
 }
 
-// The same as a value: *ok = false for element types the engine does not move.
-inline Dtype dtype_of(xla::ffi::DataType type, bool* ok) {
-  Dtype dtype = Dtype::kF32;
-  *ok = dtype_of_xla(type, &dtype);
-  return dtype;
-}
-
 }  // namespace jaccl

@@ -17,8 +17,9 @@
 // it through failure(); shared memory has no such signal and relies on the
 // World's process checks.
 //
-// An RDMA transport fits the same contract: frames become registered memory,
-// commit() a one-sided write with immediate data, try_peek() a completion poll.
+// The network transports keep the contract with rings at both ends: TCP's
+// I/O thread sends committed frames into the consumer's ring (tcp/), OFI's
+// writes them with immediate data into the same slot there (ofi/).
 #pragma once
 
 #include <cstddef>
@@ -57,7 +58,7 @@ class Channel {
 
   // Non-empty when the transport knows the channel is broken.
   virtual std::string failure() const { return {}; }
-  // "shm", "local", "tcp": for logs.
+  // "local" (shared memory in one process), "shm" (between processes), "tcp", "ofi": for logs.
   virtual const char* kind() const = 0;
 };
 

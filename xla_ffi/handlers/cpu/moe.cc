@@ -25,7 +25,7 @@ namespace {
 
 using Ints = MoeList32;
 
-// Runs `r` at once or queued on the device's thread (async_call.h). Its buffers are XLA's,
+// Runs `r` at once or queued on its lane's call thread (async_call.h). Its buffers are XLA's,
 // alive until the call completes; a queued call takes a copy of the group table.
 ffi::Future finish_moe(MoeRequest r, size_t bytes) {
   if (runs_now(r.device, r.lane, bytes)) return completed(to_ffi(run_moe(r)));
