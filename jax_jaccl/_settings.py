@@ -157,6 +157,12 @@ VARIABLES = (
              "pages on the memory it maps (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, beside any "
              "tunables set), so XLA's fresh buffers fault in 2 MiB at a time, not 4 KiB; 0: "
              "the environment as it is"),
+    Variable("keep_freed_memory", "JACCL_KEEP_FREED_MEMORY", "1", _flag, False,
+             "jaccl-run: starts its processes with glibc's malloc keeping what a program frees "
+             "for its next allocations (GLIBC_TUNABLES glibc.malloc.mmap_max=0, arena_max=1, "
+             "trim_threshold=4 GiB, each unless the tunables set it), so XLA's fresh buffers of "
+             "each call reuse pages already faulted in; a process's resident memory then stays "
+             "near its peak; 0: malloc as it is"),
     Variable("cuda_path", "JACCL_CUDA_PATH", "auto", _one_of("auto", "peer", "staged"), True,
              "GPUs: peer (fail where the peer path cannot be used), staged, or auto"),
     Variable("cuda_buffer_mb", "JACCL_CUDA_BUFFER_MB", "64", _at_least(1), True,
@@ -241,6 +247,7 @@ class Settings:
     async_min_kb: int
     single_copy_min_kb: int
     huge_pages: bool
+    keep_freed_memory: bool
     cuda_path: str
     cuda_buffer_mb: int
     cuda_one_shot_kb: int

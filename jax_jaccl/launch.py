@@ -201,15 +201,29 @@ def _command(host: dict, env: dict, command: list) -> tuple[list, dict]:
     return list(host.get("prefix", [])) + list(command), env
 
 
-def _with_huge_pages(env: dict) -> None:
-    """Adds glibc.malloc.hugetlb=1 to env's GLIBC_TUNABLES unless they already name it: glibc's
-    malloc then asks for transparent huge pages (madvise) on the memory it maps, where XLA:CPU
-    allocates every fresh buffer, so a buffer of many MiB faults in 2 MiB pages instead of 4
-    KiB ones (docs/performance.md, "Fresh buffers"). glibc before 2.35 and kernels without
-    transparent huge pages ignore it."""
+# The glibc tunables behind JACCL_HUGE_PAGES and JACCL_KEEP_FREED_MEMORY.
+_HUGE_PAGES = (("glibc.malloc.hugetlb", "1"),)
+_KEEP_FREED = (("glibc.malloc.mmap_max", "0"), ("glibc.malloc.arena_max", "1"),
+               ("glibc.malloc.trim_threshold", str(4 << 30)))
+
+
+def _with_malloc_tunables(env: dict, settings) -> None:
+    """Adds to env's GLIBC_TUNABLES, after those set, each tunable of the settings that are on
+    whose name they do not set (docs/performance.md, "Fresh buffers"). XLA:CPU gives every
+    output and temporary a buffer from glibc's malloc. JACCL_HUGE_PAGES: malloc asks for
+    transparent huge pages (madvise) on the memory it maps, so a buffer of many MiB faults in
+    2 MiB pages instead of 4 KiB ones. JACCL_KEEP_FREED_MEMORY: malloc serves every size from
+    one heap (no fresh mapping per large buffer, one arena for all threads: a thread's own
+    arena maps anew what exceeds its 64 MiB heaps) and gives back only a free top above 4 GiB,
+    so the next call's buffers lie in pages already faulted in. glibc ignores tunables it does
+    not know (hugetlb before 2.35)."""
+    wanted = (_HUGE_PAGES if settings.huge_pages else ()) + \
+        (_KEEP_FREED if settings.keep_freed_memory else ())
     tunables = env.get("GLIBC_TUNABLES", "")
-    if "glibc.malloc.hugetlb" not in tunables:
-        env["GLIBC_TUNABLES"] = ":".join(filter(None, (tunables, "glibc.malloc.hugetlb=1")))
+    named = {item.split("=", 1)[0] for item in tunables.split(":") if item}
+    added = [f"{name}={value}" for name, value in wanted if name not in named]
+    if added:
+        env["GLIBC_TUNABLES"] = ":".join(filter(None, (tunables, *added)))
 
 
 def _first_host_command(args):
@@ -279,8 +293,7 @@ def run(args) -> int:
         if "ifname" in host:
             env["JACCL_IFNAME"] = host["ifname"]
         env.update({k: str(v) for k, v in host.get("env", {}).items()})
-        if settings.huge_pages:
-            _with_huge_pages(env)
+        _with_malloc_tunables(env, settings)
         cmd, cmd_env = _command(host, env, args.command)
         # Every process dies with jaccl-run, also when jaccl-run is killed outright (a test's
         # timeout): nothing of the job outlives its launcher.
