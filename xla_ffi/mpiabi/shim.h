@@ -1,5 +1,5 @@
 /* The shim's internal interface between its generated half (mpiabi_exports.c: constants and
- * stubs) and its hand-written half (shim.c: the calls XLA:CPU makes).
+ * stubs) and its hand-written half (shim.c and its neighbours: the calls XLA:CPU makes).
  *
  * Contract: jmpi_unsupported() records, for this thread, that an MPI function jaccl does not
  * implement was called; MPI_Error_string then names it. */

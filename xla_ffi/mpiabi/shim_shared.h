@@ -1,0 +1,82 @@
+/* What the hand-written files of jaccl's MPI shim share: the records of a communicator and of a
+ * datatype, the world attached, and the helpers one file calls in another. The files:
+ * shim.c (errors, the engine and its world, datatypes, attaching, initialisation, the
+ * collectives), comms.c (communicators: rank, size, split, dup, free), recovery.c (after a lost
+ * process or one that came back: the world renewed, communicators checked and split again) and
+ * p2p.c (point to point). Nothing here is exported: the library's export list
+ * (mpiabi_exports.map) names the MPI calls and jaccl_mpiabi_* alone.
+ *
+ * Contract: a helper that fails records this thread's error (fail(): the code, and the message
+ * MPI_Error_string gives) and returns the code, or NULL where it returns a pointer, which the
+ * MPI call then returns as last_code. */
+#ifndef JACCL_MPIABI_SHIM_SHARED_H
+#define JACCL_MPIABI_SHIM_SHARED_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "abi/mpiabi_table.h"
+
+#define JMPI_EXPORT __attribute__((visibility("default")))
+enum { kMessageBytes = 1024, kCommMagic = 0x4a434f4d, kRequestMagic = 0x4a524551 };
+
+typedef struct JmpiComm {
+  uint32_t magic;
+  int rank, size;
+  int local_devices;  /* MPI_COMM_WORLD with several devices per process: how many; else 1 */
+  uint64_t split_round; /* the split round that made it, with several devices per process */
+  int xla_group;      /* made by XLA's split of MPI_COMM_WORLD */
+  unsigned comebacks; /* how many processes had come back when it was (last) made */
+  unsigned inside;    /* the last attach whose world was seen to hold its devices */
+  int64_t devices[];  /* the group in rank order */
+} JmpiComm;
+
+
+typedef struct {
+  uintptr_t handle;
+  const char* name;  /* the engine's element type */
+  int size, parts;   /* bytes per MPI element; engine elements per MPI element */
+  int32_t code;      /* filled at attach */
+} JmpiType;
+
+/* Errors (shim.c): this thread's last failure. */
+extern __thread char last_message[kMessageBytes];
+extern __thread int last_code;
+int fail(int code, const char* format, ...);
+
+/* The engine and its world (shim.c). */
+extern const JacclMpiEngine* _Atomic engine;  /* NULL until attached */
+extern int expected_rank, expected_size;       /* WORLD's answers before the attach */
+extern atomic_uint comebacks, attaches;        /* processes come back, worlds attached */
+extern int most_processes;                     /* the most any world attached here had */
+extern JmpiComm* world_comm;
+extern JmpiComm* processes_comm;  /* one device per process: where split rounds exchange */
+JmpiComm* new_comm(int rank, int size);
+int run_python(const char* code);
+const JacclMpiEngine* attached(void);
+void remember_split_failure(void);
+JmpiComm* comm_of(uintptr_t handle);
+static inline int64_t my_device(const JmpiComm* c) { return c->devices[c->rank]; }
+const JmpiType* type_of(uintptr_t handle);
+
+/* Collectives (shim.c). */
+extern atomic_ulong served;  /* XLA's collectives and transfers run here */
+int refuse_world(const JmpiComm* c);
+int refuse_wrapped_count(const char* name, int count);
+int collective_at(int32_t kind, const JmpiComm* c, const JmpiType* type, int32_t op,
+                  const void* in, void* out, size_t count, size_t out_count, uint32_t site);
+int collective(int32_t kind, const JmpiComm* c, const JmpiType* type, int32_t op,
+               const void* in, void* out, size_t count, size_t out_count);
+
+/* Communicators (comms.c). */
+int split_of(const JmpiComm* parent, int color, int key, uintptr_t* newcomm);
+
+/* After a loss or a comeback (recovery.c). */
+int lacks_processes(void);
+int in_world(int64_t id);
+int world_for_split(void);
+int check_after_loss(uintptr_t* newcomm, uint64_t round);
+JmpiComm* comm_in_use(uintptr_t handle);
+
+#endif
