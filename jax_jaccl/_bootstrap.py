@@ -22,7 +22,8 @@ Contract:
   ("<job>-g<generation>"), segments and links. Likewise when a lost process comes back (JAX
   reports it live again, with a new incarnation): a program lowered over a mesh that
   includes its devices gets a new world over the survivors and it; the process started again
-  finds that world's generation among those the world's first process announced (_rejoin()).
+  finds that world's generation among those the world's first process announced
+  (_recovery.py holds what is done after a loss or a comeback; this module the world's owner).
   XLA's collectives on jaccl (the MPI shim) get the survivors' world when XLA makes a
   communicator for their devices (renew_after_loss()), also with several CPU devices per
   process. Not on GPUs, nor with XLA's collectives on jaccl and a process that rejoins (a
@@ -44,8 +45,8 @@ import time
 
 import jax
 
-from . import (_compat, _cuda_peers, _mpi_counts, _settings, _xla_collectives, _xla_groups,
-               _transport, _uncaught)
+from . import (_compat, _cuda_peers, _mpi_counts, _recovery, _settings, _xla_collectives,
+               _xla_groups, _transport, _uncaught)
 from ._ext import cuda_engine, engine
 
 _lock = threading.Lock()
@@ -99,163 +100,38 @@ def init(devices=None) -> WorldInfo:
     `devices` (a mesh's, as a program is lowered over it): with JAX's recoverability on, when
     the world has failed (a process was lost) and they belong to fewer of its processes, or
     when they belong to a process that came back (live again, or with a new incarnation), the
-    world is released and a new one is built over their processes (_next_generation()); a
-    process started again joins it (_rejoin()). Programs compiled for the earlier world raise
-    if run again: a program over the same devices must be traced again (a new jax.jit)."""
+    world is released and a new one is built over their processes
+    (_recovery.next_generation()); a process started again joins it (_recovery.rejoin()).
+    Programs compiled for the earlier world raise if run again: a program over the same devices
+    must be traced again (a new jax.jit)."""
     global _world
     with _lock:
         if _no_next_world is not None:
             raise RuntimeError(_no_next_world)
         live = None if devices is None else tuple(sorted({int(d.process_index) for d in devices}))
-        if _world is not None and live is not None and _recoverable():
+        if _world is not None and live is not None and _recovery.recoverable():
             _renew(live)
         if _world is None:
-            _world = _rejoin(live) if started_again() else _start()
+            _world = _recovery.rejoin(live) if _recovery.started_again() else _start()
             atexit.register(_at_exit)
             if _world.process_count > 1:
                 _uncaught.install()  # also where jax.distributed.initialize() was called directly
         return _world
 
 
-def _recoverable() -> bool:
-    """JAX's recoverability is on: processes do not share one fate (a lost one can be survived)."""
-    return bool(getattr(jax.config, "jax_enable_recoverability", False))
-
-
 def _renew(live: tuple, in_program: bool = False) -> None:
     """Under _lock, JAX's recoverability on: the next world over the processes `live` when
-    this process is one of them and they need one (_changed()); `in_program`: asked from
-    inside a running device program (XLA's collective, through the MPI shim)."""
+    this process is one of them and they need one (_recovery.changed()); `in_program`: asked
+    from inside a running device program (XLA's collective, through the MPI shim)."""
     global _world, _no_next_world
-    if jax.process_index() in live and _changed(_world, live):
+    if jax.process_index() in live and _recovery.changed(_world, live):
         failed, _world = _world, None  # if the new world fails to start: none, for good
         try:
-            _world = _next_generation(failed, live, in_program)
+            _world = _recovery.next_generation(failed, live, in_program)
         except BaseException as e:
             _no_next_world = (f"jaccl: no world over processes {list(live)} after generation "
                               f"{failed.generation} ({type(e).__name__}: {e})")
             raise
-
-
-def _changed(world: WorldInfo, live: tuple) -> bool:
-    """Whether a program over the processes `live` (the mesh's) needs a world other than
-    `world`: a process joined, or (after a failure) one was lost or came back."""
-    joined = tuple(sorted(set(live) - set(world.members)))
-    if joined:  # only processes JAX's live_devices reported live (not a mesh over the lost)
-        return _incarnations(joined) is not None
-    if world.incarnations:  # a member started again (it may have died between two calls)
-        now = _incarnations(live)
-        if now is not None and now != tuple(world.incarnations[world.members.index(p)] for p in live):
-            return True
-    return engine.aborted() and set(live) < set(world.members)
-
-
-def _live_incarnations() -> dict:
-    """{process: JAX's incarnation} of every process the last multihost_utils.live_devices block
-    reported live (a process started again gets a new incarnation), the same on every process;
-    empty outside such blocks."""
-    from jax.experimental import multihost_utils
-
-    seen = getattr(multihost_utils.live_devices, "devices", None) or {}
-    return {int(d.process_index): int(i) for d, i in seen.items()}
-
-
-def _incarnations(members: tuple) -> tuple | None:
-    """_live_incarnations() of each of `members`; None unless all of them are there."""
-    by_process = _live_incarnations()
-    if not all(p in by_process for p in members):
-        return None
-    return tuple(by_process[p] for p in members)
-
-
-def _refuse_lost_processes(devices, program) -> None:
-    """After each compilation in a job that recovers, with XLA's collectives on jaccl: refuses a
-    program that runs collectives over devices of lost processes, those JAX's last
-    multihost_utils.live_devices block did not report live and jaccl's world went on without
-    (a mesh of jax.devices() after a loss, not of the live devices). XLA's collectives on jaccl
-    would split its groups over the survivors: the shim refuses a group led by a lost device or
-    missing one inside, but one that lacks only its last members looks whole to it (XLA tells
-    it a group's first device and each member's rank, never its size; _xla_groups.py reads the
-    groups of programs compiled before the loss for it), and the collective would run over the
-    live members only. gloo waits for the lost ones for good. (A process
-    lost since the world was last built is not known lost here: the program's first collective
-    meets it and fails, as any would.)"""
-    world, live = _world, _live_incarnations()
-    if world is None or not live:
-        return
-    processes = {int(d.process_index) for d in devices}
-    lost = sorted(processes - set(live) - set(world.members))
-    if lost and program.collectives:
-        raise RuntimeError(
-            f"jaccl: this program runs collectives over devices of processes {lost}, which "
-            "were lost: run it over a mesh of the live devices (those "
-            "multihost_utils.live_devices yields)")
-
-
-def _service_incarnations(members) -> dict:
-    """{process: incarnation} of those of `members` JAX's coordination service counts live now.
-    A meeting: it returns once every live one of `members` asked too (ask for this process
-    alone, or where all of them ask at the same point)."""
-    now = _compat.distributed_state().client.get_live_nodes(list(members))
-    return {int(p): int(i) for p, i in now.items()}
-
-
-def _my_incarnation() -> int:
-    """This process's incarnation, from JAX's coordination service."""
-    me = jax.process_index()
-    return _service_incarnations([me])[me]
-
-
-def started_again() -> bool:
-    """Whether an earlier incarnation of this process started a world (so this one, started
-    again, rejoins): the key _start() leaves for each, under JAX's recoverability."""
-    if not _recoverable() or jax.process_count() == 1:
-        return False
-    from ._kv import KeyValueStore
-
-    mine = str(_my_incarnation())
-    return any(key.rsplit("/", 1)[-1] != mine
-               for key, _ in KeyValueStore().dir(f"{_KV_PREFIX}/started/{jax.process_index()}/"))
-
-
-def _rejoin(live: tuple | None) -> WorldInfo:
-    """This process was lost and started again: it joins the world the others build over `live`
-    (a mesh's processes, this one among them) at the generation the first of them that was not
-    started again announced for exactly those processes with this incarnation of this one.
-    `live` None (XLA's first collective here, with XLA's collectives on jaccl): the world
-    announced with this incarnation, whatever its members."""
-    from ._kv import KeyValueStore
-
-    if _cuda_peers.local_gpus():
-        raise RuntimeError("jaccl: a process started again cannot rejoin on GPUs")
-    if live is None and not _xla_collectives.active():
-        raise RuntimeError("jaccl: a process started again joins the others when a program is "
-                           "lowered over a mesh of the live devices (multihost_utils.live_devices)")
-    kv, me, mine = KeyValueStore(), jax.process_index(), _my_incarnation()
-    if live == (me,):  # no other process of a world, to announce one
-        raise RuntimeError(f"jaccl: process {me}, started again, finds no other process live "
-                           "to rejoin (they finished or were lost): a mesh over its own "
-                           "devices alone has no world to join")
-    kv.delete(f"{_KV_PREFIX}/failed/{me}")  # what the last incarnation posted, if it raised
-    first_tag = kv.get(f"{_KV_PREFIX}/job", _settings.current().timeout_s)
-    deadline = time.monotonic() + _settings.current().timeout_s
-    while True:
-        for key, value in kv.dir(f"{_KV_PREFIX}/{first_tag}/worlds/"):
-            world = json.loads(value)
-            members = tuple(world["members"])
-            if (live in (None, members) and me in members and  # None: XLA's first collective
-                    world["incarnations"][members.index(me)] == mine):
-                generation = int(key.rsplit("/", 1)[-1])
-                joined = _start(members, generation, first_tag)
-                engine.log_info(f"world generation {generation}: process {me} started again, "
-                                f"rejoins processes {list(members)}")
-                return joined
-        if time.monotonic() > deadline:
-            which = "" if live is None else f"of processes {list(live)} "
-            raise TimeoutError(f"jaccl: process {me}, started again, found no world {which}with "
-                               f"it within {_settings.current().timeout_s:.0f} s (do the others "
-                               "run the same program over the same live devices?)")
-        time.sleep(0.05)
 
 
 def _space(first_tag: str, generation: int, members: tuple) -> str:
@@ -265,32 +141,6 @@ def _space(first_tag: str, generation: int, members: tuple) -> str:
     if generation == 0:
         return _KV_PREFIX if _shutdowns == 0 else f"{_KV_PREFIX}/again/{_shutdowns}"
     return f"{_KV_PREFIX}/{first_tag}/generation/{generation}/{'.'.join(map(str, members))}"
-
-
-def _next_generation(failed: WorldInfo, survivors: tuple, in_program: bool = False) -> WorldInfo:
-    """The world after a lost process or one that came back: the last one released (its calls
-    have all failed, or, when none failed, its programs ended, but for the one asking when
-    `in_program`; its links closed), a new one
-    started over `survivors` (JAX process indices, those that came back among them, every one
-    of which builds it at the same point of the same program), renumbered 0..n-1 in that order,
-    its key-value exchange, shared memory and TCP links its own (the job tag carries the
-    generation)."""
-    if _cuda_peers.local_gpus():
-        raise RuntimeError("jaccl: going on without a lost process is not supported on GPUs")
-    now = _incarnations(survivors) or ()
-    back = sorted(set(survivors) - set(failed.members)) + [  # joined, or started again in place
-        p for p, i in zip(survivors, now) if p in failed.members and failed.incarnations and
-        failed.incarnations[failed.members.index(p)] != i]
-    engine.log_info(f"world generation {failed.generation + 1}: processes {list(survivors)} of "
-                    f"{list(failed.members)} go on" + (f", {sorted(back)} back" if back else ""))
-    if not engine.aborted() and not in_program:  # a process came back: programs end first
-        _wait_for_device_programs()
-    engine.shutdown()
-    announcer = next(p for p in survivors if p not in back)  # this process at the latest
-    world = _start(survivors, failed.generation + 1, failed.first_tag, announcer)
-    if back and _xla_collectives.active():
-        _xla_collectives.came_back()  # XLA's communicators are made again with those back
-    return world
 
 
 def _at_exit() -> None:
@@ -303,7 +153,7 @@ def _at_exit() -> None:
         _uncaught.end_process(world.process_index)
     _wait_for_device_programs()
     shutdown()
-    if world is not None and world.process_count > 1 and _recoverable():
+    if world is not None and world.process_count > 1 and _recovery.recoverable():
         _leave_together(world)
 
 
@@ -375,7 +225,7 @@ def _start(members: tuple | None = None, generation: int = 0, first_tag: str = "
     xla_collectives = "jaccl" if _xla_collectives.active() else "gloo"
     space = _space(first_tag, generation, members)
     incarnations = (_announce(members, generation, first_tag, announcer)
-                    if count > 1 and _recoverable() else None)
+                    if count > 1 and _recovery.recoverable() else None)
     mine = {"pid": os.getpid(), "host": host_id(),
             "settings": dict(settings.agreed(), JACCL_XLA_COLLECTIVES=xla_collectives),
             "gpus": len(_cuda_peers.local_gpus())}
@@ -448,9 +298,9 @@ def _start(members: tuple | None = None, generation: int = 0, first_tag: str = "
             _xla_collectives.attach()
             _mpi_counts.install()
             _xla_groups.install()
-            if _recoverable():
+            if _recovery.recoverable():
                 _xla_collectives.recoverable()
-                _compat.after_each_compile(_refuse_lost_processes)
+                _compat.after_each_compile(_recovery.refuse_lost_processes)
         except BaseException:
             engine.shutdown()
             raise
@@ -458,8 +308,8 @@ def _start(members: tuple | None = None, generation: int = 0, first_tag: str = "
     if incarnations is not None:  # an incarnation of this process started a world: a later one rejoins
         from ._kv import KeyValueStore
 
-        KeyValueStore().set(f"{_KV_PREFIX}/started/{jax.process_index()}/{_my_incarnation()}", "1",
-                            overwrite=True)
+        started = f"{_KV_PREFIX}/started/{jax.process_index()}/{_recovery.my_incarnation()}"
+        KeyValueStore().set(started, "1", overwrite=True)
     return WorldInfo(me, count, job_tag, hosts, endpoints, settings, transport.label, members,
                      generation, first_tag or job_tag, incarnations or ())
 
@@ -467,13 +317,13 @@ def _start(members: tuple | None = None, generation: int = 0, first_tag: str = "
 def _announce(members: tuple, generation: int, first_tag: str, announcer: int | None) -> tuple:
     """The members' incarnations (empty where unknown); process `announcer` (the first member
     that was not started again: process 0 may be one that was) announces a later generation
-    with them, for a member that was started again to find (_rejoin()). The first world may
+    with them, for a member that was started again to find (_recovery.rejoin()). The first world may
     start outside any live_devices block (XLA's collectives on jaccl start it in
     jax_jaccl.distributed.initialize()): its incarnations are then the coordination service's,
     so that a member started again in its place is seen as one."""
-    incarnations = _incarnations(members) or ()
+    incarnations = _recovery.incarnations(members) or ()
     if not incarnations and generation == 0:
-        now = _service_incarnations(members)
+        now = _recovery.service_incarnations(members)
         incarnations = tuple(now[p] for p in members) if all(p in now for p in members) else ()
     if generation > 0 and jax.process_index() == announcer and incarnations:
         from ._kv import KeyValueStore
@@ -571,11 +421,11 @@ def renew_with_those_back() -> None:
         with _lock:
             if _no_next_world is not None:
                 raise RuntimeError(_no_next_world)
-            if _world is not None and _recoverable() and not engine.aborted():
+            if _world is not None and _recovery.recoverable() and not engine.aborted():
                 dead = engine.dead_peer()
                 if dead:
                     engine.raise_abort(dead)
-                _renew(tuple(sorted(_live_incarnations())), in_program=True)
+                _renew(tuple(sorted(_recovery.live_incarnations())), in_program=True)
     except BaseException as e:  # noqa: BLE001 - the collective XLA runs then fails with this
         _xla_collectives.renew_failed(f"jaccl: no world with the processes that came back for "
                                       f"XLA's collectives: {type(e).__name__}: {e}")
@@ -591,8 +441,8 @@ def renew_after_loss() -> None:
         with _lock:
             if _no_next_world is not None:  # an earlier renewal failed: say so again
                 raise RuntimeError(_no_next_world)
-            if _world is not None and _recoverable() and engine.aborted():
-                _renew(tuple(sorted(_live_incarnations())))
+            if _world is not None and _recovery.recoverable() and engine.aborted():
+                _renew(tuple(sorted(_recovery.live_incarnations())))
     except BaseException as e:  # noqa: BLE001 - the communicator XLA makes then fails with this
         _xla_collectives.renew_failed(f"jaccl: no new world for XLA's collectives after a lost "
                                       f"process: {type(e).__name__}: {e}")

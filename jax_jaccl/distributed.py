@@ -71,10 +71,10 @@ def initialize(local_devices: int | None = None) -> tuple[int, int]:
     if why_not:
         warnings.warn(f"jaccl: XLA's own collectives stay on JAX's gloo: {why_not}", stacklevel=2)
     elif _xla_collectives.active() and jax.process_count() > 1:
-        from . import _bootstrap
+        from . import _bootstrap, _recovery
 
         # A process started again joins the world the others build with it later: at the
         # first program lowered over a mesh of its devices, or XLA's first collective.
-        if not _bootstrap.started_again():
+        if not _recovery.started_again():
             _bootstrap.init()  # hands jaccl's engine to the shim before the first computation
     return jax.process_index(), jax.process_count()

@@ -242,10 +242,11 @@ NO_NEXT_WORLD = textwrap.dedent("""
     jax.config.update("jax_num_cpu_devices", 2)
     jax.config.update("jax_enable_recoverability", True)
     import jax_jaccl as jaccl, jax_jaccl._bootstrap as bootstrap
+    import jax_jaccl._recovery as recovery
     jaccl.init()
     def fails(failed, live, in_program=False):
         raise TimeoutError("the survivors' key-value exchange timed out")
-    bootstrap._next_generation, bootstrap._changed = fails, lambda world, live: True  # a loss
+    recovery.next_generation, recovery.changed = fails, lambda world, live: True  # a loss
     for attempt in range(2):  # as the example's retries, or XLA's next communicator
         try:
             bootstrap.init(jax.devices())
@@ -255,7 +256,7 @@ NO_NEXT_WORLD = textwrap.dedent("""
     xla_collectives.renew_failed = lambda why: print("SHIM", why)  # what XLA's split would raise
     bootstrap.renew_after_loss()
     jaccl.shutdown()
-    bootstrap._changed = lambda world, live: False
+    recovery.changed = lambda world, live: False
     print("AGAIN", jaccl.init().process_count)
 """)
 
