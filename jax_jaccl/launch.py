@@ -207,7 +207,7 @@ _KEEP_FREED = (("glibc.malloc.mmap_max", "0"), ("glibc.malloc.arena_max", "1"),
                ("glibc.malloc.trim_threshold", str(4 << 30)))
 
 
-def _with_malloc_tunables(env: dict, settings) -> None:
+def with_malloc_tunables(env: dict, settings) -> None:
     """Adds to env's GLIBC_TUNABLES, after those set, each tunable of the settings that are on
     whose name they do not set (docs/performance.md, "Fresh buffers"). XLA:CPU gives every
     output and temporary a buffer from glibc's malloc. JACCL_HUGE_PAGES: malloc asks for
@@ -216,7 +216,7 @@ def _with_malloc_tunables(env: dict, settings) -> None:
     one heap (no fresh mapping per large buffer, one arena for all threads: a thread's own
     arena maps anew what exceeds its 64 MiB heaps) and gives back only a free top above 4 GiB,
     so the next call's buffers lie in pages already faulted in. glibc ignores tunables it does
-    not know (hugetlb before 2.35)."""
+    not know (hugetlb before 2.35). jaccl-bench gives its mpirun jobs the same."""
     wanted = (_HUGE_PAGES if settings.huge_pages else ()) + \
         (_KEEP_FREED if settings.keep_freed_memory else ())
     tunables = env.get("GLIBC_TUNABLES", "")
@@ -293,7 +293,7 @@ def run(args) -> int:
         if "ifname" in host:
             env["JACCL_IFNAME"] = host["ifname"]
         env.update({k: str(v) for k, v in host.get("env", {}).items()})
-        _with_malloc_tunables(env, settings)
+        with_malloc_tunables(env, settings)
         cmd, cmd_env = _command(host, env, args.command)
         # Every process dies with jaccl-run, also when jaccl-run is killed outright (a test's
         # timeout): nothing of the job outlives its launcher.

@@ -17,7 +17,7 @@ Each run starts one jaccl-run job (jax_jaccl, and jax's own collectives, gloo, f
 lax_on_jaccl times jax.lax's collectives on jaccl (--xla-collectives jaccl) in that job, or, with
 --vs lax too, in one more; and,
 for --vs mpi4jax/mpi, one mpirun job (Open MPI from apt; mpi4py and mpi4jax from the bench
-extra), alternating so that both see the same machine; --vs shm adds, for ppermute between
+extra; its processes get jaccl-run's glibc malloc tunables too), alternating so that both see the same machine; --vs shm adds, for ppermute between
 2 processes, a plain shared-memory copy of the same bytes (shm_copy.py). The table shows
 medians over runs.
 """
@@ -31,6 +31,7 @@ import shutil
 import sys
 import tempfile
 
+from .. import _settings, launch
 from . import jobs, report
 from .sizes import DEFAULT_SIZES, EVERY_OP, OPS
 
@@ -124,10 +125,13 @@ def collectives(args) -> None:
                 mpirun = ["mpirun", "-n", str(args.nprocs)]
                 if os.geteuid() == 0:
                     mpirun.append("--allow-run-as-root")
+                # glibc's malloc as in jaccl-run's jobs, so both sides are measured alike
+                malloc = {"GLIBC_TUNABLES": os.environ.get("GLIBC_TUNABLES", "")}
+                launch.with_malloc_tunables(malloc, _settings.read())
                 records += jobs.run(mpirun + ["--oversubscribe", sys.executable, "-m",
                                               "jax_jaccl.bench.mpi_worker", *work, "--impls",
                                               ",".join(mpi_impls), "--output", out],
-                                    "mpi", output=out, timeout=args.timeout)
+                                    "mpi", output=out, env=malloc, timeout=args.timeout)
             if shm:
                 records += shm_records(args.sizes)
             print(f"run {run + 1}/{args.runs} done", file=sys.stderr, flush=True)
