@@ -54,9 +54,12 @@ def main() -> None:
             reps = iterations(nbytes)
             for impl in impls:
                 if impl == "mpi":
-                    send = np.zeros(count, np.float32)
-                    recv = np.zeros(count * n if op == "all_gather" else
-                                    count // n if op == "reduce_scatter" else count, np.float32)
+                    # Both buffers written before timing: an untouched np.zeros may be the
+                    # kernel's shared zero page, which reads from cache (jaccl's input is
+                    # written memory), and whether it is depends on the heap's history.
+                    send = np.full(count, rank + 1, np.float32)
+                    recv = np.ones(count * n if op == "all_gather" else
+                                   count // n if op == "reduce_scatter" else count, np.float32)
                     call = {"all_reduce": lambda: comm.Allreduce(send, recv, op=MPI.SUM),
                             "reduce_scatter": lambda: comm.Reduce_scatter_block(send, recv, op=MPI.SUM),
                             "all_gather": lambda: comm.Allgather(send, recv)}[op]
