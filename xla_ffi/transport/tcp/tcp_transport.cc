@@ -56,6 +56,15 @@ struct Watched {
   WatchKind kind;
 };
 
+// What a stripe is writing: nothing, frame `next_send` of the sending ring, a notice (an
+// eviction request or the goodbye, from control_out), or an abort's notice (its end clears the
+// link's abort_unsent).
+enum class Sending : uint8_t { kNothing, kFrame, kNotice, kAbort };
+// What a stripe is reading: nothing yet, nothing until the consumer frees the next frame's slot
+// (TCP pushes back meanwhile), a header (into that slot; the control socket's into
+// control_header), the frame's payload (into the slot), or an abort's reason (into control_in).
+enum class Receiving : uint8_t { kNothing, kPaused, kHeader, kPayload, kReason };
+
 struct TcpTransport::Stripe {
   Watched watched{WatchKind::kStripe};
   Link* link = nullptr;
@@ -63,15 +72,16 @@ struct TcpTransport::Stripe {
   bool control = false;  // the link's control socket (eviction requests), not a data stripe
   int fd = -1;
   uint32_t events = 0;
-  // Sending: frame `next_send` (then += stripes), or a control frame first.
+  // Sending: frame `next_send` (then += stripes), or a notice first.
   uint32_t next_send = 0;
-  bool sending = false, sending_control = false, sending_abort = false, bye_sent = false;
+  Sending sending = Sending::kNothing;
+  bool bye_sent = false;
   const char* send_ptr = nullptr;
   size_t send_left = 0;
   std::string control_out;
   // Receiving: frame `next_recv` (then += stripes) straight into its ring slot.
   uint32_t next_recv = 0;
-  bool receiving = false, in_header = true, receiving_control = false, paused = false;
+  Receiving receiving = Receiving::kNothing;
   char* recv_ptr = nullptr;
   size_t recv_left = 0;
   std::string control_in;
@@ -115,12 +125,13 @@ Watched listener_watch{WatchKind::kListener};
 Watched wake_watch{WatchKind::kWake};
 
 // Starts a notice on stripe s: the header, then `text` (an abort's reason).
-void start_notice(TcpTransport::Stripe& s, const FrameHeader& h, const std::string& text = "") {
+void start_notice(TcpTransport::Stripe& s, Sending notice, const FrameHeader& h,
+                  const std::string& text = "") {
   s.control_out.assign(reinterpret_cast<const char*>(&h), sizeof h);
   s.control_out += text;
   s.send_ptr = s.control_out.data();
   s.send_left = s.control_out.size();
-  s.sending = s.sending_control = true;
+  s.sending = notice;
 }
 
 }  // namespace
@@ -463,7 +474,10 @@ void TcpTransport::pump(Stripe& stripe) {
   }
   bool moved = true;
   while (moved && stripe.fd >= 0) moved = pump_send(stripe) | pump_receive(stripe);
-  if (stripe.fd >= 0) update_interest(stripe, !stripe.paused, stripe.sending);
+  if (stripe.fd >= 0) {
+    update_interest(stripe, stripe.receiving != Receiving::kPaused,
+                    stripe.sending != Sending::kNothing);
+  }
 }
 
 // Writes the next frame or notice of this stripe; true when bytes moved. An eviction request
@@ -472,7 +486,7 @@ void TcpTransport::pump(Stripe& stripe) {
 bool TcpTransport::pump_send(Stripe& s) {
   Link& link = *s.link;
   RingChannel& ring = *link.send_ring;
-  if (!s.sending) {
+  if (s.sending == Sending::kNothing) {
     FrameHeader h{};
     if (s.control && link.evict_pending.exchange(false)) {
       h.magic = kEvictMagic;
@@ -481,7 +495,7 @@ bool TcpTransport::pump_send(Stripe& s) {
         h.comm = link.evict_comm;
         h.seq = link.evict_seq;
       }
-      start_notice(s, h);
+      start_notice(s, Sending::kNotice, h);
     } else if (s.index == 0 && link.abort_pending.exchange(false)) {
       std::string reason;
       {
@@ -490,19 +504,17 @@ bool TcpTransport::pump_send(Stripe& s) {
       }
       h.magic = kAbortMagic;
       h.nbytes = static_cast<uint32_t>(reason.size());
-      start_notice(s, h, reason);
-      s.sending_abort = true;
+      start_notice(s, Sending::kAbort, h, reason);
     } else if (s.control || static_cast<int32_t>(ring.head() - s.next_send) <= 0) {
       if (!closing_.load() || s.bye_sent) return false;
       h.magic = kByeMagic;
-      start_notice(s, h);
+      start_notice(s, Sending::kNotice, h);
       s.bye_sent = true;
     } else {
       const Frame* frame = ring.slot(s.next_send);
       s.send_ptr = reinterpret_cast<const char*>(frame);
       s.send_left = sizeof(FrameHeader) + frame->header.nbytes;
-      s.sending = true;
-      s.sending_control = false;
+      s.sending = Sending::kFrame;
     }
   }
   ssize_t n = send(s.fd, s.send_ptr, s.send_left, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -513,12 +525,10 @@ bool TcpTransport::pump_send(Stripe& s) {
   s.send_ptr += n;
   s.send_left -= static_cast<size_t>(n);
   if (s.send_left > 0) return n > 0;
-  s.sending = false;
-  if (s.sending_abort) {
-    s.sending_abort = false;
-    link.abort_unsent.store(false, std::memory_order_release);
-  }
-  if (s.sending_control) return true;
+  const Sending sent = s.sending;
+  s.sending = Sending::kNothing;
+  if (sent == Sending::kAbort) link.abort_unsent.store(false, std::memory_order_release);
+  if (sent != Sending::kFrame) return true;
   const int slots = ring.num_slots();
   link.sent[s.next_send % slots] = 1;
   s.next_send += static_cast<uint32_t>(settings_.stripes);
@@ -537,16 +547,14 @@ bool TcpTransport::pump_receive(Stripe& s) {
   Link& link = *s.link;
   RingChannel& ring = *link.recv_ring;
   const int slots = ring.num_slots();
-  if (!s.receiving) {
+  if (s.receiving == Receiving::kNothing || s.receiving == Receiving::kPaused) {
     if (static_cast<int32_t>(s.next_recv - (ring.tail() + slots)) >= 0) {
-      s.paused = true;  // the consumer is behind: let TCP push back
+      s.receiving = Receiving::kPaused;  // the consumer is behind: let TCP push back
       return false;
     }
-    s.paused = false;
     s.recv_ptr = reinterpret_cast<char*>(&ring.slot(s.next_recv)->header);
     s.recv_left = sizeof(FrameHeader);
-    s.receiving = s.in_header = true;
-    s.receiving_control = false;
+    s.receiving = Receiving::kHeader;
   }
   ssize_t n = recv(s.fd, s.recv_ptr, s.recv_left, MSG_DONTWAIT);
   if (n == 0) {
@@ -561,18 +569,18 @@ bool TcpTransport::pump_receive(Stripe& s) {
   s.recv_left -= static_cast<size_t>(n);
   if (s.recv_left > 0) return true;
   Frame* frame = ring.slot(s.next_recv);
-  if (s.in_header) {
-    s.in_header = false;
+  if (s.receiving == Receiving::kHeader) {
     const FrameHeader& h = frame->header;
     if (h.magic == kFrameMagic && h.nbytes <= ring.payload_capacity()) {
+      s.receiving = Receiving::kPayload;
       s.recv_ptr = reinterpret_cast<char*>(frame->payload());
       s.recv_left = h.nbytes;
     } else if (h.magic == kByeMagic) {
-      s.receiving = false;
+      s.receiving = Receiving::kNothing;
       finish(s);
       return false;
     } else if (h.magic == kAbortMagic && h.nbytes <= kMaxReason) {
-      s.receiving_control = true;
+      s.receiving = Receiving::kReason;
       s.control_in.assign(h.nbytes, '\0');
       s.recv_ptr = s.control_in.data();
       s.recv_left = h.nbytes;
@@ -583,8 +591,9 @@ bool TcpTransport::pump_receive(Stripe& s) {
     }
     if (s.recv_left > 0) return true;
   }
-  s.receiving = false;
-  if (s.receiving_control) {
+  const Receiving received = s.receiving;
+  s.receiving = Receiving::kNothing;
+  if (received == Receiving::kReason) {
     fail(link, link.spec.remote_name + " failed: " + s.control_in);
     return false;
   }
@@ -604,10 +613,10 @@ bool TcpTransport::pump_receive(Stripe& s) {
 // link: the data stripes report a peer's death in order, after the frames it sent.
 bool TcpTransport::pump_control(Stripe& s) {
   Link& link = *s.link;
-  if (!s.receiving) {
+  if (s.receiving == Receiving::kNothing) {
     s.recv_ptr = reinterpret_cast<char*>(&s.control_header);
     s.recv_left = sizeof s.control_header;
-    s.receiving = true;
+    s.receiving = Receiving::kHeader;
   }
   ssize_t n = recv(s.fd, s.recv_ptr, s.recv_left, MSG_DONTWAIT);
   if (n <= 0) {
@@ -617,7 +626,7 @@ bool TcpTransport::pump_control(Stripe& s) {
   s.recv_ptr += n;
   s.recv_left -= static_cast<size_t>(n);
   if (s.recv_left > 0) return true;
-  s.receiving = false;
+  s.receiving = Receiving::kNothing;
   const FrameHeader& h = s.control_header;
   if (h.magic == kEvictMagic && h.nbytes == 0) {
     if (on_eviction_) on_eviction_(link.spec.local_device, h.comm, h.seq, link.spec.remote_name);
