@@ -1,61 +1,21 @@
 #include "collectives/engine.h"
 
 #include <sys/uio.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <map>
 #include <optional>
-#include <thread>
 
+#include "collectives/engine_single_copy.h"
 #include "collectives/waiter.h"
 #include "comm/world.h"
 #include "common/call_sites.h"
 #include "common/error.h"
 #include "common/text.h"
-#include "transport/shm/single_copy.h"
 
 namespace jaccl {
 namespace {
-
-std::atomic<int64_t> min_single_copy_bytes{256 * 1024};
-std::atomic<uint64_t> streams_in_place{0};
-std::atomic<int> local_reads{0};  // reads in flight of memory lent by a device of this process
-
-// The process of the call's group's rank `rank` (the call has a World).
-int process_of(const Call& call, int rank) {
-  return call.world->device(call.member->devices[rank]).process;
-}
-
-// Brackets one step's reads of memory that another device of this process lent in place. None
-// starts once this process raised its abort board: the lender's call may have failed and XLA
-// freed its buffers. A failing call raises the board, then waits for the reads in flight
-// (await_local_reads), so none outlives the memory (the counter's increment and the board's
-// raise are each followed by a full fence before the other's load).
-class LocalRead {
- public:
-  explicit LocalRead(const World& world) {
-    local_reads.fetch_add(1);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (world.aborted()) {
-      local_reads.fetch_sub(1);
-      world.check_aborts({});
-    }
-  }
-  ~LocalRead() { local_reads.fetch_sub(1, std::memory_order_release); }
-  LocalRead(const LocalRead&) = delete;
-  LocalRead& operator=(const LocalRead&) = delete;
-};
-
-// Streams whose bytes went as an address (engine.h, "Single copy"), to acknowledge after the
-// last phase: `owed` the ranks whose memory this rank read, `awaited` those that read its own.
-struct Acks {
-  std::vector<int> owed, awaited;
-};
-
-constexpr uint32_t kAckTag = 0xff000000u;  // above every algorithm's stream_tag()
 
 std::string describe_frame(const FrameHeader& h) {
   return text(kind_name(static_cast<CollectiveKind>(h.kind)), " #", h.seq, " of ",
@@ -197,49 +157,21 @@ class PhaseRunner {
 
 
  private:
-  // Marks a task that sends its stream as an address or may receive some (engine.h, "Single
-  // copy"); a sender's stream becomes one frame. A copy reads the sender's memory wherever its
-  // process may; a fold reads an operand where it lies, so only a device of its own process
-  // offers it one, and in a reducing kind addresses go to such devices alone.
+  // Marks a task that sends its stream as an address (one frame) or may receive some
+  // (engine_single_copy.h).
   void choose_single_copy(TaskState& s) {
     const Task& t = *s.task;
     if (!t.single_copy || acks_ == nullptr || t.count == 0) return;
     auto alone = [&](int order) { return order >= 0 && orders_[order].tasks.size() == 1; };
-    if (t.srcs.size() == 1 && t.srcs[0].channel == nullptr && t.sinks.size() == 1 &&
-        t.sinks[0].channel != nullptr) {
-      const Endpoint& src = t.srcs[0];
-      const Endpoint& sink = t.sinks[0];
-      size_t run = 0;
-      src.memory.at(0, &run);
-      // the address lends elements of the call's type; a fold reads them so whatever type its
-      // stream would carry in frames (e.g. the accumulator type, to fold with partial sums)
-      if (src.dtype != call_.dtype || (sink.dtype != call_.dtype && !reduces(call_.kind)) ||
-          !alone(s.orders[0]) ||
-          run < t.count ||
-          !single_copy_stream(call_, call_.member->rank, sink.peer,
-                              t.count * dtype_size(call_.dtype)) ||
-          (reduces(call_.kind) && !in_this_process(sink.peer))) {
-        return;
-      }
+    if (lends(call_, t, !s.orders.empty() && alone(s.orders[0]))) {
       s.sends_address = true;
       s.chunk = t.count;
       orders_[s.orders[0]].chunks[0] = 1;
       return;
     }
-    // A copy writes one local sink; a fold writes its sinks wherever they are.
-    const bool copy = t.srcs.size() == 1;
-    if (copy && (t.sinks.size() != 1 || t.sinks[0].channel != nullptr)) return;
     for (size_t k = 0; k < t.srcs.size(); ++k) {
-      const Endpoint& e = t.srcs[k];
-      if (e.channel != nullptr && alone(s.src_orders[k]) &&
-          (copy ? e.dtype == call_.dtype : in_this_process(e.peer))) {
-        s.may_read[k] = 1;
-      }
+      if (may_take_address(call_, t, k, alone(s.src_orders[k]))) s.may_read[k] = 1;
     }
-  }
-
-  bool in_this_process(int rank) const {
-    return call_.world != nullptr && process_of(call_, rank) == call_.world->my_process();
   }
 
   // Throws unless the frame is the next of stream `e`: elements [offset, offset + n), or,
@@ -305,7 +237,7 @@ class PhaseRunner {
     }
     if (s.sends_address) return send_address(s);
     if (s.copies_in_place()) {
-      read_in_place(s, a, n);
+      read_lent(call_, t, s.from[0], a, n, runs_);
       finish_step(s, b);
       return true;
     }
@@ -354,7 +286,7 @@ class PhaseRunner {
     for (size_t i = 0; i < t.srcs.size(); ++i) {
       if (t.srcs[i].channel != nullptr && !s.reading[i]) t.srcs[i].channel->release();
     }
-    if (b == t.count) check_senders_alive(s);
+    if (b == t.count) check_lenders_alive(call_, t, s.reading);
     finish_step(s, b);
     return true;
   }
@@ -396,11 +328,7 @@ class PhaseRunner {
       blocked_.push_back(e.peer);
       return false;
     }
-    size_t run = 0;
-    AddressPayload p{};
-    p.address = reinterpret_cast<uint64_t>(t.srcs[0].memory.at(0, &run));
-    p.bytes = t.count * dtype_size(call_.dtype);
-    p.pid = static_cast<int32_t>(getpid());
+    const AddressPayload p = lend(call_, t);
     std::memcpy(f->payload(), &p, sizeof p);
     fill_header(f->header, e, t, 0, sizeof p, kFrameAddress);
     e.channel->commit();
@@ -416,58 +344,11 @@ class PhaseRunner {
     const Task& t = *s.task;
     const Endpoint& e = t.srcs[i];
     check_frame(f, e, t, 0, t.count, kFrameAddress);
-    AddressPayload& from = s.from[i];
-    std::memcpy(&from, f->payload(), sizeof from);
+    std::memcpy(&s.from[i], f->payload(), sizeof s.from[i]);
     e.channel->release();
-    if (from.bytes != t.count * dtype_size(call_.dtype)) {
-      throw_error(ErrorKind::kMismatch, "ranks disagree: ", describe_rank(call_, e.peer),
-                  " offered ", from.bytes, " bytes in place where ",
-                  describe_rank(call_, call_.member->rank), " expects ",
-                  t.count * dtype_size(call_.dtype), " in ", describe_call(call_));
-    }
-    if (t.srcs.size() > 1 && from.pid != getpid()) {
-      throw_error(ErrorKind::kInternal, describe_rank(call_, e.peer), " offered an operand of ",
-                  describe_call(call_), " in place from another process");
-    }
+    accept_address(call_, t, i, s.from[i]);
     s.reading[i] = 1;
     acks_->owed.push_back(e.peer);
-    streams_in_place.fetch_add(1, std::memory_order_relaxed);
-  }
-
-  void read_in_place(TaskState& s, size_t a, size_t n) {
-    const Task& t = *s.task;
-    const size_t esize = dtype_size(call_.dtype);
-    std::vector<iovec>& runs = runs_;
-    runs.clear();
-    for (size_t p = 0; p < n;) {
-      size_t run = 0;
-      char* at = t.sinks[0].memory.at(a + p, &run);
-      run = std::min(run, n - p);
-      runs.push_back(iovec{at, run * esize});
-      p += run;
-    }
-    std::optional<LocalRead> lent;
-    if (s.from[0].pid == getpid()) lent.emplace(*call_.world);
-    try {
-      read_from_process(s.from[0].pid, s.from[0].address + a * esize, n * esize, runs,
-                        describe_rank(call_, t.srcs[0].peer));
-    } catch (const Error&) {
-      check_senders_alive(s);  // a sender that failed meanwhile is the error to report
-      throw;
-    }
-    if (a + n == t.count) check_senders_alive(s);
-  }
-
-  // After the last read of memory that senders lent in place: a sender whose call failed
-  // meanwhile (it raises its abort board before XLA may free or reuse the memory) may have
-  // left other bytes there, so the reads count only if none had.
-  void check_senders_alive(const TaskState& s) const {
-    std::vector<int> processes;
-    for (size_t i = 0; i < s.reading.size(); ++i) {
-      if (!s.reading[i]) continue;
-      processes.push_back(process_of(call_, s.task->srcs[i].peer));
-    }
-    if (!processes.empty()) call_.world->check_aborts(processes);
   }
 
   // Combines elements [a, a + n) of the task's sources into its sinks, one
@@ -526,32 +407,6 @@ class PhaseRunner {
   std::vector<int> blocked_;
 };
 
-// After the last phase, the acknowledgements of streams sent as addresses: one element (of
-// zeros) from each reader to the sender it read, which may then let its memory change.
-void acknowledge(const Call& call, const Acks& acks, const Deadline& deadline) {
-  static const unsigned char zeros[16] = {};
-  const size_t esize = dtype_size(call.dtype);
-  std::vector<unsigned char> received(esize * acks.awaited.size());
-  Phase phase;
-  for (int peer : acks.owed) {
-    Task t;
-    t.count = 1;
-    t.srcs = {Endpoint::local(Region::contiguous(zeros, esize, 1), call.dtype)};
-    t.sinks = {Endpoint::stream(call.member->to[peer], peer, kAckTag, call.dtype)};
-    phase.push_back(std::move(t));
-  }
-  for (size_t i = 0; i < acks.awaited.size(); ++i) {
-    const int peer = acks.awaited[i];
-    Task t;
-    t.count = 1;
-    t.srcs = {Endpoint::stream(call.member->from[peer], peer, kAckTag, call.dtype)};
-    t.sinks = {Endpoint::local(Region::contiguous(received.data() + i * esize, esize, 1),
-                               call.dtype)};
-    phase.push_back(std::move(t));
-  }
-  PhaseRunner(call, phase, deadline, nullptr, nullptr).run();
-}
-
 }  // namespace
 
 void run_phases(const Call& call, std::vector<Phase>& phases, IdleWork* idle) {
@@ -563,23 +418,11 @@ void run_phases(const Call& call, std::vector<Phase>& phases, IdleWork* idle) {
     }
     PhaseRunner(call, phase, deadline, idle, &acks).run();
   }
-  if (!acks.owed.empty() || !acks.awaited.empty()) acknowledge(call, acks, deadline);
+  if (!acks.owed.empty() || !acks.awaited.empty()) {
+    std::vector<unsigned char> received;
+    Phase phase = acknowledgements(call, acks, received);
+    PhaseRunner(call, phase, deadline, nullptr, nullptr).run();
+  }
 }
-
-bool single_copy_stream(const Call& call, int from, int to, size_t bytes) {
-  const int64_t min = min_single_copy_bytes.load(std::memory_order_relaxed);
-  if (min <= 0 || bytes < static_cast<size_t>(min) || call.world == nullptr) return false;
-  const World& w = *call.world;
-  return w.readable(process_of(call, to), process_of(call, from));
-}
-
-void await_local_reads(double seconds) {
-  const Deadline deadline(seconds);
-  while (local_reads.load() != 0 && !deadline.expired()) std::this_thread::yield();
-}
-
-void set_single_copy_min_bytes(int64_t bytes) { min_single_copy_bytes.store(bytes); }
-
-uint64_t streams_read_in_place() { return streams_in_place.load(); }
 
 }  // namespace jaccl

@@ -24,9 +24,10 @@
 // (a send that must read a buffer before a reduction overwrites it). Phases
 // run one after another.
 //
-// Single copy between processes of one host (transport/shm/single_copy.h): a
-// task marked `single_copy`, whose one source is contiguous local memory and
-// whose one sink is a stream alone on its channel in the phase, sends one frame
+// Single copy between processes of one host (engine_single_copy.h; the reads
+// themselves: transport/shm/single_copy.h): a task marked `single_copy`, whose
+// one source is contiguous local memory and whose one sink is a stream alone on
+// its channel in the phase, sends one frame
 // with the source's address instead of its bytes (kFrameAddress) when the
 // receiver's process can read this one's memory and the stream carries at least
 // JACCL_SINGLE_COPY_MIN_KB; in a reducing kind only to a device of its own
