@@ -18,7 +18,6 @@ Contract:
 
 from __future__ import annotations
 
-import collections
 import math
 
 import jax
@@ -26,7 +25,7 @@ import numpy as np
 from jax.interpreters import mlir
 from jax.interpreters.mlir import ir
 
-from .. import _bootstrap, _call_site, _compat
+from .. import _bootstrap, _call_site, _compat, _ext
 from .._compat import manual_region
 from .. import _ordering
 
@@ -259,28 +258,21 @@ def group_processes(ctx, axes: tuple, groups=None) -> list:
 
 def holds_runs_of_ranks(ctx, axes: tuple, groups=None) -> bool:
     """Whether every group of `axes` (cut by `groups`) is several processes each holding the
-    same number (> 1) of consecutive ranks: the layout all_reduce's cascade algorithm takes
-    (xla_ffi/comm/communicator.h, Member::process_run)."""
-    for processes in group_processes(ctx, axes, groups):
-        run = next((i for i, p in enumerate(processes) if p != processes[0]), len(processes))
-        runs = [processes[i:i + run] for i in range(0, len(processes), run)]
-        if not (1 < run < len(processes) and all(r == [r[0]] * run for r in runs)
-                and len({r[0] for r in runs}) == len(runs)):
-            return False
-    return True
+    same number (> 1) of consecutive ranks: the layout all_reduce's cascade algorithm takes,
+    as the engine decides it (xla_ffi/comm/layouts.h)."""
+    return all(_ext.engine.process_run(processes) > 0
+               for processes in group_processes(ctx, axes, groups))
 
 
 def spans_hosts_evenly(ctx, axes: tuple, groups=None) -> bool:
     """Whether every group of `axes` (cut by `groups`) spans several hosts with the same number
-    (> 1) of ranks on each: the layout the hierarchical algorithms take (Member::hierarchical,
-    xla_ffi/comm/communicator.h)."""
+    (> 1) of ranks on each: the layout the hierarchical algorithms take, as the engine decides
+    it (xla_ffi/comm/layouts.h)."""
     world = _bootstrap.init(_lowering_mesh(ctx).devices.flat)
-    host_of = dict(zip(world.members, world.hosts))
-    for processes in group_processes(ctx, axes, groups):
-        on_host = collections.Counter(host_of[p] for p in processes).values()
-        if len(on_host) < 2 or len(set(on_host)) != 1 or min(on_host) < 2:
-            return False
-    return True
+    host_number = {h: i for i, h in enumerate(dict.fromkeys(world.hosts))}
+    host_of = {p: host_number[h] for p, h in zip(world.members, world.hosts)}
+    return all(_ext.engine.spans_hosts_evenly([host_of[p] for p in processes])
+               for processes in group_processes(ctx, axes, groups))
 
 
 def refuse_unfit_algorithm(op: str, algorithm: str, ctx, axes: tuple, groups=None) -> None:

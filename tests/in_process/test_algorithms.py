@@ -161,3 +161,30 @@ def test_an_algorithm_asked_for_where_its_layout_is_not_is_refused_at_trace_time
     np.testing.assert_array_equal(  # the process goes on communicating
         np.asarray(stacked(lambda v: jaccl.all_reduce(v, "x"), mesh1d())(x))[0],
         data(1 << 16).sum(0))
+
+
+@pytest.mark.parametrize("processes, run", [
+    ([0, 0, 1, 1], 2), ([3, 3, 3, 1, 1, 1], 3), ([0, 0, 1, 1, 2, 2], 2),
+    ([0, 1, 0, 1], 0),          # runs of one
+    ([0, 0, 0, 0], 0),          # one process
+    ([0, 0, 1, 1, 0, 0], 0),    # a process holds two runs
+    ([0, 0, 1, 1, 1], 0),       # runs of different lengths
+    ([0, 0, 1], 0), ([], 0),
+])
+def test_the_cascade_layout_as_the_engine_decides_it(processes, run):
+    """One owner of the layout rule (xla_ffi/comm/layouts.h): the engine's Member::process_run
+    and the trace-time refusal above both ask it."""
+    from jax_jaccl import _ext
+    assert _ext.engine.process_run(processes) == run
+
+
+@pytest.mark.parametrize("hosts, fits", [
+    ([0, 0, 1, 1], True), ([5, 2, 5, 2, 7, 7], True), ([1, 1, 1, 0, 0, 0], True),
+    ([0, 1], False),            # one rank on each host
+    ([0, 0, 0, 0], False),      # one host
+    ([0, 0, 1, 1, 1], False),   # as many ranks on each host, no
+    ([], False),
+])
+def test_the_hierarchical_layout_as_the_engine_decides_it(hosts, fits):
+    from jax_jaccl import _ext
+    assert _ext.engine.spans_hosts_evenly(hosts) is fits

@@ -3,44 +3,13 @@
 #include <algorithm>
 
 #include "comm/direct_group.h"
+#include "comm/layouts.h"
 #include "comm/world.h"
 #include "common/error.h"
 #include "common/text.h"
 #include "transport/shared_channel.h"
 
 namespace jaccl {
-namespace {
-
-// Hosts x equal local ranks, more than one of each: the layout the hierarchical algorithms
-// (collectives/hierarchical.h) take.
-bool spans_hosts_evenly(const Communicator::Member& m) {
-  if (m.num_hosts < 2) return false;
-  std::vector<int> ranks_on(m.num_hosts, 0);
-  for (int host : m.hosts) ++ranks_on[host];
-  return ranks_on[0] > 1 && std::all_of(ranks_on.begin(), ranks_on.end(),
-                                        [&](int n) { return n == ranks_on[0]; });
-}
-
-// Processes x equal runs of consecutive ranks, more than one of each: the ranks per process,
-// else 0 (Member::process_run).
-int process_run(const World& world, const std::vector<int64_t>& devices) {
-  const int n = static_cast<int>(devices.size());
-  int run = 1;
-  while (run < n && world.device(devices[run]).process == world.device(devices[0]).process) ++run;
-  if (run < 2 || run == n || n % run != 0) return 0;
-  std::vector<int> seen;
-  for (int start = 0; start < n; start += run) {
-    const int p = world.device(devices[start]).process;
-    if (std::find(seen.begin(), seen.end(), p) != seen.end()) return 0;
-    seen.push_back(p);
-    for (int r = start; r < start + run; ++r) {
-      if (world.device(devices[r]).process != p) return 0;
-    }
-  }
-  return run;
-}
-
-}  // namespace
 
 Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size_t size,
                            int group_size, int32_t space, uint32_t lane)
@@ -104,8 +73,10 @@ Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size
         if (it == host_names.end()) host_names.push_back(name);
       }
       m.num_hosts = static_cast<int>(host_names.size());
-      m.hierarchical = spans_hosts_evenly(m);
-      m.process_run = process_run(world, m.devices);
+      std::vector<int64_t> process_of_rank, host_of_rank(m.hosts.begin(), m.hosts.end());
+      for (int64_t d : m.devices) process_of_rank.push_back(world.device(d).process);
+      m.hierarchical = spans_hosts_evenly(host_of_rank);
+      m.process_run = process_run(process_of_rank);
       m.doorbell = world.doorbell(device);
       m.direct = direct;
       members_.emplace(device, std::move(m));

@@ -22,6 +22,7 @@
 #include "collectives/device_threads.h"
 #include "collectives/kinds.h"
 #include "comm/frame_stream.h"
+#include "comm/layouts.h"
 #include "comm/world.h"
 #include "common/call_sites.h"
 #include "common/error.h"
@@ -214,6 +215,11 @@ NB_MODULE(_jaccl, m) {
   m.def("is_initialized", [] { return jaccl::World::get() != nullptr; });
   m.def("call_counts", &jaccl::call_counts,
         "(calls run at once on XLA's thread, calls handed to a device's call thread)");
+  m.def("process_run", &jaccl::process_run, nb::arg("process_of_rank"),
+        "ranks per process where they are processes x equal runs of consecutive ranks, else 0 "
+        "(comm/layouts.h)");
+  m.def("spans_hosts_evenly", &jaccl::spans_hosts_evenly, nb::arg("host_of_rank"),
+        "whether the ranks are on several hosts with the same number (> 1) on each");
   m.def("streams_read_in_place", &jaccl::streams_read_in_place,
         "streams this process read out of a sender's memory (collectives/engine.h)");
   m.def("flush_aborts", [](double seconds) {
