@@ -271,6 +271,13 @@ def custom_call(*args, **kwargs):
     return _mlir.custom_call(*args, **kwargs)
 
 
+def convert(ctx, value, aval):
+    """`value` converted (stablehlo.convert) to the element type of `aval`."""
+    from jax._src.lib.mlir.dialects import hlo
+
+    return hlo.convert(ir_type(ctx, aval), value)
+
+
 def create_token():
     from jax._src.interpreters import mlir as _mlir
 

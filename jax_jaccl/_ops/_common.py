@@ -310,6 +310,27 @@ def group_table(ctx, axes: tuple, groups=None) -> tuple[np.ndarray, int]:
     return table, group_size
 
 
+def widened_as_xla_cpu_reduces(rule):
+    """A CPU lowering rule for a reducing collective that runs a bfloat16 operand as float32, as
+    XLA:CPU runs its own all-reduce and reduce-scatter (its float normalization promotes their
+    bfloat16 reductions). XLA then also removes the conversions next to computed values (excess
+    precision, on by default): the engine sums what XLA computed before rounding it to bfloat16,
+    and what follows reads the float32 sum, as around jax.lax.psum; a bfloat16 operand or result
+    as it is converts exactly, and is rounded once, as before."""
+    def widened(ctx, x, **params):
+        aval_in, = ctx.avals_in
+        if np.dtype(aval_in.dtype) != np.dtype(jax.numpy.bfloat16):
+            return rule(ctx, x, **params)
+        f32 = np.dtype(np.float32)
+        wide = ctx.replace(avals_in=[aval_in.update(dtype=f32)],
+                           avals_out=[a.update(dtype=f32) for a in ctx.avals_out])
+        results = rule(wide, _compat.convert(ctx, x, wide.avals_in[0]), **params)
+        if wide.tokens_out is not None:
+            ctx.set_tokens_out(wide.tokens_out)
+        return [_compat.convert(ctx, r, a) for a, r in zip(ctx.avals_out, results)]
+    return widened
+
+
 def lower_collective(ctx, *operands, target: str, axes: tuple, groups=None, aliases=None,
                      arrays=None, avals_in=None, **attributes):
     """Emits `target`(token, *operands) -> (token, *results) over the groups of `axes` (cut by

@@ -20,7 +20,9 @@ def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto", axis_i
     """Reduces `x` over the mesh axis (or tuple of axes) `axis_name`; every member of a group
     gets the same result, bitwise. Semantics of jax.lax.psum (op='sum'), pmax ('max'), pmin
     ('min'); op='prod' multiplies. bfloat16 sums accumulate in float32 and round once, float16
-    ones round after every addition (XLA:CPU's both); complex numbers are summed part by part.
+    ones round after every addition (XLA:CPU's both); on CPUs a bfloat16 reduction runs in
+    float32, as XLA:CPU runs jax.lax's (docs/semantics.md); complex numbers are summed part by
+    part.
     Over an axis that jax.vmap bound (axis_name=...), the reduction over the batch is
     jax.lax's, and the rest of `axis_name` is reduced by jaccl.
 
@@ -156,7 +158,8 @@ all_reduce_p = Primitive("jaccl_all_reduce")
 all_reduce_p.def_impl(_impl)
 all_reduce_p.def_effectful_abstract_eval(_abstract_eval)
 for _platform in PLATFORMS:
-    mlir.register_lowering(all_reduce_p, _lowering, platform=_platform, cacheable=False)
+    mlir.register_lowering(all_reduce_p, _common.widened_as_xla_cpu_reduces(_lowering)
+                           if _platform == "cpu" else _lowering, platform=_platform, cacheable=False)
 ad.primitive_jvps[all_reduce_p] = _jvp
 ad.primitive_transposes[all_reduce_p] = _transpose
 batching.fancy_primitive_batchers[all_reduce_p] = _batcher
@@ -176,7 +179,8 @@ def _jax_psum_lowering(fallback):
                 or dtype not in _common.SUPPORTED_DTYPES or dtype == np.bool_
                 or np.issubdtype(dtype, np.complexfloating)):
             return fallback(ctx, x, axes=axes)
-        return _lowering(ctx, x, axes=tuple(axes), op="sum", algorithm="auto", groups=None)
+        return _common.widened_as_xla_cpu_reduces(_lowering)(
+            ctx, x, axes=tuple(axes), op="sum", algorithm="auto", groups=None)
     return rule
 
 

@@ -133,7 +133,8 @@ reduce_scatter_p = Primitive("jaccl_reduce_scatter")
 reduce_scatter_p.def_impl(_impl)
 reduce_scatter_p.def_effectful_abstract_eval(_abstract_eval)
 for _platform in PLATFORMS:
-    mlir.register_lowering(reduce_scatter_p, _lowering, platform=_platform, cacheable=False)
+    mlir.register_lowering(reduce_scatter_p, _common.widened_as_xla_cpu_reduces(_lowering)
+                           if _platform == "cpu" else _lowering, platform=_platform, cacheable=False)
 ad.primitive_jvps[reduce_scatter_p] = _jvp
 ad.primitive_transposes[reduce_scatter_p] = _transpose
 batching.fancy_primitive_batchers[reduce_scatter_p] = _batcher

@@ -80,6 +80,37 @@ def test_sums_add_in_rank_order_as_xla(dtype):
             assert_equal(got[0], expected, err_msg=algorithm)
 
 
+# A reduction between computations, as a training step writes one: each program once with
+# jax.lax's names and once with jaccl's.
+COMPUTED = {
+    "psum": lambda L: lambda v: L.psum(v * 1.1, "x") * 3,
+    "pmean": lambda L: lambda v: L.pmean(v * v, "x") - v,
+    "pmax": lambda L: lambda v: L.pmax(v * 1.3, "x") * 3,
+    "pmin": lambda L: lambda v: L.pmin(v * 1.3, "x") + v,
+    "psum_scatter": lambda L: lambda v: L.psum_scatter(v.reshape(N, -1) * 1.1, "x",
+                                                       scatter_dimension=0, tiled=True) * 3,
+    "grad-psum": lambda L: lambda v: jax.grad(lambda w: (L.psum(w * w, "x") ** 2).sum())(v),
+}
+
+
+@pytest.mark.parametrize("program", COMPUTED)
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16], ids=dtype_id)
+def test_reductions_between_computations_match_lax(program, dtype):
+    """XLA:CPU runs its bfloat16 all-reduce and reduce-scatter in float32 (its float
+    normalization promotes them) and, with excess precision (its default), on the value computed
+    before the reduction unrounded, and hands the float32 result to what follows: jaccl's
+    reductions do the same, so a psum between two computations has jax.lax's bits (until
+    2026-12-07 jaccl's summed the operand rounded to bfloat16: psum(v * 1.1) * 3 differed in
+    about 1 element in 6). float16's are not promoted, and round at the reduction in both."""
+    import jax_jaccl.lax as jl
+    mesh = mesh1d()
+    x = put(np.random.default_rng(2).normal(size=N * 4096).astype(np.float32) * 3, mesh)
+    x = x.astype(dtype)
+    got = np.asarray(stacked(COMPUTED[program](jl), mesh)(x))
+    want = np.asarray(stacked(COMPUTED[program](jax.lax), mesh)(x))
+    assert_equal(got, want, err_msg=program)
+
+
 @pytest.mark.parametrize("tiled, dim, axes", [(False, 0, "x"), (True, 0, "x"), (True, 1, "x"),
                                               (False, 1, "x"), (True, 1, ("a", "b")), (True, 0, "b")])
 def test_the_cross_process_reference_reduce_scatter_is_lax_psum_scatter(tiled, dim, axes):
