@@ -155,7 +155,10 @@ def to_engine(x, *, reduces: bool, last_axis_pieces: int | None = 1):
     if dtype not in NARROW:
         return x, lambda y: y
     if reduces or dtype in WITHOUT_ZERO:
-        return x.astype(NARROW[dtype]), lambda y: y.astype(dtype)
+        # XLA:CPU rounds a value computed for its collective to the narrow type before widening
+        # it; the barrier keeps XLA from dropping that rounding here (its excess precision would
+        # widen the unrounded value).
+        return jax.lax.optimization_barrier(x).astype(NARROW[dtype]), lambda y: y.astype(dtype)
     if dtype not in SUB_BYTE:
         bits = jax.lax.bitcast_convert_type(x, np.uint8)
         if dtype in NAN_AFTER_ROUND_TRIP:
@@ -164,7 +167,7 @@ def to_engine(x, *, reduces: bool, last_axis_pieces: int | None = 1):
             bits = jax.numpy.where(jax.numpy.isnan(x), sign | np.uint8(nan), bits)
         return bits, lambda y: jax.lax.bitcast_convert_type(y, dtype)
     if last_axis_pieces is None or x.ndim == 0 or x.shape[-1] % (2 * last_axis_pieces):
-        return x.astype(NARROW[dtype]), lambda y: y.astype(dtype)
+        return jax.lax.optimization_barrier(x).astype(NARROW[dtype]), lambda y: y.astype(dtype)
 
     def unpack(y):
         return jax.lax.bitcast_convert_type(y, dtype).reshape(*y.shape[:-1], 2 * y.shape[-1])

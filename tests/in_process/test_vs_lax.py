@@ -94,14 +94,17 @@ COMPUTED = {
 
 
 @pytest.mark.parametrize("program", COMPUTED)
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16], ids=dtype_id)
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16, jnp.float8_e4m3fn, jnp.float8_e3m4],
+                         ids=dtype_id)
 def test_reductions_between_computations_match_lax(program, dtype):
     """XLA:CPU runs its bfloat16 all-reduce and reduce-scatter in float32 (its float
     normalization promotes them) and, with excess precision (its default), on the value computed
     before the reduction unrounded, and hands the float32 result to what follows: jaccl's
     reductions do the same, so a psum between two computations has jax.lax's bits (until
     2026-12-07 jaccl's summed the operand rounded to bfloat16: psum(v * 1.1) * 3 differed in
-    about 1 element in 6). float16's are not promoted, and round at the reduction in both."""
+    about 1 element in 6). float16's are not promoted, and round at the reduction in both. The
+    float8 types XLA:CPU reduces in float16 after rounding the operand to float8, which jaccl's
+    widening let XLA skip until then."""
     import jax_jaccl.lax as jl
     mesh = mesh1d()
     x = put(np.random.default_rng(2).normal(size=N * 4096).astype(np.float32) * 3, mesh)
