@@ -7,7 +7,8 @@ a mesh of 1-3 axes over the devices in a drawn order, a tuple of its axes in a d
 axis, split and concat axes, partial permutations, axis_index_groups in groups of a drawn
 size and member order), a dtype, a shape whose sizes fit the group or not, float values with
 -0, NaN and infinities in them, inside a jitted shard_map with check_vma on or off, plain,
-under jax.vmap, under jax.grad (float types), or with axis_index_groups. A third of the
+under jax.vmap, under jax.grad (float types), or with axis_index_groups, half the float ones
+with every operand and the result computed (multiplied by a drawn scale). A third of the
 programs chain one or two more collectives after the first (under vmap, inside it; with
 axis_index_groups, the later ones over whole axes), each over its own drawn axes and fitted
 to the shape the one before it leaves (under vmap, the shape each call sees), so that values
@@ -71,9 +72,13 @@ class Program:
     mode: str  # plain, vmap, grad, groups
     check_vma: bool
     x: np.ndarray
+    # floats: each collective's operand, and the chain's result, multiplied by it first (a
+    # value computed in the program, as a training step's are: XLA may keep it unrounded)
+    scale: float | None = None
 
     def __str__(self):
-        return (f"seed {self.seed}: {' then '.join(map(str, self.steps))} of "
+        scaled = "" if self.scale is None else f" x {self.scale} around each"
+        return (f"seed {self.seed}: {' then '.join(map(str, self.steps))}{scaled} of "
                 f"{np.dtype(self.dtype).name}{list(self.x.shape)} on mesh "
                 f"{dict(self.mesh.shape)} ({self.mode}, check_vma={self.check_vma})")
 
@@ -234,7 +239,9 @@ def draw(seed: int, devices, one_order: bool = False) -> Program:
     steps = [Step(op, axis_name, kwargs, groups)]
     if rng.random() < 1 / 3:
         steps = _chained(rng, mesh, steps, dtype, mode, check_vma, x.shape)
-    return Program(seed, mesh, steps, dtype, mode, check_vma, x)
+    # drawn last, so that the rest of each seed's program is what it was before it existed
+    scale = float(rng.choice([1.1, 0.3])) if floating and rng.random() < 0.5 else None
+    return Program(seed, mesh, steps, dtype, mode, check_vma, x, scale)
 
 
 def _apply(step: Step, L, v):
@@ -250,11 +257,11 @@ def _apply(step: Step, L, v):
     return f(v, step.axis_name, **step.kwargs, **grouped)
 
 
-def _chain(steps, L):
+def _chain(steps, L, scale=None):
     def collectives(v):
         for step in steps:
-            v = _apply(step, L, v)
-        return v
+            v = _apply(step, L, v if scale is None else v * scale)
+        return v if scale is None else v * scale
     return collectives
 
 
@@ -265,7 +272,7 @@ def _mapped(collective, mode):
 
 
 def _body(p: Program, L):
-    collective = _chain(p.steps, L)
+    collective = _chain(p.steps, L, p.scale)
     if p.mode == "grad":
         return jax.grad(lambda v: (collective(v).astype(np.float32) * np.float32(1.5)).sum())
     return _mapped(collective, p.mode)
