@@ -1,7 +1,7 @@
 """jaccl.moe_dispatch / jaccl.moe_combine: expert-parallel MoE inside jax.shard_map, with
 static shapes (DeepEP's low-latency layout).
 
-Two primitives move the rows (moe/moe.h): moe_exchange (dispatch direction: rows of a
+Two primitives move the rows (moe/moe.h): moe_dispatch (dispatch direction: rows of a
 source array to listed rows of a destination array on the ranks that own their experts) and
 moe_combine (the way back, with the weighted sum, or the per-pair dot product the weights'
 gradient needs). Routing is jnp arithmetic on all-gathered counts (moe_routing.py).
@@ -50,15 +50,15 @@ class MoeHandle(NamedTuple):
 
 # ----------------------------------------------------------------------- primitives
 
-def _exchange_abstract(src, send_rows, send_offsets, recv_rows, recv_offsets, topk_idx, *, axes,
+def _dispatch_abstract(src, send_rows, send_offsets, recv_rows, recv_offsets, topk_idx, *, axes,
                        num_experts, dst_rows):
     out = _compat.with_varying(src, _compat.collective_varying(src, axes),
                                shape=(dst_rows,) + tuple(src.shape[1:]))
     return out, _common.collective_effects(axes)
 
 
-def _exchange_lowering(ctx, *operands, axes, num_experts, dst_rows):
-    return _common.lower_collective(ctx, *operands, target="jaccl_moe_exchange", axes=axes,
+def _dispatch_lowering(ctx, *operands, axes, num_experts, dst_rows):
+    return _common.lower_collective(ctx, *operands, target="jaccl_moe_dispatch", axes=axes,
                                     num_experts=num_experts)
 
 
@@ -81,11 +81,11 @@ def _no_eager(*args, **params):
     raise ValueError("jaccl MoE ops must be called inside jax.shard_map")
 
 
-moe_exchange_p = Primitive("jaccl_moe_exchange")
-moe_exchange_p.def_impl(_no_eager)
-moe_exchange_p.def_effectful_abstract_eval(_exchange_abstract)
+moe_dispatch_p = Primitive("jaccl_moe_dispatch")
+moe_dispatch_p.def_impl(_no_eager)
+moe_dispatch_p.def_effectful_abstract_eval(_dispatch_abstract)
 for _platform in PLATFORMS:  # on GPUs: staged through the CPU engine (xla_ffi/handlers/cuda/moe.cc)
-    mlir.register_lowering(moe_exchange_p, _exchange_lowering, platform=_platform, cacheable=False)
+    mlir.register_lowering(moe_dispatch_p, _dispatch_lowering, platform=_platform, cacheable=False)
 
 moe_combine_p = Primitive("jaccl_moe_combine")
 moe_combine_p.def_impl(_no_eager)
@@ -94,8 +94,8 @@ for _platform in PLATFORMS:
     mlir.register_lowering(moe_combine_p, _combine_lowering, platform=_platform, cacheable=False)
 
 
-def _exchange(src, h: MoeHandle, send_rows, dst_rows, axes, num_experts):
-    return moe_exchange_p.bind(src, send_rows, h.send_offsets, h.recv_rows, h.recv_offsets,
+def _dispatch_rows(src, h: MoeHandle, send_rows, dst_rows, axes, num_experts):
+    return moe_dispatch_p.bind(src, send_rows, h.send_offsets, h.recv_rows, h.recv_offsets,
                                h.topk_idx, axes=axes, num_experts=num_experts, dst_rows=dst_rows)
 
 
@@ -228,7 +228,7 @@ class _Layout(NamedTuple):
     def routed(self, topk_idx):
         """(topk_idx in the group's numbering of the live experts, [E] pairs sent to lost
         experts). An expert of a lost rank becomes -1; ids outside [-1, num_experts) stay
-        outside the live range (the exchange raises on the caller's ids)."""
+        outside the live range (the dispatch raises on the caller's ids)."""
         E = self.num_experts
         if not self.lost:
             return topk_idx, jnp.zeros((E,), jnp.int32)
@@ -251,7 +251,7 @@ def _dispatch(x, topk_idx, topk_weights, layout, capacity, axes):
 
 def _routed(topk_idx, topk_weights, layout, capacity, axes):
     """The routing of every pair and the handle, router weights delivered. The handle keeps
-    the caller's topk_idx (the exchange checks its ids against num_experts)."""
+    the caller's topk_idx (the dispatch checks its ids against num_experts)."""
     T, K = topk_idx.shape
     ranks, num_experts = layout.ranks, layout.num_experts
     E_loc = layout.live_experts // ranks
@@ -263,8 +263,8 @@ def _routed(topk_idx, topk_weights, layout, capacity, axes):
     handle = MoeHandle(topk_idx, r.send_slot, r.counts, r.dropped,
                        jnp.zeros(slots, jnp.float32), r.send_pairs, r.send_tokens,
                        r.send_offsets, r.recv_rows, r.recv_offsets, lost)
-    weights = _exchange(topk_weights.reshape(T * K, 1), handle, r.send_pairs,
-                        int(np.prod(slots)), axes, num_experts)
+    weights = _dispatch_rows(topk_weights.reshape(T * K, 1), handle, r.send_pairs,
+                             int(np.prod(slots)), axes, num_experts)
     return r, handle._replace(recv_weights=weights.reshape(slots))
 
 
@@ -272,7 +272,8 @@ def _send_rows(rows, handle, axes, num_experts):
     """rows [T, W] -> [E_loc, C, W] ([M, W] dropless): each kept pair's token row in its
     expert's slot."""
     slots = handle.recv_weights.shape
-    recv = _exchange(rows, handle, handle.send_tokens, int(np.prod(slots)), axes, num_experts)
+    recv = _dispatch_rows(rows, handle, handle.send_tokens, int(np.prod(slots)), axes,
+                          num_experts)
     return recv.reshape(slots + (rows.shape[1],))
 
 
@@ -381,8 +382,8 @@ def _combine_bwd(axes, residual, d_out):
     y, handle, topk_weights = residual
     H = y.shape[-1]
     num_experts = handle.lost.shape[0]
-    rows = _exchange(d_out, handle, handle.send_tokens, int(np.prod(y.shape[:-1])), axes,
-                     num_experts)
+    rows = _dispatch_rows(d_out, handle, handle.send_tokens, int(np.prod(y.shape[:-1])), axes,
+                          num_experts)
     dy = (rows.reshape(y.shape).astype(jnp.float32) * handle.recv_weights[..., None]).astype(y.dtype)
     dw = _return(y.reshape(-1, H), handle, d_out.astype(y.dtype), axes, pair_dot=True)
     return dy, jax.tree.map(lambda _: None, handle), dw

@@ -15,7 +15,7 @@ def test_cuda_extension_is_built_and_importable_without_a_gpu():
     assert ext.cuda_engine is not None, "JACCL_CUDA=AUTO found nvcc but built no _jaccl_cuda"
     assert set(ext.cuda_engine.registrations()) == {
         "jaccl_all_reduce", "jaccl_reduce_scatter", "jaccl_all_gather", "jaccl_all_to_all",
-        "jaccl_moe_exchange", "jaccl_moe_combine", "jaccl_ppermute", "jaccl_ragged_all_to_all"}
+        "jaccl_moe_dispatch", "jaccl_moe_combine", "jaccl_ppermute", "jaccl_ragged_all_to_all"}
     assert ext.PLATFORMS == ("cpu", "cuda")
     assert ext.cuda_engine.device_count() >= 0
 

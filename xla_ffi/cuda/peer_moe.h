@@ -5,7 +5,7 @@
 // static shapes and the staging size only, so it is the same on every rank); the caller
 // stages through the host otherwise. run_peer_moe() enqueues the whole op and returns the
 // first launch error (the device is then broken). The results are bitwise those of the CPU
-// path: dispatch places rows exactly as moe_exchange does (padding zero); the combine sums in
+// path: dispatch places rows exactly as moe_dispatch does (padding zero); the combine sums in
 // k order in float32 with separate roundings (the kernels of moe_peer_kernels.h, kernels.h).
 #pragma once
 
@@ -21,13 +21,13 @@
 namespace jaccl::cuda {
 
 struct PeerMoeCall {
-  bool combine = false;             // false: dispatch-direction exchange
+  bool combine = false;             // false: dispatch
   Dtype dtype = Dtype::kF32;
   const char* rows = nullptr;       // rows to send (x or y)
   size_t rows_count = 0, row_bytes = 0;
   const int32_t* lists[4] = {};     // send rows, send offsets, receive rows/pairs, receive offsets
   size_t send_capacity = 0, recv_capacity = 0;
-  // exchange
+  // dispatch
   const int32_t* topk_idx = nullptr;
   size_t topk_count = 0;
   int64_t num_experts = 0;

@@ -262,7 +262,7 @@ void set_moe_local_delay_us(int delay_us) {
   local_delay_us.store(delay_us, std::memory_order_relaxed);
 }
 
-void moe_exchange(Call& call, const void* src, size_t src_rows, void* dst, size_t dst_rows,
+void moe_dispatch(Call& call, const void* src, size_t src_rows, void* dst, size_t dst_rows,
                   size_t row_elems, const RowLists& lists, MoeSchedule schedule) {
   check_list(call, lists.send_rows, lists.send_offsets, lists.send_capacity, src_rows, "send");
   check_list(call, lists.recv_rows, lists.recv_offsets, lists.recv_capacity, dst_rows, "receive");

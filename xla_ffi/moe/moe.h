@@ -42,7 +42,7 @@ struct RowLists {
 
 // dst (dst_rows x row_elems) = zero, then for every peer q and i-th listed row:
 // dst[recv_rows[..]] = src[send_rows[..]] of peer q's i-th listed row for this rank.
-void moe_exchange(Call& call, const void* src, size_t src_rows, void* dst, size_t dst_rows,
+void moe_dispatch(Call& call, const void* src, size_t src_rows, void* dst, size_t dst_rows,
                   size_t row_elems, const RowLists& lists, MoeSchedule schedule);
 
 // The way back: `y` rows listed in send_rows go to the rank whose (token, k) pair they

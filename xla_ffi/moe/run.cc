@@ -11,14 +11,14 @@ RowLists lists_of(const MoeRequest& c) {
                   c.lists[kRecvOffsets], c.list_counts[kRecvRows]};
 }
 
-void exchange(Call& call, const MoeRequest& c) {
+void dispatch(Call& call, const MoeRequest& c) {
   for (size_t i = 0; i < c.topk_count; ++i) {
     if (c.topk_idx[i] < -1 || c.topk_idx[i] >= c.num_experts) {
       throw_error(ErrorKind::kInvalidArgument, "moe_dispatch: expert id ", c.topk_idx[i],
                   " at flat index ", i, " of topk_idx is out of range [-1, ", c.num_experts, ")");
     }
   }
-  moe_exchange(call, c.rows, c.rows_count, c.out, c.out_rows, c.row_elems, lists_of(c),
+  moe_dispatch(call, c.rows, c.rows_count, c.out, c.out_rows, c.row_elems, lists_of(c),
                moe_schedule());
 }
 
@@ -45,7 +45,7 @@ std::optional<Failure> run_moe(const MoeRequest& c) {
   return run_call(c, c.rows_count * c.row_elems, [&](Call& call) {
     check_moe_request(c, call.member->size);
     if (c.kind == CollectiveKind::kMoeDispatch) {
-      exchange(call, c);
+      dispatch(call, c);
     } else {
       combine(call, c);
     }

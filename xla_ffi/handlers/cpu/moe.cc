@@ -1,4 +1,4 @@
-// XLA FFI handlers for the MoE row exchanges (moe/moe.h): dispatch-direction exchange,
+// XLA FFI handlers for the MoE row exchanges (moe/moe.h): dispatch,
 // combine (weighted sum) and the per-pair dot product combine's gradient needs.
 //
 // Contract: routing lists arrive as int32 buffers computed in the program; the handlers
@@ -36,7 +36,7 @@ ffi::Future finish_moe(MoeRequest r, size_t bytes) {
   });
 }
 
-ffi::Future ExchangeImpl(int32_t device, OrderIn, ffi::AnyBuffer src, Ints send_rows,
+ffi::Future DispatchImpl(int32_t device, OrderIn, ffi::AnyBuffer src, Ints send_rows,
                         Ints send_offsets, Ints recv_rows, Ints recv_offsets, Ints topk_idx,
                         OrderOut, ffi::Result<ffi::AnyBuffer> dst,
                         ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
@@ -82,7 +82,7 @@ ffi::Future CombineImpl(int32_t device, OrderIn, ffi::AnyBuffer y, Ints send_row
 }  // namespace
 }  // namespace jaccl
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_moe_exchange, jaccl::ExchangeImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_moe_dispatch, jaccl::DispatchImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::DeviceOrdinal>()
                                   .Arg<ffi::AnyBuffer>()

@@ -38,7 +38,7 @@ nb::dict registrations() {
   d["jaccl_reduce_scatter"] = nb::capsule(reinterpret_cast<void*>(jaccl_cuda_reduce_scatter));
   d["jaccl_all_gather"] = nb::capsule(reinterpret_cast<void*>(jaccl_cuda_all_gather));
   d["jaccl_all_to_all"] = nb::capsule(reinterpret_cast<void*>(jaccl_cuda_all_to_all));
-  d["jaccl_moe_exchange"] = nb::capsule(reinterpret_cast<void*>(jaccl_cuda_moe_exchange));
+  d["jaccl_moe_dispatch"] = nb::capsule(reinterpret_cast<void*>(jaccl_cuda_moe_dispatch));
   d["jaccl_moe_combine"] = nb::capsule(reinterpret_cast<void*>(jaccl_cuda_moe_combine));
   d["jaccl_ppermute"] = nb::capsule(reinterpret_cast<void*>(jaccl_cuda_ppermute));
   d["jaccl_ragged_all_to_all"] = nb::capsule(reinterpret_cast<void*>(jaccl_cuda_ragged_all_to_all));

@@ -35,7 +35,7 @@ ffi::Error run(const MoeRequest& r, cudaStream_t stream, int32_t ordinal) {
   return to_ffi(run_moe_on_gpu(r, ordinal, stream, moe_engine == nullptr ? nullptr : run_on_host));
 }
 
-ffi::Error Exchange(cudaStream_t stream, int32_t ordinal, OrderIn, ffi::AnyBuffer src,
+ffi::Error Dispatch(cudaStream_t stream, int32_t ordinal, OrderIn, ffi::AnyBuffer src,
                     Ints send_rows, Ints send_offsets, Ints recv_rows, Ints recv_offsets,
                     Ints topk_idx, OrderOut, ffi::Result<ffi::AnyBuffer> dst,
                     ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
@@ -83,7 +83,7 @@ void set_moe_engine(JacclRunHostMoe run) { moe_engine = run; }
 
 }  // namespace jaccl::cuda
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_moe_exchange, jaccl::cuda::Exchange,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_moe_dispatch, jaccl::cuda::Dispatch,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                   .Ctx<ffi::DeviceOrdinal>()

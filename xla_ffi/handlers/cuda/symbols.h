@@ -13,7 +13,7 @@ XLA_FFI_Error* jaccl_cuda_all_reduce(XLA_FFI_CallFrame* frame);
 XLA_FFI_Error* jaccl_cuda_reduce_scatter(XLA_FFI_CallFrame* frame);
 XLA_FFI_Error* jaccl_cuda_all_gather(XLA_FFI_CallFrame* frame);
 XLA_FFI_Error* jaccl_cuda_all_to_all(XLA_FFI_CallFrame* frame);
-XLA_FFI_Error* jaccl_cuda_moe_exchange(XLA_FFI_CallFrame* frame);
+XLA_FFI_Error* jaccl_cuda_moe_dispatch(XLA_FFI_CallFrame* frame);
 XLA_FFI_Error* jaccl_cuda_moe_combine(XLA_FFI_CallFrame* frame);
 XLA_FFI_Error* jaccl_cuda_ppermute(XLA_FFI_CallFrame* frame);
 XLA_FFI_Error* jaccl_cuda_ragged_all_to_all(XLA_FFI_CallFrame* frame);
