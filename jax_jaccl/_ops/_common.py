@@ -11,6 +11,8 @@ Contract:
   from the concrete mesh the op is lowered for (rank = jax.lax.axis_index over `axes`).
 - refuse_unfit_algorithm() raises ValueError where an algorithm asked for by name needs a
   layout of processes or hosts the groups lack (cascade, hierarchical).
+- widened_as_xla_cpu_reduces(rule) is `rule` running a bfloat16 reduction in float32, as
+  XLA:CPU runs its own (the CPU lowering of all_reduce and reduce_scatter).
 - lower_collective() makes sure the engine is initialised, then emits a custom call with
   has_side_effect=True (XLA must neither drop nor merge collectives) that takes and returns
   the ordering token of _ordering (every device must run its collectives in the same order).
