@@ -25,8 +25,9 @@ extern "C" {
 
 /* 2: JacclHostCall and JacclHostP2p carry a space; 3: and one word for the lane or the split
  * round, devices per process; 4: world_failed; 5: JacclHostCall's ragged index arrays int32 or
- * int64; 6: JacclHostCall's lane and split round apart */
-enum { kJacclMpiEngineVersion = 6 };
+ * int64; 6: JacclHostCall's lane and split round apart; 7: JacclCollectiveRequest (the engine's
+ * own request, collectives/request.h) and JacclHostP2p start with a JacclCallAddress */
+enum { kJacclMpiEngineVersion = 7 };
 
 /* The call site (common/call_sites.h) of the exchange inside the shim's MPI_Comm_split, which
  * _jaccl names at attach: a rank that splits where its peer runs a collective is told so. */

@@ -19,32 +19,26 @@
 
 namespace jaccl {
 
-// ragged_all_to_all (jax.lax semantics), in rows of `row_elems` elements. Each array has
-// slices_per_rank entries per rank of the group (entry i concerns rank i / slices_per_rank):
-// rows [input_offsets[i], + send_sizes[i]) of `in` go to that rank, which writes them at its
-// row output_offsets[i]; recv_sizes[i] rows arrive from that rank as its slice i %
-// slices_per_rank for this rank. Rows of `out` that nothing arrives at keep their value
-// (out starts as the op's `output` operand).
+// ragged_all_to_all (jax.lax semantics), in rows of the request's `row_elems` elements, its
+// index arrays widened to int64. Each array has slices_per_rank entries per rank of the group
+// (entry i concerns rank i / slices_per_rank): rows [input_offsets[i], + send_sizes[i]) of `in`
+// go to that rank, which writes them at its row output_offsets[i]; recv_sizes[i] rows arrive
+// from that rank as its slice i % slices_per_rank for this rank. Rows of `out` that nothing
+// arrives at keep their value (out starts as the op's `output` operand), or are zeroed with the
+// request's zero_unwritten.
 struct RaggedRows {
   const int64_t* input_offsets = nullptr;
   const int64_t* send_sizes = nullptr;
   const int64_t* output_offsets = nullptr;
   const int64_t* recv_sizes = nullptr;
   int slices_per_rank = 1;
-  size_t row_elems = 1;
-  size_t in_rows = 0, out_rows = 0;  // leading dimensions of the operand and the output
-  bool zero_unwritten = false;       // out is fresh: zero the rows nothing arrives at
 };
 
-struct Buffers {
-  const void* in = nullptr;
-  void* out = nullptr;
-  size_t in_count = 0;
-  size_t out_count = 0;
-  size_t outer_in = 1;
-  size_t outer_out = 1;
-  Permutation permutation;  // ppermute only
-  RaggedRows ragged;        // ragged_all_to_all only
+// A checked request (collectives/request.h) and what the call derives from it: the collectives
+// below take it.
+struct Buffers : CollectiveRequest {
+  Permutation permutation;  // ppermute only: this rank's partners
+  RaggedRows ragged_rows;   // ragged_all_to_all only
 
   // Whether the input and the output share no byte: a stream of the input may then be read
   // in place until the call ends (engine.h, "Single copy").
@@ -93,7 +87,7 @@ struct RaggedPlacement {
   int64_t rows = 0;
 };
 void check_ragged_rows(const Call& call, const Buffers& buffers);
-void check_ragged_placements(const Call& call, const RaggedRows& mine,
+void check_ragged_placements(const Call& call, const Buffers& buffers,
                              const std::vector<RaggedPlacement>& from);
 // Zeros the rows of `out` outside the (checked, disjoint) placements: an output that starts
 // as zeros, without XLA filling (and page-faulting) a fresh buffer with them first.

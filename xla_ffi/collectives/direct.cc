@@ -88,28 +88,27 @@ class DirectCall {
   // and its arguments with it), and no rows move until every member passed its checks (the
   // others notice a failure at the barrier, through the abort board).
   void ragged() {
-    const RaggedRows& mine = b_.ragged;
-    const int k = mine.slices_per_rank;
-    const size_t esize = dtype_size(call_.dtype), h = mine.row_elems;
+    const int k = b_.ragged_rows.slices_per_rank;
+    const size_t esize = dtype_size(call_.dtype), h = b_.row_elems;
     std::vector<RaggedPlacement> placed(static_cast<size_t>(n_) * k);
     for (int q = 0; q < n_; ++q) {
-      const RaggedRows& theirs = entry(q).buffers->ragged;
+      const RaggedRows& theirs = entry(q).buffers->ragged_rows;
       for (int j = 0; j < k; ++j) {
         const int at = me_ * k + j;  // q's entry for this member's slice j
         placed[q * k + j] = RaggedPlacement{theirs.output_offsets[at], theirs.send_sizes[at]};
       }
     }
     barrier();
-    check_ragged_placements(call_, mine, placed);
+    check_ragged_placements(call_, b_, placed);
     barrier();
-    if (mine.zero_unwritten) zero_unwritten_rows(b_, call_.dtype, placed);
+    if (b_.zero_unwritten) zero_unwritten_rows(b_, call_.dtype, placed);
     if (h == 0) return;
     for (int q = 0; q < n_; ++q) {
       const Buffers& from = *entry(q).buffers;
       for (int j = 0; j < k; ++j) {
         const RaggedPlacement& p = placed[q * k + j];
         if (p.rows == 0) continue;
-        const size_t first = static_cast<size_t>(from.ragged.input_offsets[me_ * k + j]) * h;
+        const size_t first = static_cast<size_t>(from.ragged_rows.input_offsets[me_ * k + j]) * h;
         copy(Region::contiguous(b_.out, esize, p.rows * h, p.offset * h),
              Region::contiguous(from.in, esize, p.rows * h, first));
       }

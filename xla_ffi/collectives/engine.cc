@@ -237,7 +237,7 @@ class PhaseRunner {
     }
     if (s.sends_address) return send_address(s);
     if (s.copies_in_place()) {
-      read_lent(call_, t, s.from[0], a, n, runs_);
+      read_lent(call_, t, s.from[0], a, n, s.reading, runs_);
       finish_step(s, b);
       return true;
     }

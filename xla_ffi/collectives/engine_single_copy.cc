@@ -93,7 +93,7 @@ void accept_address(const Call& call, const Task& t, size_t k, const AddressPayl
 }
 
 void read_lent(const Call& call, const Task& t, const AddressPayload& from, size_t a, size_t n,
-               std::vector<iovec>& runs) {
+               const std::vector<char>& reading, std::vector<iovec>& runs) {
   const size_t esize = dtype_size(call.dtype);
   runs.clear();
   for (size_t p = 0; p < n;) {
@@ -105,7 +105,6 @@ void read_lent(const Call& call, const Task& t, const AddressPayload& from, size
   }
   std::optional<LocalRead> lent;
   if (from.pid == getpid()) lent.emplace(*call.world);
-  const std::vector<char> reading{1};
   try {
     read_from_process(from.pid, from.address + a * esize, n * esize, runs,
                       describe_rank(call, t.srcs[0].peer));

@@ -7,7 +7,8 @@
 // the stream is the only one on its channel in the phase); lend() fills the address frame's
 // payload, accept_address() checks a received one against the task (throwing kMismatch, or
 // kInternal for an operand offered from another process to a fold); read_lent() copies the
-// lent elements [a, a + n) into the task's one local sink; check_lenders_alive() throws when a
+// lent elements [a, a + n) into the task's one local sink (`reading`: the task's, by source,
+// whether it came as an address); check_lenders_alive() throws when a
 // lender's process failed (its memory may hold other bytes since). Every read of memory lent
 // by a device of this process happens inside a LocalRead.
 #pragma once
@@ -58,7 +59,7 @@ AddressPayload lend(const Call& call, const Task& t);
 // in streams_read_in_place().
 void accept_address(const Call& call, const Task& t, size_t k, const AddressPayload& from);
 void read_lent(const Call& call, const Task& t, const AddressPayload& from, size_t a, size_t n,
-               std::vector<iovec>& runs);
+               const std::vector<char>& reading, std::vector<iovec>& runs);
 // `reading`: by source, whether it came as an address.
 void check_lenders_alive(const Call& call, const Task& t, const std::vector<char>& reading);
 

@@ -72,10 +72,11 @@ std::vector<RaggedPlacement> exchange_placements(const Call& call, const RaggedR
 }  // namespace
 
 // The rows announced must be the rows expected, inside the output, and disjoint.
-void check_ragged_placements(const Call& call, const RaggedRows& mine,
+void check_ragged_placements(const Call& call, const Buffers& b,
                              const std::vector<RaggedPlacement>& from) {
+  const RaggedRows& mine = b.ragged_rows;
   const int r = call.member->rank, k = mine.slices_per_rank;
-  const int64_t out_rows = static_cast<int64_t>(mine.out_rows);
+  const int64_t out_rows = static_cast<int64_t>(b.out_rows);
   std::vector<int> order;
   for (int i = 0; i < static_cast<int>(from.size()); ++i) {
     const RaggedPlacement& p = from[i];
@@ -115,7 +116,7 @@ void zero_unwritten_rows(const Buffers& b, Dtype dtype, const std::vector<Ragged
   }
   std::sort(written.begin(), written.end(),
             [](const RaggedPlacement& a, const RaggedPlacement& c) { return a.offset < c.offset; });
-  const size_t row_bytes = b.ragged.row_elems * dtype_size(dtype);
+  const size_t row_bytes = b.row_elems * dtype_size(dtype);
   char* out = static_cast<char*>(b.out);
   size_t row = 0;
   auto zero = [&](size_t end) {
@@ -125,13 +126,13 @@ void zero_unwritten_rows(const Buffers& b, Dtype dtype, const std::vector<Ragged
     zero(static_cast<size_t>(p.offset));
     row = static_cast<size_t>(p.offset + p.rows);
   }
-  zero(b.ragged.out_rows);
+  zero(b.out_rows);
 }
 
 void check_ragged_rows(const Call& call, const Buffers& b) {
-  const RaggedRows& g = b.ragged;
+  const RaggedRows& g = b.ragged_rows;
   const int entries = call.member->size * g.slices_per_rank;
-  const int64_t in_rows = static_cast<int64_t>(g.in_rows);
+  const int64_t in_rows = static_cast<int64_t>(b.in_rows);
   for (int i = 0; i < entries; ++i) {
     if (g.send_sizes[i] < 0 || g.recv_sizes[i] < 0) {
       throw_error(ErrorKind::kInvalidArgument, "ragged_all_to_all: send_sizes[", i, "] = ",
@@ -154,13 +155,13 @@ void check_ragged_rows(const Call& call, const Buffers& b) {
 void ragged_all_to_all(Call& call, const Buffers& b) {
   check_ragged_rows(call, b);
   const int n = call.member->size, r = call.member->rank;
-  const RaggedRows& g = b.ragged;
+  const RaggedRows& g = b.ragged_rows;
   const int k = g.slices_per_rank;
   const std::vector<RaggedPlacement> from = exchange_placements(call, g);
-  check_ragged_placements(call, g, from);
-  if (g.zero_unwritten) zero_unwritten_rows(b, call.dtype, from);
+  check_ragged_placements(call, b, from);
+  if (b.zero_unwritten) zero_unwritten_rows(b, call.dtype, from);
   const Dtype elem = call.dtype;
-  const size_t esize = dtype_size(elem), h = g.row_elems;
+  const size_t esize = dtype_size(elem), h = b.row_elems;
   auto in_range = [&](int64_t first, int64_t count) {
     return Endpoint::local(Region::contiguous(b.in, esize, static_cast<size_t>(count) * h,
                                               static_cast<size_t>(first) * h), elem);

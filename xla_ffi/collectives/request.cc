@@ -17,7 +17,7 @@ bool divides(size_t b, size_t a) { return b == 0 ? a == 0 : a % b == 0; }
 // The element counts a kind needs over a group of n: the algorithms divide by them unchecked.
 bool counts_split(const CollectiveRequest& r, size_t n) {
   const size_t in = r.in_count, out = r.out_count;
-  switch (r.kind) {
+  switch (r.address.kind) {
     case CollectiveKind::kAllReduce:
     case CollectiveKind::kPermute: return in == out;
     case CollectiveKind::kReduceScatter: return in == out * n && divides(r.outer_in * n, in);
@@ -72,15 +72,15 @@ Permutation check_pairs(const CollectiveRequest& r, int n, int rank) {
 }  // namespace
 
 Permutation check_request(const CollectiveRequest& r, int n, int rank) {
-  if (r.kind == CollectiveKind::kRaggedAllToAll) {
+  if (r.address.kind == CollectiveKind::kRaggedAllToAll) {
     check_ragged(r, n);
     return Permutation{};
   }
   if (!counts_split(r, static_cast<size_t>(n))) {
-    throw_error(ErrorKind::kInvalidArgument, kind_name(r.kind), " of ", r.in_count, " -> ",
-                r.out_count, " elements does not split over a group of ", n);
+    throw_error(ErrorKind::kInvalidArgument, kind_name(r.address.kind), " of ", r.in_count,
+                " -> ", r.out_count, " elements does not split over a group of ", n);
   }
-  if (r.kind == CollectiveKind::kPermute) return check_pairs(r, n, rank);
+  if (r.address.kind == CollectiveKind::kPermute) return check_pairs(r, n, rank);
   return Permutation{};
 }
 

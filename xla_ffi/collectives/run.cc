@@ -34,11 +34,10 @@ void log_choice(const Call& call, size_t bytes) {
       transports.empty() ? "none" : transports);
 }
 
-}  // namespace
-
-void run_host_collective(Call& call, CollectiveKind kind, const Buffers& buffers, int64_t op,
-                         int64_t algorithm) {
-  call.op = static_cast<ReduceOp>(op);
+// Resolves the algorithm and runs one checked collective on host buffers (throws).
+void run_checked(Call& call, const Buffers& buffers) {
+  call.op = buffers.op;
+  const CollectiveKind kind = buffers.address.kind;
   Communicator::Member& member = *call.member;
   const size_t esize = dtype_size(call.dtype);
   const bool moves_blocks = kind != CollectiveKind::kPermute &&
@@ -58,7 +57,7 @@ void run_host_collective(Call& call, CollectiveKind kind, const Buffers& buffers
   if (buffers.out != buffers.in) prefer_huge_pages(buffers.out, buffers.out_count * esize);
   GroupShape shape{member.size, member.direct != nullptr, member.hierarchical,
                    member.process_run > 0, member.num_hosts == 1, !is_float(call.dtype)};
-  call.algorithm = choose_algorithm(kind, static_cast<Algorithm>(algorithm), bytes, shape);
+  call.algorithm = choose_algorithm(kind, buffers.algorithm, bytes, shape);
   log_choice(call, bytes);
   const Clock::time_point start = Clock::now();
   if (call.algorithm == Algorithm::kDirect) {
@@ -79,35 +78,30 @@ void run_host_collective(Call& call, CollectiveKind kind, const Buffers& buffers
       algorithm_name(call.algorithm), " ", seconds_since(start) * 1e6, " us");
 }
 
+}  // namespace
+
 std::optional<Failure> run_collective(const CollectiveRequest& r) {
-  return run_call(r, r.in_count, [&](Call& call) {
+  return run_call(r.address, r.in_count, [&](Call& call) {
     const int n = call.member->size;
     Buffers buffers;
-    buffers.in = r.in;
-    buffers.out = r.out;
-    buffers.in_count = r.in_count;
-    buffers.out_count = r.out_count;
-    buffers.outer_in = r.outer_in;
-    buffers.outer_out = r.outer_out;
+    static_cast<CollectiveRequest&>(buffers) = r;
     buffers.permutation = check_request(r, n, call.member->rank);
     std::vector<int64_t> widened[4];
-    if (r.kind == CollectiveKind::kRaggedAllToAll) {
+    if (r.address.kind == CollectiveKind::kRaggedAllToAll) {
       for (int i = 0; i < 4; ++i) {
         widened[i].resize(r.ragged[i].count);
         widen(r.ragged[i], widened[i].data());
       }
-      buffers.ragged = RaggedRows{widened[0].data(), widened[1].data(), widened[2].data(),
-                                  widened[3].data(), static_cast<int>(widened[0].size() / n),
-                                  r.row_elems, r.in_rows, r.out_rows, r.zero_unwritten};
+      buffers.ragged_rows = RaggedRows{widened[0].data(), widened[1].data(), widened[2].data(),
+                                       widened[3].data(), static_cast<int>(widened[0].size() / n)};
     }
-    run_host_collective(call, r.kind, buffers, static_cast<int64_t>(r.op),
-                        static_cast<int64_t>(r.algorithm));
+    run_checked(call, buffers);
   });
 }
 
 std::optional<Failure> run_point_to_point(const PointToPointRequest& r) {
   // bytes: no count to compare (each pair's sizes are checked as they meet)
-  return run_call(r, 0, [&](Call& call) { point_to_point(call, r.sends, r.receives); });
+  return run_call(r.address, 0, [&](Call& call) { point_to_point(call, r.sends, r.receives); });
 }
 
 }  // namespace jaccl

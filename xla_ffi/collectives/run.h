@@ -10,9 +10,8 @@
 // peers') and call.site = `site` (common/call_sites.h). body throws jaccl::Error (or anything)
 // on failure; run_call never throws: it posts the failure on the abort board (so the peers
 // stop too) and returns it.
-// run_host_collective() resolves the algorithm and runs one collective on host buffers
-// (throws); run_collective() and run_point_to_point() are one request (collectives/request.h),
-// as every caller describes it, checked and run inside run_call (never throw).
+// run_collective() and run_point_to_point() are one request (collectives/request.h), as every
+// caller describes it, checked and run inside run_call (never throw).
 #pragma once
 
 #include <cstdint>
@@ -47,8 +46,9 @@ std::optional<Failure> run_call(const CallAddress& at, uint64_t op_count, Body&&
     // calls are lane 0's. Lanes run at once only over shared channels; without them every call
     // takes lane 0's lock.
     std::unique_lock<std::recursive_mutex> one_call_per_device;
-    if (at.space == 0 || !world->xla_streams()) {
-      const uint32_t locked = at.space == 0 && world->shares_channels() ? at.lane : 0;
+    const bool own_ops = at.space == Space::kOwnOps;
+    if (own_ops || !world->xla_streams()) {
+      const uint32_t locked = own_ops && world->shares_channels() ? at.lane : 0;
       one_call_per_device =
           std::unique_lock<std::recursive_mutex>(world->device_lock(at.device, locked));
     }
@@ -84,9 +84,6 @@ std::optional<Failure> run_call(const CallAddress& at, uint64_t op_count, Body&&
   }
   return failure;
 }
-
-void run_host_collective(Call& call, CollectiveKind kind, const Buffers& buffers, int64_t op,
-                         int64_t algorithm);
 
 std::optional<Failure> run_collective(const CollectiveRequest& request);
 std::optional<Failure> run_point_to_point(const PointToPointRequest& request);

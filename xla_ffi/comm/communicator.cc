@@ -12,11 +12,11 @@
 namespace jaccl {
 
 Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size_t size,
-                           int group_size, int32_t space, uint32_t lane)
+                           int group_size, Space space, uint32_t lane)
     : world_(world),
       id_(id),
       space_(space),
-      frame_lane_(space == 0            ? lane
+      frame_lane_(space == Space::kOwnOps ? lane
                   : world.xla_streams() ? (static_cast<uint32_t>(id) | 0x80000000u)
                                         : 0),
       group_size_(group_size),
@@ -94,7 +94,7 @@ Channel* Communicator::channel(int64_t src, int64_t dst, int src_rank) {
 }
 
 const char* Communicator::space_label() const {
-  return space_ != 0 ? " (XLA's collectives)" : "";  // the one other space so far
+  return space_ != Space::kOwnOps ? " (XLA's collectives)" : "";  // the one other space so far
 }
 
 Communicator::~Communicator() = default;

@@ -23,6 +23,7 @@
 
 #include <memory>
 
+#include "comm/spaces.h"
 #include "transport/doorbell.h"
 #include "transport/transport.h"
 
@@ -59,18 +60,18 @@ class Communicator {
     std::vector<float> accumulator;  // float32 sums of the MoE combine, reused likewise
   };
 
-  // `space`: the sequence space its calls are numbered in (0: jaccl's own ops; 1: XLA's
-  // collectives through the MPI shim, kJacclXlaCollectives in abi/host_abi.h).
-  // `lane`: the lane of jaccl's own calls it carries (space 0; comm/lanes.h).
+  // `space`: the sequence space its calls are numbered in (jaccl's own ops, or XLA's
+  // collectives through the MPI shim: abi/host_abi.h).
+  // `lane`: the lane of jaccl's own calls it carries (comm/lanes.h).
   Communicator(World& world, uint64_t id, const int64_t* table, size_t size, int group_size,
-               int32_t space = 0, uint32_t lane = 0);
+               Space space = Space::kOwnOps, uint32_t lane = 0);
   ~Communicator();
 
   uint64_t id() const { return id_; }
   // The lane its frames carry (FrameHeader::lane), which names its streams of shared
-  // channels: the call lane in space 0 (so the communicators of one lane share its streams and
-  // stay in order with each other); in other spaces a lane of its own, the id's low 31 bits
-  // with the top bit set, when the world gives them streams of their own
+  // channels: for jaccl's own ops the call lane (so the communicators of one lane share its
+  // streams and stay in order with each other); for XLA's collectives a lane of its own, the
+  // id's low 31 bits with the top bit set, when the world gives them streams of their own
   // (World::xla_streams()), else lane 0.
   uint32_t frame_lane() const { return frame_lane_; }
   // " (XLA's collectives)" for the MPI shim's space, else "": for log lines after the id.
@@ -85,7 +86,7 @@ class Communicator {
 
   World& world_;
   uint64_t id_;
-  int32_t space_;
+  Space space_;
   uint32_t frame_lane_;
   int group_size_;
   std::vector<int64_t> table_;

@@ -311,7 +311,7 @@ SharedChannel* World::shared_channel(int64_t src, int64_t dst) const {
 }
 
 Communicator& World::communicator(const int64_t* table, size_t size, int group_size,
-                                  int32_t space, uint32_t lane, uint64_t split_round) {
+                                  Space space, uint32_t lane, uint64_t split_round) {
   // Another space, lane or split round, another id: peers check it in every frame header, so
   // calls of different communicators never pair.
   const uint64_t id = hash_table(table, size, group_size) +
@@ -328,7 +328,7 @@ Communicator& World::communicator(const int64_t* table, size_t size, int group_s
   }
   // A shared channel's streams are named by the lanes of frames: in spaces other than jaccl's
   // own, the id's low 31 bits (communicator.h), which must then differ.
-  if (xla_streams() && space != 0) {
+  if (xla_streams() && space != Space::kOwnOps) {
     for (const auto& [other, comm] : communicators_) {
       if (comm->frame_lane() == (static_cast<uint32_t>(id) | 0x80000000u)) {
         throw_error(ErrorKind::kInternal, "communicators ", hex(other), " and ", hex(id),

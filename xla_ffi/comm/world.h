@@ -36,6 +36,7 @@
 
 #include "comm/host_links.h"
 #include "comm/lanes.h"
+#include "comm/spaces.h"
 #include "comm/world_config.h"
 #include "transport/shm/host_memory.h"
 #include "transport/tcp/tcp_transport.h"
@@ -103,13 +104,14 @@ class World {
   std::recursive_mutex& device_lock(int64_t device, uint32_t lane = 0) const;
   Doorbell* doorbell(int64_t device) const;
 
-  // The communicator of a group table in sequence space `space` (0: jaccl's own ops; others
-  // number their calls apart on the same devices: abi/host_abi.h), made on first use.
-  // Communicators of one table that must not share members differ in `lane` (jaccl's own
-  // calls, space 0: comm/lanes.h) or in `split_round` (the MPI shim's with several devices per
+  // The communicator of a group table in sequence space `space` (jaccl's own ops; XLA's
+  // collectives number their calls apart on the same devices: abi/host_abi.h), made on first
+  // use. Communicators of one table that must not share members differ in `lane` (jaccl's own
+  // calls: comm/lanes.h) or in `split_round` (the MPI shim's with several devices per
   // process: abi/host_abi.h).
-  Communicator& communicator(const int64_t* table, size_t size, int group_size, int32_t space = 0,
-                             uint32_t lane = 0, uint64_t split_round = 0);
+  Communicator& communicator(const int64_t* table, size_t size, int group_size,
+                             Space space = Space::kOwnOps, uint32_t lane = 0,
+                             uint64_t split_round = 0);
 
   // The call board (transport/shm/host_memory.h): the counter of calls that local `device`
   // has entered in communicator `comm`, claimed on first use; null when the device's board is

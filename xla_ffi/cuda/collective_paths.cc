@@ -36,9 +36,9 @@ void log_path(CollectiveKind kind, size_t bytes, int64_t device, size_t n, const
 // back, all ordered on the stream. The input goes to host memory; so do ragged_all_to_all's
 // output (it keeps the rows nothing arrives at) and index arrays.
 Status staged(const CollectiveRequest& r, int ordinal, cudaStream_t stream, HostEngine host) {
-  const bool ragged = r.kind == CollectiveKind::kRaggedAllToAll;
-  const size_t in_bytes = r.in_count * dtype_size(r.dtype);
-  const size_t out_bytes = r.out_count * dtype_size(r.dtype);
+  const bool ragged = r.address.kind == CollectiveKind::kRaggedAllToAll;
+  const size_t in_bytes = r.in_count * dtype_size(r.address.dtype);
+  const size_t out_bytes = r.out_count * dtype_size(r.address.dtype);
   size_t at = aligned(in_bytes);
   const size_t out_at = at;
   at += aligned(out_bytes);
@@ -69,11 +69,11 @@ Status staged(const CollectiveRequest& r, int ordinal, cudaStream_t stream, Host
     on_host.in = h;
     on_host.out = h + out_at;
     for (int i = 0; ragged && i < 4; ++i) on_host.ragged[i].data = h + index_at[i];
-    std::vector<int64_t> groups(r.groups, r.groups + r.groups_len);
+    std::vector<int64_t> groups(r.address.groups, r.address.groups + r.address.groups_len);
     std::vector<int64_t> pairs(r.pairs, r.pairs + r.pairs_len);
     result = staging.enqueue([on_host, host, groups = std::move(groups),
                               pairs = std::move(pairs)](char* error, size_t len) mutable {
-      on_host.groups = groups.data();
+      on_host.address.groups = groups.data();
       on_host.pairs = pairs.data();
       return host(on_host, error, len);
     });
@@ -90,14 +90,15 @@ Status staged(const CollectiveRequest& r, int ordinal, cudaStream_t stream, Host
 // A group of one: the input is the output (ppermute: unless no pair sends to it, zeros; a
 // reduction: a fold of one operand, whose float sum of -0 is +0, max or min of NaN ±inf).
 Status alone(const CollectiveRequest& r, bool receives, cudaStream_t stream) {
-  const size_t bytes = r.out_count * dtype_size(r.dtype);
+  const Dtype dtype = r.address.dtype;
+  const size_t bytes = r.out_count * dtype_size(dtype);
   if (!receives) {
     cudaError_t err = cudaMemsetAsync(r.out, 0, bytes, stream);
     return err == cudaSuccess ? Status::Ok() : cuda_error(err, "zeroing a ppermute result");
   }
-  if (reduces(r.kind)) {
+  if (reduces(r.address.kind)) {
     const void* in = r.in;
-    cudaError_t err = launch_reduce(r.op, r.dtype, r.out, &in, 1, r.out_count, stream);
+    cudaError_t err = launch_reduce(r.op, dtype, r.out, &in, 1, r.out_count, stream);
     return err == cudaSuccess ? Status::Ok() : cuda_error(err, "reducing a group of one");
   }
   if (r.out == r.in || bytes == 0) return Status::Ok();
@@ -130,11 +131,13 @@ Status run_on_gpu(CollectiveRequest r, int ordinal, cudaStream_t stream, HostEng
     return failed(ErrorKind::kFailedPrecondition,
                   "jaccl: the CUDA handlers have no engine (import jax_jaccl first)");
   }
+  CallAddress& at = r.address;
   CallGroup g;
-  if (Status s = find_call_group(ordinal, r.groups, r.groups_len, r.group_size, &g); s.failure()) {
+  if (Status s = find_call_group(ordinal, at.groups, at.groups_len, at.group_size, &g);
+      s.failure()) {
     return s;
   }
-  r.device = g.device;
+  at.device = g.device;
   LocalDevice* local = g.local;
   const std::vector<int64_t>& members = g.members;
   const int rank = g.rank;
@@ -144,32 +147,19 @@ Status run_on_gpu(CollectiveRequest r, int ordinal, cudaStream_t stream, HostEng
   } catch (const Error& e) {
     return failed(e.kind(), e.what());
   }
-  const bool ragged = r.kind == CollectiveKind::kRaggedAllToAll;
-  const int source = r.kind == CollectiveKind::kPermute ? partners.receive_from : rank;
+  const bool ragged = at.kind == CollectiveKind::kRaggedAllToAll;
+  const int source = at.kind == CollectiveKind::kPermute ? partners.receive_from : rank;
   if (members.size() == 1 && !ragged) return alone(r, source >= 0, stream);
-  const size_t bytes = std::max(r.in_count, r.out_count) * dtype_size(r.dtype);
+  const size_t bytes = std::max(r.in_count, r.out_count) * dtype_size(at.dtype);
   const PathMode mode = path_mode();
   if (mode != PathMode::kStaged && !ragged && peer_path_group(local, members)) {
-    PeerCollective call;
-    call.kind = r.kind;
-    call.site = r.site;
-    call.dtype = r.dtype;
-    call.op = r.op;
-    call.algorithm = r.algorithm;
-    call.in = r.in;
-    call.out = r.out;
-    call.in_count = r.in_count;
-    call.out_count = r.out_count;
-    call.outer_in = r.outer_in;
-    call.outer_out = r.outer_out;
-    call.receive_from = source;
-    const bool one_shot = r.kind == CollectiveKind::kAllReduce &&
-        peer_all_reduce_algorithm(call.algorithm, bytes) == Algorithm::kNaive;
-    log_path(r.kind, bytes, r.device, members.size(),
-             r.kind != CollectiveKind::kAllReduce ? "peer path" : one_shot ? "peer path, one-shot"
+    const bool one_shot = at.kind == CollectiveKind::kAllReduce &&
+        peer_all_reduce_algorithm(r.algorithm, bytes) == Algorithm::kNaive;
+    log_path(at.kind, bytes, at.device, members.size(),
+             at.kind != CollectiveKind::kAllReduce ? "peer path" : one_shot ? "peer path, one-shot"
                                                                             : "peer path, two-shot");
     count_call(/*peer=*/true);
-    cudaError_t err = run_peer_collective(*local, members, rank, call, stream);
+    cudaError_t err = run_peer_collective(*local, members, rank, r, source, stream);
     return err == cudaSuccess ? Status::Ok() : cuda_error(err, "enqueueing a peer collective");
   }
   if (mode == PathMode::kPeer) {
@@ -179,11 +169,11 @@ Status run_on_gpu(CollectiveRequest r, int ordinal, cudaStream_t stream, HostEng
                     "staged through host memory)");
     }
     return failed(ErrorKind::kFailedPrecondition,
-                  text("jaccl: JACCL_CUDA_PATH=peer but the group of device ", r.device,
+                  text("jaccl: JACCL_CUDA_PATH=peer but the group of device ", at.device,
                        " cannot take the peer path (it needs every member on this host, mapped "
                        "both ways, at most ", kMaxPeers, " members)"));
   }
-  log_path(r.kind, bytes, r.device, members.size(), "staged through host memory");
+  log_path(at.kind, bytes, at.device, members.size(), "staged through host memory");
   count_call(/*peer=*/false);
   return staged(r, ordinal, stream, host);
 }

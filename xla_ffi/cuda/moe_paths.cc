@@ -18,8 +18,9 @@ namespace {
 size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 size_t out_bytes(const MoeRequest& c) {
-  const bool weights = c.kind == CollectiveKind::kMoeCombine && c.pair_dot;  // float32 [tokens, k]
-  return c.out_count * dtype_size(weights ? Dtype::kF32 : c.dtype);
+  // float32 [tokens, k]
+  const bool weights = c.address.kind == CollectiveKind::kMoeCombine && c.pair_dot;
+  return c.out_count * dtype_size(weights ? Dtype::kF32 : c.address.dtype);
 }
 
 // Copies every operand the request points at (device memory) into pinned host memory, runs the
@@ -28,12 +29,13 @@ Status staged_moe(int ordinal, cudaStream_t stream, const MoeRequest& c, HostMoe
   MoeRequest on_host = c;
   // (where the field of on_host lives, the device data, its bytes)
   std::vector<std::tuple<const void**, const void*, size_t>> inputs;
-  inputs.emplace_back(&on_host.rows, c.rows, c.rows_count * c.row_elems * dtype_size(c.dtype));
+  inputs.emplace_back(&on_host.rows, c.rows,
+                      c.rows_count * c.row_elems * dtype_size(c.address.dtype));
   for (int i = 0; i < 4; ++i) {
     inputs.emplace_back(reinterpret_cast<const void**>(&on_host.lists[i]), c.lists[i],
                         c.list_counts[i] * sizeof(int32_t));
   }
-  if (c.kind == CollectiveKind::kMoeDispatch) {
+  if (c.address.kind == CollectiveKind::kMoeDispatch) {
     inputs.emplace_back(reinterpret_cast<const void**>(&on_host.topk_idx), c.topk_idx,
                         c.topk_count * sizeof(int32_t));
   } else {
@@ -57,9 +59,11 @@ Status staged_moe(int ordinal, cudaStream_t stream, const MoeRequest& c, HostMoe
     }
     on_host.out = host + total;
     if (result.success()) {
+      const CallAddress& at = c.address;
       result = staging.enqueue([on_host, engine, groups = std::vector<int64_t>(
-                                    c.groups, c.groups + c.groups_len)](char* error, size_t len) mutable {
-        on_host.groups = groups.data();
+                                    at.groups, at.groups + at.groups_len)](char* error,
+                                                                           size_t len) mutable {
+        on_host.address.groups = groups.data();
         return engine(on_host, error, len);
       });
     }
@@ -74,8 +78,8 @@ Status staged_moe(int ordinal, cudaStream_t stream, const MoeRequest& c, HostMoe
 
 PeerMoeCall peer_call(const MoeRequest& c) {
   PeerMoeCall p;
-  p.combine = c.kind == CollectiveKind::kMoeCombine;
-  p.dtype = c.dtype;
+  p.combine = c.address.kind == CollectiveKind::kMoeCombine;
+  p.dtype = c.address.dtype;
   p.rows = static_cast<const char*>(c.rows);
   p.rows_count = c.rows_count;
   p.row_bytes = c.row_elems * dtype_size(p.dtype);
@@ -85,7 +89,7 @@ PeerMoeCall peer_call(const MoeRequest& c) {
   p.topk_idx = c.topk_idx;
   p.topk_count = c.topk_count;
   p.num_experts = c.num_experts;
-  p.site = c.site;
+  p.site = c.address.site;
   if (p.combine && c.pair_dot) p.dout = c.extra;
   if (p.combine && !c.pair_dot) p.weights = static_cast<const float*>(c.extra);
   p.tokens = c.out_rows;
@@ -105,11 +109,13 @@ Status run_moe_on_gpu(MoeRequest c, int ordinal, cudaStream_t stream, HostMoeEng
     return failed(ErrorKind::kFailedPrecondition,
                   "jaccl: the CUDA handlers have no engine (import jax_jaccl first)");
   }
+  CallAddress& at = c.address;
   CallGroup g;
-  if (Status s = find_call_group(ordinal, c.groups, c.groups_len, c.group_size, &g); s.failure()) {
+  if (Status s = find_call_group(ordinal, at.groups, at.groups_len, at.group_size, &g);
+      s.failure()) {
     return s;
   }
-  c.device = g.device;
+  at.device = g.device;
   LocalDevice* local = g.local;
   const std::vector<int64_t>& members = g.members;
   const int rank = g.rank;

@@ -50,19 +50,19 @@ StridedView contiguous(const void* base, size_t first = 0) {
 class PeerSchedule {
  public:
   PeerSchedule(LocalDevice& me, const std::vector<int64_t>& members, int rank,
-               const PeerCollective& call, cudaStream_t stream)
+               const CollectiveRequest& call, int receive_from, cudaStream_t stream)
       : group_(me, members, rank), rank_(rank), n_(static_cast<int>(members.size())), call_(call),
-        stream_(stream), esize_(dtype_size(call.dtype)) {
+        receive_from_(receive_from), stream_(stream), esize_(dtype_size(call.address.dtype)) {
     // Chunks keep every packed block 16-byte aligned in the staging area.
     vec_ = std::max<size_t>(1, 16 / esize_);
     capacity_ = me.workspace.data_bytes / esize_ / vec_ * vec_;
-    one_shot_ = call.kind == CollectiveKind::kAllReduce &&
+    one_shot_ = call.address.kind == CollectiveKind::kAllReduce &&
                 peer_all_reduce_algorithm(call.algorithm, call.in_count * esize_) == Algorithm::kNaive;
   }
 
   cudaError_t run() {
     if (capacity_ < vec_ * n_) return cudaErrorInvalidValue;  // below the 1 MiB minimum
-    switch (call_.kind) {
+    switch (call_.address.kind) {
       case CollectiveKind::kAllReduce: return all_reduce();
       case CollectiveKind::kReduceScatter: return split_input(/*reduce=*/true);
       case CollectiveKind::kAllToAll: return split_input(/*reduce=*/false);
@@ -167,9 +167,9 @@ class PeerSchedule {
                                         cudaMemcpyDeviceToDevice, stream_);
       if (err == cudaSuccess) err = barrier(true, a);
       if (err == cudaSuccess) {
-        err = call_.receive_from < 0
+        err = receive_from_ < 0
                   ? cudaMemsetAsync(at(call_.out, a), 0, m * esize_, stream_)
-                  : cudaMemcpyAsync(at(call_.out, a), staging(call_.receive_from), m * esize_,
+                  : cudaMemcpyAsync(at(call_.out, a), staging(receive_from_), m * esize_,
                                     cudaMemcpyDefault, stream_);
       }
       if (err == cudaSuccess) err = barrier(false, a);
@@ -182,16 +182,17 @@ class PeerSchedule {
   cudaError_t reduce(void* dst, size_t offset, size_t m) {
     const void* srcs[kMaxPeers];
     for (int q = 0; q < n_; ++q) srcs[q] = at(staging(q), offset);
-    return launch_reduce(call_.op, call_.dtype, dst, srcs, n_, m, stream_);
+    return launch_reduce(call_.op, call_.address.dtype, dst, srcs, n_, m, stream_);
   }
 
   cudaError_t barrier(bool start, size_t chunk_first) {
     // Everything the ranks must agree on, the schedule included (JACCL_CUDA_ONESHOT_KB and
     // the staging size decide it): a rank running another schedule fails the first barrier.
+    const CallAddress& at = call_.address;
     const uint64_t call[kDescriptorWords] = {
-        static_cast<uint64_t>(call_.kind) | static_cast<uint64_t>(call_.dtype) << 8 |
+        static_cast<uint64_t>(at.kind) | static_cast<uint64_t>(at.dtype) << 8 |
             static_cast<uint64_t>(call_.op) << 16 | static_cast<uint64_t>(one_shot_) << 24 |
-            static_cast<uint64_t>(call_.site) << 32,
+            static_cast<uint64_t>(at.site) << 32,
         call_.in_count, call_.out_count, call_.outer_in, call_.outer_out, chunk_first,
         group_.hash(), chunk_};
     return group_.barrier(start, call, stream_);
@@ -199,7 +200,8 @@ class PeerSchedule {
 
   PeerGroup group_;
   const int rank_, n_;
-  const PeerCollective& call_;
+  const CollectiveRequest& call_;
+  const int receive_from_;
   cudaStream_t stream_;
   const size_t esize_;
   size_t vec_ = 1, capacity_ = 0, chunk_ = 0;
@@ -220,10 +222,11 @@ Algorithm peer_all_reduce_algorithm(Algorithm requested, size_t bytes) {
 }
 
 cudaError_t run_peer_collective(LocalDevice& me, const std::vector<int64_t>& members, int rank,
-                                const PeerCollective& call, cudaStream_t stream) {
+                                const CollectiveRequest& call, int receive_from,
+                                cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(me.mutex);
   cudaGetLastError();  // an unrelated earlier error must not look like ours
-  cudaError_t err = PeerSchedule(me, members, rank, call, stream).run();
+  cudaError_t err = PeerSchedule(me, members, rank, call, receive_from, stream).run();
   if (err != cudaSuccess) {
     mark_broken(me, members, std::string("enqueueing a peer collective: ") + cudaGetErrorString(err));
   }

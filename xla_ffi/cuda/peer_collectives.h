@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "collectives/kinds.h"
+#include "collectives/request.h"
 #include "common/dtype.h"
 #include "common/reduce.h"
 #include "cuda/peer_group.h"
@@ -21,24 +22,15 @@
 
 namespace jaccl::cuda {
 
-struct PeerCollective {
-  CollectiveKind kind = CollectiveKind::kAllReduce;
-  Dtype dtype = Dtype::kF32;
-  ReduceOp op = ReduceOp::kSum;
-  Algorithm algorithm = Algorithm::kAuto;
-  const void* in = nullptr;
-  void* out = nullptr;
-  size_t in_count = 0, out_count = 0, outer_in = 1, outer_out = 1;
-  int receive_from = -1;  // ppermute: the rank whose input this rank gets (-1: zeros)
-  uint32_t site = 0;      // where it was written (common/call_sites.h); ranks must agree
-};
-
 // The all_reduce schedule the peer path uses for `bytes` (kNaive = one-shot, kMesh = two-shot).
 Algorithm peer_all_reduce_algorithm(Algorithm requested, size_t bytes);
 // The largest all_reduce that goes one-shot (JACCL_CUDA_ONESHOT_KB, through configure()).
 void set_one_shot_limit_bytes(size_t bytes);
 
+// `call`: a checked request (collectives/request.h) of device buffers, its site agreed by the
+// ranks; `receive_from`: ppermute's rank whose input this rank gets (-1: zeros).
 cudaError_t run_peer_collective(LocalDevice& me, const std::vector<int64_t>& members, int rank,
-                                const PeerCollective& call, cudaStream_t stream);
+                                const CollectiveRequest& call, int receive_from,
+                                cudaStream_t stream);
 
 }  // namespace jaccl::cuda

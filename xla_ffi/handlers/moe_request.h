@@ -23,14 +23,14 @@ inline MoeRequest moe_request(CollectiveKind kind, int64_t device,
                               const xla::ffi::AnyBuffer& rows,
                               const MoeList32* const lists[4], xla::ffi::AnyBuffer& out) {
   MoeRequest r;
-  r.kind = kind;
-  r.device = device;
-  r.groups = groups.begin();
-  r.groups_len = groups.size();
-  r.group_size = group_size;
-  r.site = static_cast<uint32_t>(site);
-  r.lane = lane_of_attribute(lane);
-  r.dtype = dtype;
+  r.address.kind = kind;
+  r.address.dtype = dtype;
+  r.address.device = device;
+  r.address.groups = groups.begin();
+  r.address.groups_len = groups.size();
+  r.address.group_size = group_size;
+  r.address.lane = lane_of_attribute(lane);
+  r.address.site = static_cast<uint32_t>(site);
   r.rows = rows.untyped_data();
   r.rows_count = leading(rows);
   r.row_elems = trailing(rows);

@@ -6,17 +6,17 @@ namespace jaccl {
 
 void check_moe_request(const MoeRequest& c, int n) {
   // An exchange moves rows as bytes (FP8 ones too); combine adds them: floats only.
-  if (c.kind == CollectiveKind::kMoeCombine && c.dtype != Dtype::kF32 &&
-      c.dtype != Dtype::kBF16 && c.dtype != Dtype::kF16) {
+  if (c.address.kind == CollectiveKind::kMoeCombine && c.address.dtype != Dtype::kF32 &&
+      c.address.dtype != Dtype::kBF16 && c.address.dtype != Dtype::kF16) {
     throw_error(ErrorKind::kInvalidArgument, "MoE rows must be float32, bfloat16 or float16, not ",
-                dtype_name(c.dtype));
+                dtype_name(c.address.dtype));
   }
   const uint64_t offsets = static_cast<uint64_t>(n) + 1;
   if (c.list_counts[kSendOffsets] != offsets || c.list_counts[kRecvOffsets] != offsets) {
     throw_error(ErrorKind::kInvalidArgument, "MoE offsets need ", offsets,
                 " entries (group size + 1)");
   }
-  if (c.kind == CollectiveKind::kMoeDispatch) {
+  if (c.address.kind == CollectiveKind::kMoeDispatch) {
     if (c.out_rows * c.row_elems != c.out_count) {
       throw_error(ErrorKind::kInvalidArgument, "MoE exchange rows differ in length");
     }
@@ -28,7 +28,7 @@ void check_moe_request(const MoeRequest& c, int n) {
                 c.pair_dot ? "k" : "hidden", "]");
   }
   if (c.pair_dot) {
-    if (c.extra_dtype != c.dtype || c.extra_count != c.out_rows * c.row_elems) {
+    if (c.extra_dtype != c.address.dtype || c.extra_count != c.out_rows * c.row_elems) {
       throw_error(ErrorKind::kInvalidArgument,
                   "moe pair_dot: dout must be [tokens, hidden] of y's dtype");
     }

@@ -42,9 +42,9 @@ void combine(Call& call, const MoeRequest& c) {
 }  // namespace
 
 std::optional<Failure> run_moe(const MoeRequest& c) {
-  return run_call(c, c.rows_count * c.row_elems, [&](Call& call) {
+  return run_call(c.address, c.rows_count * c.row_elems, [&](Call& call) {
     check_moe_request(c, call.member->size);
-    if (c.kind == CollectiveKind::kMoeDispatch) {
+    if (c.address.kind == CollectiveKind::kMoeDispatch) {
       dispatch(call, c);
     } else {
       combine(call, c);

@@ -25,8 +25,18 @@ static void set_status(void* status, int source, int tag) {
 static int transfer(const JmpiComm* c, const struct JacclTransfer* sends, size_t num_sends,
                     const struct JacclTransfer* receives, size_t num_receives) {
   if (c->local_devices > 1) return refuse_world(c);
-  JacclHostP2p call = {my_device(c), c->devices, (size_t)c->size, sends, num_sends, receives,
-                       num_receives, kJacclXlaCollectives, c->split_round};
+  JacclHostP2p call;
+  memset(&call, 0, sizeof call);
+  call.address.space = kJacclXlaCollectives;
+  call.address.device = my_device(c);
+  call.address.groups = c->devices;
+  call.address.groups_len = (size_t)c->size;
+  call.address.group_size = c->size;
+  call.address.split_round = c->split_round;
+  call.sends = sends;
+  call.num_sends = num_sends;
+  call.receives = receives;
+  call.num_receives = num_receives;
   char error[kMessageBytes];
   if (atomic_load(&engine)->run_p2p(&call, error, sizeof error) != 0) {
     return fail(JMPI_ERR_OTHER, "%s", error);

@@ -281,7 +281,7 @@ JMPI_EXPORT int jaccl_mpiabi_attach(const JacclMpiEngine* e, char* error, size_t
 }
 
 
-static int run(const JacclHostCall* call) {
+static int run(const JacclCollectiveRequest* call) {
   char error[kMessageBytes];
   if (atomic_load(&engine)->run_call(call, error, sizeof error) != 0) {
     return fail(JMPI_ERR_OTHER, "%s", error);
@@ -304,23 +304,24 @@ int collective_at(int32_t kind, const JmpiComm* c, const JmpiType* type, int32_t
                          uint32_t site) {
   if (c->local_devices > 1) return refuse_world(c);
   if (type->code < 0) return fail(JMPI_ERR_TYPE, "jaccl: no engine type %s", type->name);
-  JacclHostCall call;
+  JacclCollectiveRequest call;
   memset(&call, 0, sizeof call);
-  call.kind = kind;
-  call.device = my_device(c);
-  call.groups = c->devices;
-  call.groups_len = (size_t)c->size;
-  call.group_size = c->size;
-  call.dtype = type->code;
-  call.op = op;
+  call.address.kind = (uint8_t)kind;
+  call.address.dtype = (uint8_t)type->code;
+  call.address.space = kJacclXlaCollectives;
+  call.address.device = my_device(c);
+  call.address.groups = c->devices;
+  call.address.groups_len = (size_t)c->size;
+  call.address.group_size = c->size;
+  call.address.split_round = c->split_round;
+  call.address.site = site;
+  call.op = (uint8_t)op;
   call.in = in;
   call.out = out;
   call.in_count = count * (size_t)type->parts;
   call.out_count = out_count * (size_t)type->parts;
   call.outer_in = call.outer_out = 1;
-  call.space = kJacclXlaCollectives;
-  call.split_round = c->split_round;
-  call.site = site;
+  call.row_elems = 1;
   return run(&call);
 }
 

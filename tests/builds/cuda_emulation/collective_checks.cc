@@ -18,7 +18,6 @@
 namespace jaccl::emulated {
 namespace {
 
-using cuda::PeerCollective;
 
 struct Case {
   CollectiveKind kind;
@@ -121,9 +120,9 @@ void run_case(cuda::EmulatedWorld& world, const Case& c, int case_index, int64_t
   std::vector<char> in = input_of(c, case_index, device, s.in_count);
   std::vector<char> separate(s.out_count * dtype_size(c.dtype) + 16, 0x5a);
   void* out = c.aliased ? static_cast<void*>(in.data()) : separate.data();
-  PeerCollective call;
-  call.kind = c.kind;
-  call.dtype = c.dtype;
+  CollectiveRequest call;
+  call.address.kind = c.kind;
+  call.address.dtype = c.dtype;
   call.op = c.op;
   call.algorithm = c.algorithm;
   call.in = in.data();
@@ -132,7 +131,8 @@ void run_case(cuda::EmulatedWorld& world, const Case& c, int case_index, int64_t
   call.out_count = s.out_count;
   call.outer_in = c.outer_in;
   call.outer_out = c.outer_out;
-  const cudaError_t err = cuda::run_peer_collective(world.device(static_cast<int>(device)), *members, rank, call, nullptr);
+  const cudaError_t err = cuda::run_peer_collective(world.device(static_cast<int>(device)),
+                                                    *members, rank, call, -1, nullptr);
   const std::string what = name_of(c, n) + " rank " + std::to_string(rank);
   CHECK(err == cudaSuccess, what + ": enqueue failed: " + cuda::failure(world.device(static_cast<int>(device))));
   CHECK(same_values(c.dtype, out, expected(c, case_index, *members, rank).data(), s.out_count), what);

@@ -31,10 +31,10 @@ std::vector<int64_t> everyone(int n) {
 
 cudaError_t all_reduce(cuda::EmulatedWorld& world, int rank, int n, size_t count) {
   std::vector<float> data(count, 1.0f);
-  cuda::PeerCollective call;
+  CollectiveRequest call;
   call.in = call.out = data.data();
   call.in_count = call.out_count = count;
-  return cuda::run_peer_collective(world.device(rank), everyone(n), rank, call, nullptr);
+  return cuda::run_peer_collective(world.device(rank), everyone(n), rank, call, -1, nullptr);
 }
 
 int32_t error_of(cuda::EmulatedWorld& world, int g) { return world.device(g).status_host->error; }

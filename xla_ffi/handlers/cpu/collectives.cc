@@ -33,15 +33,15 @@ namespace {
 struct Request : CollectiveRequest {
   Request(CollectiveKind kind, int64_t device, ffi::Span<const int64_t> groups,
           int64_t group_size, int64_t site, int64_t lane, const ffi::AnyBuffer& in,
-          ffi::Result<ffi::AnyBuffer>& result) {
-    this->kind = kind;
-    this->device = device;
-    this->groups = groups.begin();
-    groups_len = groups.size();
-    this->group_size = group_size;
-    this->lane = lane_of_attribute(lane);
-    this->site = static_cast<uint32_t>(site);
-    known_type = dtype_of_xla(in.element_type(), &dtype);
+          ffi::Result<ffi::AnyBuffer>& result) : CollectiveRequest{} {
+    address.kind = kind;
+    address.device = device;
+    address.groups = groups.begin();
+    address.groups_len = groups.size();
+    address.group_size = group_size;
+    address.lane = lane_of_attribute(lane);
+    address.site = static_cast<uint32_t>(site);
+    known_type = dtype_of_xla(in.element_type(), &address.dtype);
     element_type = in.element_type();
     this->in = in.untyped_data();
     out = result->untyped_data();
@@ -58,13 +58,14 @@ struct Request : CollectiveRequest {
 // copies of the group table and the ppermute pairs: XLA keeps the call's buffers alive until
 // the future completes, not its attributes.
 ffi::Future submit(const Request& r) {
-  if (!r.known_type) return completed(unsupported_type(r.kind, r.element_type));
-  if (runs_now(r.device, r.lane, r.bytes)) return completed(to_ffi(run_collective(r)));
+  const CallAddress& at = r.address;
+  if (!r.known_type) return completed(unsupported_type(at.kind, r.element_type));
+  if (runs_now(at.device, at.lane, r.bytes)) return completed(to_ffi(run_collective(r)));
   CollectiveRequest queued = r;
-  std::vector<int64_t> table(r.groups, r.groups + r.groups_len);
+  std::vector<int64_t> table(at.groups, at.groups + at.groups_len);
   std::vector<int64_t> pairs(r.pairs, r.pairs + r.pairs_len);
-  return queue(r.device, r.lane, [queued, table, pairs]() mutable {
-    queued.groups = table.data();
+  return queue(at.device, at.lane, [queued, table, pairs]() mutable {
+    queued.address.groups = table.data();
     queued.pairs = pairs.data();
     return run_collective(queued);
   });

@@ -28,10 +28,11 @@ using Ints = MoeList32;
 // Runs `r` at once or queued on its lane's call thread (async_call.h). Its buffers are XLA's,
 // alive until the call completes; a queued call takes a copy of the group table.
 ffi::Future finish_moe(MoeRequest r, size_t bytes) {
-  if (runs_now(r.device, r.lane, bytes)) return completed(to_ffi(run_moe(r)));
-  std::vector<int64_t> table(r.groups, r.groups + r.groups_len);
-  return queue(r.device, r.lane, [r, table]() mutable {
-    r.groups = table.data();
+  const CallAddress& at = r.address;
+  if (runs_now(at.device, at.lane, bytes)) return completed(to_ffi(run_moe(r)));
+  std::vector<int64_t> table(at.groups, at.groups + at.groups_len);
+  return queue(at.device, at.lane, [r, table]() mutable {
+    r.address.groups = table.data();
     return run_moe(r);
   });
 }

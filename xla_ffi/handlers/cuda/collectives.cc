@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "abi/host_call.h"
+#include "abi/host_abi.h"
 #include "cuda/collective_paths.h"
 #include "cuda/staging.h"
 #include "handlers/cuda/symbols.h"
@@ -29,8 +29,7 @@ namespace {
 JacclRunHostCall engine = nullptr;
 
 int run_on_host(const CollectiveRequest& request, char* error, size_t error_len) {
-  const JacclHostCall call = host_call_of(request);
-  return engine(&call, error, error_len);
+  return engine(&request, error, error_len);
 }
 
 // The request of a collective of `in` into `out`. GPU calls are stream-ordered: every handler
@@ -38,16 +37,17 @@ int run_on_host(const CollectiveRequest& request, char* error, size_t error_len)
 bool request(CollectiveKind kind, ffi::Span<const int64_t> groups, int64_t group_size,
              int64_t site, const ffi::AnyBuffer& in, ffi::Result<ffi::AnyBuffer>& out,
              CollectiveRequest* r) {
-  r->kind = kind;
-  r->groups = groups.begin();
-  r->groups_len = groups.size();
-  r->group_size = group_size;
-  r->site = static_cast<uint32_t>(site);
+  r->address.kind = kind;
+  r->address.groups = groups.begin();
+  r->address.groups_len = groups.size();
+  r->address.group_size = group_size;
+  r->address.site = static_cast<uint32_t>(site);
   r->in = in.untyped_data();
   r->out = out->untyped_data();
   r->in_count = in.element_count();
   r->out_count = out->element_count();
-  return dtype_of_xla(in.element_type(), &r->dtype) && out->element_type() == in.element_type();
+  return dtype_of_xla(in.element_type(), &r->address.dtype) &&
+         out->element_type() == in.element_type();
 }
 
 ffi::Error run(const CollectiveRequest& r, bool known_type, cudaStream_t stream, int32_t ordinal) {

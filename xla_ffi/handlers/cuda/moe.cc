@@ -8,7 +8,7 @@
 // owns through abi/host_abi.h (set_moe_engine).
 #include <cuda_runtime.h>
 
-#include "abi/host_call.h"
+#include "abi/host_abi.h"
 #include "cuda/moe_paths.h"
 #include "handlers/cuda/symbols.h"
 #include "handlers/ffi_status.h"
@@ -27,8 +27,7 @@ JacclRunHostMoe moe_engine = nullptr;
 using Ints = MoeList32;
 
 int run_on_host(const MoeRequest& request, char* error, size_t error_len) {
-  const JacclHostMoeCall call = host_moe_call_of(request);
-  return moe_engine(&call, error, error_len);
+  return moe_engine(&request, error, error_len);
 }
 
 ffi::Error run(const MoeRequest& r, cudaStream_t stream, int32_t ordinal) {
