@@ -17,12 +17,6 @@ namespace {
 
 size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-size_t out_bytes(const MoeRequest& c) {
-  // float32 [tokens, k]
-  const bool weights = c.address.kind == CollectiveKind::kMoeCombine && c.pair_dot;
-  return c.out_count * dtype_size(weights ? Dtype::kF32 : c.address.dtype);
-}
-
 // Copies every operand the request points at (device memory) into pinned host memory, runs the
 // engine on the host copies, and copies the result back into the request's (device) output.
 Status staged_moe(int ordinal, cudaStream_t stream, const MoeRequest& c, HostMoeEngine engine) {
@@ -76,30 +70,6 @@ Status staged_moe(int ordinal, cudaStream_t stream, const MoeRequest& c, HostMoe
   return result;
 }
 
-PeerMoeCall peer_call(const MoeRequest& c) {
-  PeerMoeCall p;
-  p.combine = c.address.kind == CollectiveKind::kMoeCombine;
-  p.dtype = c.address.dtype;
-  p.rows = static_cast<const char*>(c.rows);
-  p.rows_count = c.rows_count;
-  p.row_bytes = c.row_elems * dtype_size(p.dtype);
-  for (int i = 0; i < 4; ++i) p.lists[i] = c.lists[i];
-  p.send_capacity = c.list_counts[kSendRows];
-  p.recv_capacity = c.list_counts[kRecvRows];
-  p.topk_idx = c.topk_idx;
-  p.topk_count = c.topk_count;
-  p.num_experts = c.num_experts;
-  p.site = c.address.site;
-  if (p.combine && c.pair_dot) p.dout = c.extra;
-  if (p.combine && !c.pair_dot) p.weights = static_cast<const float*>(c.extra);
-  p.tokens = c.out_rows;
-  p.topk = static_cast<size_t>(c.topk);
-  p.out = c.out;
-  p.out_rows = c.out_rows;
-  p.out_bytes = out_bytes(c);
-  return p;
-}
-
 Status failed(ErrorKind kind, std::string why) { return Status::Failure(kind, std::move(why)); }
 
 }  // namespace
@@ -126,16 +96,15 @@ Status run_moe_on_gpu(MoeRequest c, int ordinal, cudaStream_t stream, HostMoeEng
   }
   const PathMode mode = path_mode();
   if (mode != PathMode::kStaged && peer_path_group(local, members)) {
-    const PeerMoeCall peer = peer_call(c);
-    if (peer_moe_fits(*local, peer)) {
+    if (peer_moe_fits(*local, c)) {
       count_call(/*peer=*/true);
-      cudaError_t err = run_peer_moe(*local, members, rank, peer, stream);
+      cudaError_t err = run_peer_moe(*local, members, rank, c, stream);
       return err == cudaSuccess ? Status::Ok() : cuda_error(err, "enqueueing a peer MoE op");
     }
     if (mode == PathMode::kPeer) {
       return failed(ErrorKind::kFailedPrecondition,
                     text("jaccl: JACCL_CUDA_PATH=peer but this MoE op's rows (",
-                         peer.send_capacity * peer.row_bytes >> 20,
+                         c.list_counts[kSendRows] * c.row_elems * dtype_size(at.dtype) >> 20,
                          " MiB) do not fit the staging area: raise JACCL_CUDA_BUFFER_MB"));
     }
   } else if (mode == PathMode::kPeer) {

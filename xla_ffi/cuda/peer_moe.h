@@ -15,34 +15,15 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/dtype.h"
 #include "cuda/peers.h"
+#include "moe/request.h"
 
 namespace jaccl::cuda {
 
-struct PeerMoeCall {
-  bool combine = false;             // false: dispatch
-  Dtype dtype = Dtype::kF32;
-  const char* rows = nullptr;       // rows to send (x or y)
-  size_t rows_count = 0, row_bytes = 0;
-  const int32_t* lists[4] = {};     // send rows, send offsets, receive rows/pairs, receive offsets
-  size_t send_capacity = 0, recv_capacity = 0;
-  // dispatch
-  const int32_t* topk_idx = nullptr;
-  size_t topk_count = 0;
-  int64_t num_experts = 0;
-  // combine
-  const float* weights = nullptr;   // weighted sum
-  const void* dout = nullptr;       // pair_dot
-  size_t tokens = 0, topk = 0;
-  void* out = nullptr;
-  size_t out_rows = 0, out_bytes = 0;
-  uint32_t site = 0;                // common/call_sites.h; ranks must agree
-};
-
-bool peer_moe_fits(const LocalDevice& me, const PeerMoeCall& call);
+// `call`: a checked request (moe/request.h) of device buffers, its site agreed by the ranks.
+bool peer_moe_fits(const LocalDevice& me, const MoeRequest& call);
 
 cudaError_t run_peer_moe(LocalDevice& me, const std::vector<int64_t>& members, int rank,
-                         const PeerMoeCall& call, cudaStream_t stream);
+                         const MoeRequest& call, cudaStream_t stream);
 
 }  // namespace jaccl::cuda

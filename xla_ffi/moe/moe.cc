@@ -63,6 +63,21 @@ void check_list(const Call& call, const int32_t* rows, const int32_t* offsets, s
   }
 }
 
+// A request's routing lists (moe/moe.h), by what they are.
+struct RowLists {
+  const int32_t* send_rows;
+  const int32_t* send_offsets;  // group size + 1 entries
+  size_t send_capacity;         // entries send_rows may hold
+  const int32_t* recv_rows;
+  const int32_t* recv_offsets;
+  size_t recv_capacity;
+};
+
+RowLists lists_of(const MoeRequest& c) {
+  return RowLists{c.lists[kSendRows], c.lists[kSendOffsets], c.list_counts[kSendRows],
+                  c.lists[kRecvRows], c.lists[kRecvOffsets], c.list_counts[kRecvRows]};
+}
+
 size_t listed(const int32_t* offsets, int q) {
   return static_cast<size_t>(offsets[q + 1] - offsets[q]);
 }
@@ -124,19 +139,19 @@ JACCL_VECTOR_CLONES void store_row(Dtype dtype, void* out, const float* acc, siz
 
 // out[t, k] = <dout[t], row(t, k)> in float32, for tokens [t0, t1).
 template <typename T>
-void pair_dot(const CombineArgs& a, const std::vector<const void*>& pair_rows, size_t t0,
+void pair_dot(const MoeRequest& c, const std::vector<const void*>& pair_rows, size_t t0,
               size_t t1) {
-  const size_t h = a.row_elems;
-  const T* dout = static_cast<const T*>(a.dout);
-  float* out = static_cast<float*>(a.out);
+  const size_t h = c.row_elems, topk = static_cast<size_t>(c.topk);
+  const T* dout = static_cast<const T*>(c.extra);
+  float* out = static_cast<float*>(c.out);
   for (size_t t = t0; t < t1; ++t) {
-    for (size_t k = 0; k < a.topk; ++k) {
-      const T* row = static_cast<const T*>(pair_rows[t * a.topk + k]);
+    for (size_t k = 0; k < topk; ++k) {
+      const T* row = static_cast<const T*>(pair_rows[t * topk + k]);
       float dot = 0.0f;
       if (row != nullptr) {
         for (size_t i = 0; i < h; ++i) dot += to_f32(dout[t * h + i]) * to_f32(row[i]);
       }
-      out[t * a.topk + k] = dot;
+      out[t * topk + k] = dot;
     }
   }
 }
@@ -161,15 +176,16 @@ struct PairRows {
 // result does not depend on when rows arrive.
 class StreamingCombine : public IdleWork {
  public:
-  StreamingCombine(const Call& call, const CombineArgs& args, const PairRows& pairs,
+  StreamingCombine(const Call& call, const MoeRequest& c, const PairRows& pairs,
                    std::vector<float>& accumulator)
-      : call_(call), args_(args), pairs_(pairs), acc_(accumulator), line_(args.row_elems),
-        next_k_(args.tokens, 0), started_(args.tokens, 0) {
+      : call_(call), pairs_(pairs), acc_(accumulator), weights_(static_cast<const float*>(c.extra)),
+        out_(static_cast<char*>(c.out)), tokens_(c.out_rows), topk_(static_cast<size_t>(c.topk)),
+        h_(c.row_elems), line_(c.row_elems), next_k_(c.out_rows, 0), started_(c.out_rows, 0) {
     // JACCL_MOE_LOCAL_DELAY_US (benchmarks only): a pause per token advanced, emulating a
     // host slower at its local work.
     delay_us_ = local_delay_us.load(std::memory_order_relaxed);
-    acc_.resize(args.tokens * args.row_elems);
-    for (size_t t = 0; t < args.tokens; ++t) pending_.push_back(t);
+    acc_.resize(tokens_ * h_);
+    for (size_t t = 0; t < tokens_; ++t) pending_.push_back(t);
   }
 
   // Advances up to kSlice tokens; false when none of them could move.
@@ -179,7 +195,7 @@ class StreamingCombine : public IdleWork {
       if (cursor_ >= pending_.size()) cursor_ = 0;
       const size_t t = pending_[cursor_];
       moved |= advance(t);
-      if (next_k_[t] == args_.topk) {
+      if (next_k_[t] == topk_) {
         pending_[cursor_] = pending_.back();
         pending_.pop_back();
       } else {
@@ -200,20 +216,20 @@ class StreamingCombine : public IdleWork {
   // A token whose remaining rows are all here is summed in a line that stays in cache
   // (started tokens go on in their accumulator row, where their partial sum waits).
   bool advance(size_t t) {
-    const size_t h = args_.row_elems, k0 = next_k_[t];
+    const size_t h = h_, k0 = next_k_[t];
     if (delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
     float* acc = started_[t] || !all_here(t) ? acc_.data() + t * h : line_.data();
     size_t k = k0;
-    for (; k < args_.topk; ++k) {
-      const size_t p = t * args_.topk + k;
+    for (; k < topk_; ++k) {
+      const size_t p = t * topk_ + k;
       if (pairs_.row[p] == nullptr) continue;
       if (!pairs_.here(p)) break;
-      accumulate_row(call_.dtype, acc, args_.weights[p], pairs_.row[p], h, !started_[t]);
+      accumulate_row(call_.dtype, acc, weights_[p], pairs_.row[p], h, !started_[t]);
       started_[t] = 1;
     }
     next_k_[t] = static_cast<uint32_t>(k);
-    if (k == args_.topk) {
-      char* out = static_cast<char*>(args_.out) + t * h * dtype_size(call_.dtype);
+    if (k == topk_) {
+      char* out = out_ + t * h * dtype_size(call_.dtype);
       if (started_[t]) {
         store_row(call_.dtype, out, acc, h);
       } else {
@@ -224,17 +240,19 @@ class StreamingCombine : public IdleWork {
   }
 
   bool all_here(size_t t) const {
-    for (size_t k = next_k_[t]; k < args_.topk; ++k) {
-      const size_t p = t * args_.topk + k;
+    for (size_t k = next_k_[t]; k < topk_; ++k) {
+      const size_t p = t * topk_ + k;
       if (pairs_.row[p] != nullptr && !pairs_.here(p)) return false;
     }
     return true;
   }
 
   const Call& call_;
-  const CombineArgs& args_;
   const PairRows& pairs_;
   std::vector<float>& acc_;
+  const float* weights_;  // [tokens, topk]
+  char* out_;
+  const size_t tokens_, topk_, h_;
   std::vector<float> line_;
   std::vector<uint32_t> next_k_;
   std::vector<uint8_t> started_;
@@ -262,9 +280,12 @@ void set_moe_local_delay_us(int delay_us) {
   local_delay_us.store(delay_us, std::memory_order_relaxed);
 }
 
-void moe_dispatch(Call& call, const void* src, size_t src_rows, void* dst, size_t dst_rows,
-                  size_t row_elems, const RowLists& lists, MoeSchedule schedule) {
-  check_list(call, lists.send_rows, lists.send_offsets, lists.send_capacity, src_rows, "send");
+void moe_dispatch(Call& call, const MoeRequest& c, MoeSchedule schedule) {
+  const RowLists lists = lists_of(c);
+  const void* src = c.rows;
+  void* dst = c.out;
+  const size_t dst_rows = c.out_rows, row_elems = c.row_elems;
+  check_list(call, lists.send_rows, lists.send_offsets, lists.send_capacity, c.rows_count, "send");
   check_list(call, lists.recv_rows, lists.recv_offsets, lists.recv_capacity, dst_rows, "receive");
   const int me = call.member->rank;
   if (listed(lists.send_offsets, me) != listed(lists.recv_offsets, me)) {
@@ -320,9 +341,11 @@ void moe_dispatch(Call& call, const void* src, size_t src_rows, void* dst, size_
   run_phases(call, phases);
 }
 
-void moe_combine(Call& call, const CombineArgs& a, const RowLists& lists, MoeSchedule schedule) {
-  const size_t pairs = a.tokens * a.topk;
-  check_list(call, lists.send_rows, lists.send_offsets, lists.send_capacity, a.y_rows, "send");
+void moe_combine(Call& call, const MoeRequest& c, MoeSchedule schedule) {
+  const RowLists lists = lists_of(c);
+  const size_t tokens = c.out_rows, topk = static_cast<size_t>(c.topk), h = c.row_elems;
+  const size_t pairs = tokens * topk;
+  check_list(call, lists.send_rows, lists.send_offsets, lists.send_capacity, c.rows_count, "send");
   check_list(call, lists.recv_rows, lists.recv_offsets, lists.recv_capacity, pairs, "receive");
   const Communicator::Member& m = *call.member;
   const int me = m.rank;
@@ -330,9 +353,9 @@ void moe_combine(Call& call, const CombineArgs& a, const RowLists& lists, MoeSch
     throw_error(ErrorKind::kInvalidArgument, "rows kept on this rank disagree");
   }
   const Dtype elem = call.dtype;
-  const size_t esize = dtype_size(elem), row_bytes = a.row_elems * esize;
-  const auto* y = static_cast<const char*>(a.y);
-  prefer_huge_pages(a.out, a.tokens * (a.pair_dot ? a.topk * sizeof(float) : row_bytes));
+  const size_t esize = dtype_size(elem), row_bytes = h * esize;
+  const auto* y = static_cast<const char*>(c.rows);
+  prefer_huge_pages(c.out, tokens * (c.pair_dot ? topk * sizeof(float) : row_bytes));
 
   // Where each pair's row will be: in y (this rank's experts) or in the staging area.
   PairRows pairs_at;
@@ -340,7 +363,7 @@ void moe_combine(Call& call, const CombineArgs& a, const RowLists& lists, MoeSch
   pairs_at.stream.assign(pairs, -1);
   pairs_at.index.assign(pairs, 0);
   pairs_at.delivered.assign(m.size, 0);
-  pairs_at.row_elems = std::max<size_t>(a.row_elems, 1);
+  pairs_at.row_elems = std::max<size_t>(h, 1);
   for (int32_t i = 0; i < lists.recv_offsets[me + 1] - lists.recv_offsets[me]; ++i) {
     pairs_at.row[lists.recv_rows[lists.recv_offsets[me] + i]] =
         y + static_cast<size_t>(lists.send_rows[lists.send_offsets[me] + i]) * row_bytes;
@@ -359,18 +382,18 @@ void moe_combine(Call& call, const CombineArgs& a, const RowLists& lists, MoeSch
   size_t staged = 0;
   for (int q : peer_order(call, schedule)) {
     Task send;
-    send.count = listed(lists.send_offsets, q) * a.row_elems;
-    send.srcs = {Endpoint::local(Region::row_list(y, esize, a.row_elems,
+    send.count = listed(lists.send_offsets, q) * h;
+    send.srcs = {Endpoint::local(Region::row_list(y, esize, h,
                                                   lists.send_rows + lists.send_offsets[q],
                                                   listed(lists.send_offsets, q)), elem)};
     send.sinks = {send_to(call, q, stream_tag(2, 0, q), elem)};
     const bool early = schedule == MoeSchedule::kArrival && q < me;
     const size_t n = listed(lists.recv_offsets, q);
     Task receive;
-    receive.count = n * a.row_elems;
+    receive.count = n * h;
     receive.srcs = {receive_from(call, q, stream_tag(2, 0, me), elem)};
     receive.sinks = {Endpoint::local(Region::contiguous(staging, esize, receive.count,
-                                                        staged * a.row_elems), elem)};
+                                                        staged * h), elem)};
     receive.delivered = &pairs_at.delivered[q];
     for (size_t i = 0; i < n; ++i) {
       const size_t p = lists.recv_rows[lists.recv_offsets[q] + i];
@@ -389,13 +412,13 @@ void moe_combine(Call& call, const CombineArgs& a, const RowLists& lists, MoeSch
   for (Task& t : receives) phase.push_back(std::move(t));
   std::vector<Phase> first{std::move(early_sends)}, rest{std::move(phase)};
 
-  if (a.pair_dot) {  // the weights' gradient: every pair on its own, once everything is here
+  if (c.pair_dot) {  // the weights' gradient: every pair on its own, once everything is here
     run_phases(call, first);
     run_phases(call, rest);
-    dispatch_float(elem, [&](auto tag) { pair_dot<decltype(tag)>(a, pairs_at.row, 0, a.tokens); });
+    dispatch_float(elem, [&](auto tag) { pair_dot<decltype(tag)>(c, pairs_at.row, 0, tokens); });
     return;
   }
-  StreamingCombine reduce(call, a, pairs_at, member.accumulator);
+  StreamingCombine reduce(call, c, pairs_at, member.accumulator);
   if (schedule == MoeSchedule::kArrival) {
     run_phases(call, first);
     while (reduce.step()) {

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "collectives/engine.h"
+#include "moe/request.h"
 
 namespace jaccl {
 
@@ -31,36 +32,20 @@ void set_moe_schedule(MoeSchedule schedule);
 MoeSchedule parse_moe_schedule(const std::string& name);  // throws for an unknown name
 void set_moe_local_delay_us(int delay_us);
 
-struct RowLists {
-  const int32_t* send_rows;
-  const int32_t* send_offsets;  // group size + 1 entries
-  size_t send_capacity;         // entries send_rows may hold
-  const int32_t* recv_rows;
-  const int32_t* recv_offsets;
-  size_t recv_capacity;
-};
+// Both take a request (moe/request.h) of host buffers, its lists by MoeList: send_rows and
+// send_offsets (group size + 1 entries; list_counts[kSendRows]: the entries send_rows may hold),
+// recv_rows and recv_offsets likewise.
 
-// dst (dst_rows x row_elems) = zero, then for every peer q and i-th listed row:
-// dst[recv_rows[..]] = src[send_rows[..]] of peer q's i-th listed row for this rank.
-void moe_dispatch(Call& call, const void* src, size_t src_rows, void* dst, size_t dst_rows,
-                  size_t row_elems, const RowLists& lists, MoeSchedule schedule);
+// Dispatch: out (out_rows x row_elems) = zero, then for every peer q and i-th listed row:
+// out[recv_rows[..]] = rows[send_rows[..]] of peer q's i-th listed row for this rank.
+void moe_dispatch(Call& call, const MoeRequest& request, MoeSchedule schedule);
 
-// The way back: `y` rows listed in send_rows go to the rank whose (token, k) pair they
-// serve; recv_rows lists, per expert rank, the pair indices (t * topk + k) in stream order.
-// weighted_sum: out[t] = sum over k ascending of weights[t, k] * row(t, k), accumulated in
-// float32, cast to y's dtype; pairs without a row are skipped. pair_dot: out[t, k] =
-// <dout[t], row(t, k)> in float32 (0 for pairs without a row).
-struct CombineArgs {
-  const void* y = nullptr;
-  size_t y_rows = 0;
-  size_t row_elems = 0;
-  size_t tokens = 0, topk = 0;
-  const float* weights = nullptr;  // weighted_sum
-  const void* dout = nullptr;      // pair_dot
-  void* out = nullptr;
-  bool pair_dot = false;
-};
-
-void moe_combine(Call& call, const CombineArgs& args, const RowLists& lists, MoeSchedule schedule);
+// Combine, the way back: the rows y (`rows`) listed in send_rows go to the rank whose (token, k)
+// pair they serve; recv_rows lists, per expert rank, the pair indices (t * topk + k) in stream
+// order. The weighted sum: out[t] = sum over k ascending of weights[t, k] * row(t, k)
+// (`extra`: float32 weights [out_rows, topk]), accumulated in float32, cast to y's dtype; pairs
+// without a row are skipped. With pair_dot: out[t, k] = <dout[t], row(t, k)> in float32 (0 for
+// pairs without a row; `extra`: dout [out_rows, row_elems] of y's dtype).
+void moe_combine(Call& call, const MoeRequest& request, MoeSchedule schedule);
 
 }  // namespace jaccl

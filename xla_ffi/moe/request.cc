@@ -37,4 +37,9 @@ void check_moe_request(const MoeRequest& c, int n) {
   }
 }
 
+size_t out_bytes(const MoeRequest& c) {
+  const bool weights = c.address.kind == CollectiveKind::kMoeCombine && c.pair_dot;
+  return c.out_count * dtype_size(weights ? Dtype::kF32 : c.address.dtype);
+}
+
 }  // namespace jaccl

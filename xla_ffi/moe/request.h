@@ -66,5 +66,9 @@ enum MoeList {
 
 void check_moe_request(const MoeRequest& request, int n);
 
+// The bytes of the request's output: float32 [tokens, topk] for combine's pair_dot, else
+// out_count elements of the rows' dtype.
+size_t out_bytes(const MoeRequest& request);
+
 }  // namespace jaccl
 #endif

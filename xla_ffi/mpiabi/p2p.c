@@ -27,12 +27,7 @@ static int transfer(const JmpiComm* c, const struct JacclTransfer* sends, size_t
   if (c->local_devices > 1) return refuse_world(c);
   JacclHostP2p call;
   memset(&call, 0, sizeof call);
-  call.address.space = kJacclXlaCollectives;
-  call.address.device = my_device(c);
-  call.address.groups = c->devices;
-  call.address.groups_len = (size_t)c->size;
-  call.address.group_size = c->size;
-  call.address.split_round = c->split_round;
+  call.address = address_on(c);
   call.sends = sends;
   call.num_sends = num_sends;
   call.receives = receives;

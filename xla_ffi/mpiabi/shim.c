@@ -306,14 +306,9 @@ int collective_at(int32_t kind, const JmpiComm* c, const JmpiType* type, int32_t
   if (type->code < 0) return fail(JMPI_ERR_TYPE, "jaccl: no engine type %s", type->name);
   JacclCollectiveRequest call;
   memset(&call, 0, sizeof call);
+  call.address = address_on(c);
   call.address.kind = (uint8_t)kind;
   call.address.dtype = (uint8_t)type->code;
-  call.address.space = kJacclXlaCollectives;
-  call.address.device = my_device(c);
-  call.address.groups = c->devices;
-  call.address.groups_len = (size_t)c->size;
-  call.address.group_size = c->size;
-  call.address.split_round = c->split_round;
   call.address.site = site;
   call.op = (uint8_t)op;
   call.in = in;

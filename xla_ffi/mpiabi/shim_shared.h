@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "abi/mpiabi_table.h"
 
@@ -58,6 +59,18 @@ const JacclMpiEngine* attached(void);
 void remember_split_failure(void);
 JmpiComm* comm_of(uintptr_t handle);
 static inline int64_t my_device(const JmpiComm* c) { return c->devices[c->rank]; }
+/* The address (collectives/request.h) of this process's calls on `c`, in XLA's space. */
+static inline JacclCallAddress address_on(const JmpiComm* c) {
+  JacclCallAddress a;
+  memset(&a, 0, sizeof a);
+  a.space = kJacclXlaCollectives;
+  a.device = my_device(c);
+  a.groups = c->devices;
+  a.groups_len = (size_t)c->size;
+  a.group_size = c->size;
+  a.split_round = c->split_round;
+  return a;
+}
 const JmpiType* type_of(uintptr_t handle);
 
 /* Collectives (shim.c). */

@@ -38,7 +38,8 @@ def _in(folder: str, suffix: str) -> list:
 KERNELS = _in("cuda/kernels", ".cu")
 # The check program: the kernels and the peer-path schedules, with the core code they use.
 HOST_SOURCES = ["cuda/peer_collectives.cc", "cuda/peer_group.cc", "cuda/peer_moe.cc",
-                "common/reduce.cc", "common/dtype.cc", "common/error.cc", "collectives/kinds.cc"]
+                "common/reduce.cc", "common/dtype.cc", "common/error.cc", "collectives/kinds.cc",
+                "moe/request.cc"]
 # The whole _jaccl_cuda extension as CMake builds it (minus nvcc), for tests that run JAX: its
 # folders, and the part of jaccl_core (which CMake links) that they use. The check program's
 # sources are among them: compiled once, as the kernels are, and linked into both.

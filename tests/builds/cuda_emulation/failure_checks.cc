@@ -134,21 +134,22 @@ void check_bad_expert() {
     std::vector<int32_t> experts = {0, 1, 2, 3, 4, 5, 6, 7};
     if (rank == 1) experts[5] = 8;  // num_experts is 8
     const std::vector<int32_t> offsets = {0, 1, 2}, rows = {0, 1}, recv = {0, 1};
-    cuda::PeerMoeCall call;
-    call.rows = reinterpret_cast<const char*>(x.data());
+    MoeRequest call;
+    call.address.kind = CollectiveKind::kMoeDispatch;
+    call.rows = x.data();
     call.rows_count = 4;
-    call.row_bytes = 8 * sizeof(float);
-    call.lists[0] = rows.data();
-    call.lists[1] = offsets.data();
-    call.lists[2] = recv.data();
-    call.lists[3] = offsets.data();
-    call.send_capacity = call.recv_capacity = 2;
+    call.row_elems = 8;
+    call.lists[kSendRows] = rows.data();
+    call.lists[kSendOffsets] = offsets.data();
+    call.lists[kRecvRows] = recv.data();
+    call.lists[kRecvOffsets] = offsets.data();
+    call.list_counts[kSendRows] = call.list_counts[kRecvRows] = 2;
     call.topk_idx = experts.data();
     call.topk_count = experts.size();
     call.num_experts = 8;
     call.out = out.data();
     call.out_rows = 4;
-    call.out_bytes = out.size() * sizeof(float);
+    call.out_count = out.size();
     CHECK(cuda::run_peer_moe(world.device(rank), everyone(n), rank, call, nullptr) != cudaSuccess,
           "bad expert: rank " + std::to_string(rank) + " did not fail");
   });

@@ -94,17 +94,17 @@ void run_case(cuda::EmulatedWorld& world, const MoeCase& c, const Routing& routi
   };
   const size_t total = static_cast<size_t>(recv_off.back());
   std::vector<char> want, got, scratch;
-  cuda::PeerMoeCall call;
-  call.combine = c.combine;
-  call.dtype = c.dtype;
+  MoeRequest call;
+  call.address.kind = c.combine ? CollectiveKind::kMoeCombine : CollectiveKind::kMoeDispatch;
+  call.address.dtype = c.dtype;
   call.rows = x.data();
   call.rows_count = routing.rows;
-  call.row_bytes = row_bytes;
-  call.lists[0] = send_rows.data();
-  call.lists[1] = send_off.data();
-  call.lists[2] = recv.data();
-  call.lists[3] = recv_off.data();
-  call.send_capacity = call.recv_capacity = routing.capacity();
+  call.row_elems = c.hidden;
+  call.lists[kSendRows] = send_rows.data();
+  call.lists[kSendOffsets] = send_off.data();
+  call.lists[kRecvRows] = recv.data();
+  call.lists[kRecvOffsets] = recv_off.data();
+  call.list_counts[kSendRows] = call.list_counts[kRecvRows] = routing.capacity();
   if (!c.combine) {
     want.assign(out_rows * row_bytes, 0);
     for (size_t g = 0; g < total; ++g) {
@@ -115,14 +115,14 @@ void run_case(cuda::EmulatedWorld& world, const MoeCase& c, const Routing& routi
     call.topk_count = experts.size();
     call.num_experts = 8;
     call.out_rows = out_rows;
+    call.out_count = out_rows * c.hidden;
   } else {
     std::vector<std::vector<char>> rows_at(pairs);
     for (size_t g = 0; g < total; ++g) {
       const char* row = received(g, scratch);
       rows_at[static_cast<size_t>(recv[g])].assign(row, row + row_bytes);
     }
-    call.tokens = tokens;
-    call.topk = topk;
+    call.topk = static_cast<int64_t>(topk);
     call.out_rows = tokens;
     if (c.pair_dot) {
       want.resize(pairs * sizeof(float));
@@ -134,7 +134,9 @@ void run_case(cuda::EmulatedWorld& world, const MoeCase& c, const Routing& routi
         }
         std::memcpy(want.data() + p * sizeof(float), &dot, sizeof dot);
       }
-      call.dout = dout.data();
+      call.pair_dot = true;
+      call.extra = dout.data();
+      call.out_count = pairs;
     } else {
       want.resize(tokens * row_bytes);
       for (size_t t = 0; t < tokens; ++t) {
@@ -151,12 +153,12 @@ void run_case(cuda::EmulatedWorld& world, const MoeCase& c, const Routing& routi
           store_float(c.dtype, want.data() + (t * c.hidden + i) * size, acc);
         }
       }
-      call.weights = weights.data();
+      call.extra = weights.data();
+      call.out_count = tokens * c.hidden;
     }
     got.assign(want.size(), 0x33);
   }
   call.out = got.data();
-  call.out_bytes = got.size();
   cuda::LocalDevice& me = world.device(rank);
   const std::string what = describe(c.combine ? (c.pair_dot ? "moe pair dot" : "moe combine") : "moe dispatch",
                                     n, c.dtype, c.hidden, "rank " + std::to_string(rank));
