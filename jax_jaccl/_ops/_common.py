@@ -350,7 +350,12 @@ def lower_collective(ctx, *operands, target: str, axes: tuple, groups=None, alia
     config["groups"] = ir.DenseI64ArrayAttr.get([int(v) for v in table.ravel()])
     config["group_size"] = mlir.ir_attribute(np.int64(group_size))
     config["site"] = mlir.ir_attribute(np.int64(_call_site.site_of(ctx, target)))
-    config["lane"] = mlir.ir_attribute(np.int64(_ordering.lane_of(ctx)))  # xla_ffi/comm/lanes.h
+    lane = _ordering.lane_of(ctx)
+    config["lane"] = mlir.ir_attribute(np.int64(lane))  # xla_ffi/comm/lanes.h
+    # the communicator's id, found once here (xla_ffi/comm/communicator.h): the call finds its
+    # communicator by it
+    comm = _ext.engine.communicator_id([int(v) for v in table.ravel()], int(group_size), lane)
+    config["comm"] = mlir.ir_attribute(np.uint64(comm).view(np.int64))
     token = _ordering.token_in(ctx)
     result_types = [token.type] + [_compat.ir_type(ctx, a) for a in ctx.avals_out]
 

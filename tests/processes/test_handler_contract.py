@@ -28,7 +28,8 @@ CALL = textwrap.dedent("""
         return jnp.zeros((), jnp.int32)
 
     def call(target, operands, results, **attrs):
-        attrs = {k: (np.int64(v) if np.isscalar(v) else v) for k, v in {"lane": 0, **attrs}.items()}
+        attrs = {k: (np.int64(v) if np.isscalar(v) else v)
+                 for k, v in {"lane": 0, "comm": 0, **attrs}.items()}
         return jax.ffi.ffi_call(target, [jax.ShapeDtypeStruct((), jnp.int32)] + results,
                                 has_side_effect=True)(order(), *operands, **attrs)[1]
 
@@ -37,6 +38,9 @@ CALL = textwrap.dedent("""
             x = v.astype(jnp.float8_e4m3fn)
             return call("jaccl_all_reduce", [x], [jax.ShapeDtypeStruct(x.shape, x.dtype)],
                         groups=groups, group_size=4, site=0, op=0, algorithm=0).astype(jnp.float32)
+        if case == "comm-id":  # an id that is not its table's (the lowering computes it)
+            return call("jaccl_all_reduce", [v], [jax.ShapeDtypeStruct(v.shape, v.dtype)],
+                        groups=groups, group_size=4, site=0, op=0, algorithm=0, comm=12345)
         if case == "no-group":
             return call("jaccl_all_reduce", [v], [jax.ShapeDtypeStruct(v.shape, v.dtype)],
                         groups=np.arange(4, 8, dtype=np.int64), group_size=4, site=0, op=0, algorithm=0)
@@ -80,6 +84,7 @@ CALL = textwrap.dedent("""
 @pytest.mark.parametrize("case, message", [
     ("element-type", "all_reduce does not move element type"),
     ("no-group", "device 4 is not part of this jaccl world"),
+    ("comm-id", "communicator id 3039 is not its table's"),
     ("ragged-index-type", "must be int32 or int64"),
     ("ragged-entries", "a multiple of the group size 4"),
     ("ppermute-pairs", r"pair \(0, 9\) is outside a group of 4"),

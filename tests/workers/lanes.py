@@ -69,7 +69,7 @@ def opposite_program():
                                   has_side_effect=True)
         return result(jnp.zeros((), jnp.int32), v, groups=groups, group_size=np.int64(n),
                       site=np.int64(site), lane=np.int64(lane), op=np.int64(0),
-                      algorithm=np.int64(0))
+                      algorithm=np.int64(0), comm=np.int64(0))  # 0: the engine derives it
 
     def body(v, w):
         if index == 0:

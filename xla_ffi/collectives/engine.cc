@@ -307,7 +307,7 @@ class PhaseRunner {
     h.offset = offset;
     h.nbytes = static_cast<uint32_t>(nbytes);
     h.site = call_.site;
-    h.lane = call_.comm->frame_lane();
+    h.channel_stream = call_.comm->channel_stream();
     h.flags = flags;
   }
 

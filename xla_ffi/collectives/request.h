@@ -48,6 +48,9 @@ struct JacclCallAddress {
   // devices per process; 0: none), which tells apart communicators of equal tables
   uint64_t split_round JACCL_DEFAULT(0);
   uint32_t site JACCL_DEFAULT(0);  // where the call was written (common/call_sites.h; 0: none)
+  // the communicator's id (comm/communicator.h's communicator_id() of the rest), fixed where
+  // the call was made (jaccl's lowering); 0: the engine derives it
+  uint64_t comm JACCL_DEFAULT(0);
 };
 
 // One of ragged_all_to_all's index arrays as the program passed it: `bytes` 4 (int32) or 8

@@ -2,10 +2,11 @@
 // the CUDA module's staged host jobs through abi/host_abi.h) makes it.
 //
 // Contract: run_call(address, op_count, body) finds the world, the communicator a CallAddress
-// (collectives/request.h) names (the `groups` table, group_size per row, in sequence space
-// `space` (abi/host_abi.h: XLA's collectives through the MPI shim are numbered apart) with
-// `lane` (jaccl's own calls, space 0: comm/lanes.h) or `split_round` (the shim's)) and this
-// device's member of it, numbers the call, and runs body(Call&) with call.world/comm/member/
+// (collectives/request.h) names (by its id `comm`, fixed at lowering for jaccl's own ops, or
+// derived from the `groups` table, group_size per row, in sequence space `space`
+// (comm/spaces.h: XLA's collectives through the MPI shim are numbered apart) with `lane`
+// (jaccl's own calls: comm/lanes.h) or `split_round` (the shim's)) and this device's member of
+// it, numbers the call, and runs body(Call&) with call.world/comm/member/
 // kind/dtype/seq/timeout set, call.op_count = `op_count` (elements, checked against the
 // peers') and call.site = `site` (common/call_sites.h). body throws jaccl::Error (or anything)
 // on failure; run_call never throws: it posts the failure on the abort board (so the peers
@@ -52,7 +53,7 @@ std::optional<Failure> run_call(const CallAddress& at, uint64_t op_count, Body&&
       one_call_per_device =
           std::unique_lock<std::recursive_mutex>(world->device_lock(at.device, locked));
     }
-    Communicator& comm = world->communicator(at.groups, at.groups_len,
+    Communicator& comm = world->communicator(at.comm, at.groups, at.groups_len,
                                              static_cast<int>(at.group_size), at.space, at.lane,
                                              at.split_round);
     Communicator::Member& member = comm.member(at.device);

@@ -11,14 +11,25 @@
 
 namespace jaccl {
 
+uint64_t communicator_id(const int64_t* table, size_t size, int group_size, Space space,
+                         uint32_t lane, uint64_t split_round) {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(group_size);
+  for (size_t i = 0; i < size; ++i) {
+    h = (h ^ static_cast<uint64_t>(table[i])) * 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 31;
+  }
+  return h + static_cast<uint64_t>(space) * 0x9e3779b97f4a7c15ull +
+         static_cast<uint64_t>(lane) * 0xc2b2ae3d27d4eb4full + split_round * 0x165667b19e3779f9ull;
+}
+
 Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size_t size,
                            int group_size, Space space, uint32_t lane)
     : world_(world),
       id_(id),
       space_(space),
-      frame_lane_(space == Space::kOwnOps ? lane
-                  : world.xla_streams() ? (static_cast<uint32_t>(id) | 0x80000000u)
-                                        : 0),
+      channel_stream_(space == Space::kOwnOps ? lane
+                      : world.xla_streams()    ? (static_cast<uint32_t>(id) | 0x80000000u)
+                                               : 0),
       group_size_(group_size),
       table_(table, table + size) {
   if (group_size <= 0 || size % group_size != 0) {
@@ -88,7 +99,7 @@ Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size
 // the transport's own, or a stream of it when the world shares channels.
 Channel* Communicator::channel(int64_t src, int64_t dst, int src_rank) {
   if (!world_.shares_channels()) return world_.channel(src, dst);
-  const uint64_t stream = SharedChannel::stream_of(frame_lane_, static_cast<uint32_t>(src_rank));
+  const uint64_t stream = SharedChannel::stream_of(channel_stream_, static_cast<uint32_t>(src_rank));
   streams_.push_back(world_.shared_channel(src, dst)->stream(stream));
   return streams_.back().get();
 }

@@ -3,16 +3,18 @@
 //
 // Contract: built from a table of global device ids, group_size per row, in
 // rank order (a group smaller than others ends its row with -1s); every
-// process builds the same table at trace time, so the id
-// (a hash of the table) is the same everywhere. Each local device sees its own
-// group through a Member view: its rank, the channels to and from every other
-// rank, and its collective sequence number. A Member is used by one call at a
-// time (the device lock of its lane: collectives/run.h), so it needs no lock.
-// In a world that shares channels, a member's channels are streams of them
-// (transport/shared_channel.h), named by the lane of the communicator's frames,
-// so members of communicators of different frame lanes may use one pair of
-// devices at once: jaccl's communicators of one table in different lanes
-// (comm/lanes.h), and every communicator of the MPI shim's space.
+// process builds the same table at trace time, so the id (communicator_id(): a
+// hash of the table, the space, the lane and the split round) is the same
+// everywhere; jaccl's lowering computes it once (through _jaccl) and every call
+// carries it. Each local device sees its own group through a Member view: its
+// rank, the channels to and from every other rank, and its collective sequence
+// number. A Member is used by one call at a time (the device lock of its lane:
+// collectives/run.h), so it needs no lock. In a world that shares channels, a
+// member's channels are streams of them (transport/shared_channel.h), named by
+// the communicator's channel stream, so members of communicators of different
+// channel streams may use one pair of devices at once: jaccl's communicators of
+// one table in different lanes (comm/lanes.h), and every communicator of the
+// MPI shim's space.
 #pragma once
 
 #include <atomic>
@@ -31,6 +33,12 @@ namespace jaccl {
 
 class World;
 struct DirectGroup;
+
+// The id of the communicator of a group table in `space`, `lane` and `split_round`
+// (World::communicator): one multiply per table entry. Equal arguments give equal ids in every
+// process; a collision is caught by Communicator::matches().
+uint64_t communicator_id(const int64_t* table, size_t size, int group_size, Space space,
+                         uint32_t lane, uint64_t split_round);
 
 class Communicator {
  public:
@@ -68,12 +76,12 @@ class Communicator {
   ~Communicator();
 
   uint64_t id() const { return id_; }
-  // The lane its frames carry (FrameHeader::lane), which names its streams of shared
-  // channels: for jaccl's own ops the call lane (so the communicators of one lane share its
-  // streams and stay in order with each other); for XLA's collectives a lane of its own, the
-  // id's low 31 bits with the top bit set, when the world gives them streams of their own
-  // (World::xla_streams()), else lane 0.
-  uint32_t frame_lane() const { return frame_lane_; }
+  // The channel stream its frames carry (FrameHeader::channel_stream), which names its streams
+  // of shared channels (transport/shared_channel.h): for jaccl's own ops the call lane (so the
+  // communicators of one lane share its streams and stay in order with each other); for XLA's
+  // collectives one of its own, the id's low 31 bits with the top bit set, when the world
+  // gives them streams of their own (World::xla_streams()), else 0.
+  uint32_t channel_stream() const { return channel_stream_; }
   // " (XLA's collectives)" for the MPI shim's space, else "": for log lines after the id.
   const char* space_label() const;
   bool matches(const int64_t* table, size_t size, int group_size) const;
@@ -87,7 +95,7 @@ class Communicator {
   World& world_;
   uint64_t id_;
   Space space_;
-  uint32_t frame_lane_;
+  uint32_t channel_stream_;
   int group_size_;
   std::vector<int64_t> table_;
   std::unordered_map<int64_t, Member> members_;

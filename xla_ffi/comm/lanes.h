@@ -14,8 +14,9 @@
 // - its communicators are the table's communicators of that lane (comm/world.h): their own
 //   members, sequence numbers and scratch;
 // - its frames travel in the lane's streams of every shared channel
-//   (transport/shared_channel.h; FrameHeader::lane), so ranks that take two lanes' calls in
-//   different orders each get both results, and a receiver never reads another lane's frame.
+//   (transport/shared_channel.h; the lane is FrameHeader::channel_stream), so ranks that take
+//   two lanes' calls in different orders each get both results, and a receiver never reads
+//   another lane's frame.
 // Within one lane a frame of the wrong collective still stops both ranks with "ranks
 // disagree" at once. Two chains that share a lane (more chains than lanes) are ordered by
 // their ranks' threads only: ranks that take them in different orders get that error.

@@ -51,18 +51,6 @@ std::optional<uint32_t> entered_on(const CallBoard& board, uint64_t comm, uint64
   return 0u;
 }
 
-// Every call of a collective hashes its group table to find its communicator: one multiply
-// per entry (a byte-wise hash took 8, about 1 us per call for a table of 64 devices). Equal
-// tables hash equally in every process; a collision is caught by Communicator::matches().
-uint64_t hash_table(const int64_t* table, size_t size, int group_size) {
-  uint64_t h = 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(group_size);
-  for (size_t i = 0; i < size; ++i) {
-    h = (h ^ static_cast<uint64_t>(table[i])) * 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 31;
-  }
-  return h;
-}
-
 }  // namespace
 
 World& World::create(const WorldConfig& config, std::unique_ptr<tcp::TcpTransport> network) {
@@ -310,27 +298,33 @@ SharedChannel* World::shared_channel(int64_t src, int64_t dst) const {
   return it->second.get();
 }
 
-Communicator& World::communicator(const int64_t* table, size_t size, int group_size,
-                                  Space space, uint32_t lane, uint64_t split_round) {
-  // Another space, lane or split round, another id: peers check it in every frame header, so
-  // calls of different communicators never pair.
-  const uint64_t id = hash_table(table, size, group_size) +
-                      static_cast<uint64_t>(space) * 0x9e3779b97f4a7c15ull +
-                      static_cast<uint64_t>(lane) * 0xc2b2ae3d27d4eb4full +
-                      split_round * 0x165667b19e3779f9ull;
-  std::lock_guard<std::mutex> lock(communicators_mutex_);
-  auto it = communicators_.find(id);
-  if (it != communicators_.end()) {
-    if (!it->second->matches(table, size, group_size)) {
-      throw_error(ErrorKind::kInternal, "communicator id collision");
+Communicator& World::communicator(uint64_t id, const int64_t* table, size_t size,
+                                  int group_size, Space space, uint32_t lane,
+                                  uint64_t split_round) {
+  if (id == 0) id = communicator_id(table, size, group_size, space, lane, split_round);
+  {
+    std::shared_lock<std::shared_mutex> read(communicators_mutex_);
+    auto it = communicators_.find(id);
+    if (it != communicators_.end()) {
+      if (!it->second->matches(table, size, group_size)) {
+        throw_error(ErrorKind::kInternal, "communicator id collision");
+      }
+      return *it->second;
     }
-    return *it->second;
   }
-  // A shared channel's streams are named by the lanes of frames: in spaces other than jaccl's
-  // own, the id's low 31 bits (communicator.h), which must then differ.
+  // Another space, lane or split round, another id: peers check it in every frame header, so
+  // calls of different communicators never pair. An id the caller fixed must be that one.
+  if (id != communicator_id(table, size, group_size, space, lane, split_round)) {
+    throw_error(ErrorKind::kInternal, "communicator id ", hex(id), " is not its table's");
+  }
+  std::unique_lock<std::shared_mutex> write(communicators_mutex_);
+  auto it = communicators_.find(id);
+  if (it != communicators_.end()) return *it->second;  // made meanwhile (its table: checked)
+  // A shared channel's streams are named by the frames' channel streams: for XLA's
+  // collectives, the id's low 31 bits (communicator.h), which must then differ.
   if (xla_streams() && space != Space::kOwnOps) {
     for (const auto& [other, comm] : communicators_) {
-      if (comm->frame_lane() == (static_cast<uint32_t>(id) | 0x80000000u)) {
+      if (comm->channel_stream() == (static_cast<uint32_t>(id) | 0x80000000u)) {
         throw_error(ErrorKind::kInternal, "communicators ", hex(other), " and ", hex(id),
                     " share the low 31 bits of their ids, which name streams of shared channels");
       }

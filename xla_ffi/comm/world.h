@@ -30,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -108,8 +109,11 @@ class World {
   // collectives number their calls apart on the same devices: abi/host_abi.h), made on first
   // use. Communicators of one table that must not share members differ in `lane` (jaccl's own
   // calls: comm/lanes.h) or in `split_round` (the MPI shim's with several devices per
-  // process: abi/host_abi.h).
-  Communicator& communicator(const int64_t* table, size_t size, int group_size,
+  // process: abi/host_abi.h). `id`: the communicator's, communicator_id() of the rest, fixed
+  // by the caller (jaccl's lowering passes it with every call); 0: derived here. A call finds
+  // a communicator made before by its id under a shared lock (the map is read-mostly), and
+  // checks that its table is the communicator's.
+  Communicator& communicator(uint64_t id, const int64_t* table, size_t size, int group_size,
                              Space space = Space::kOwnOps, uint32_t lane = 0,
                              uint64_t split_round = 0);
 
@@ -162,7 +166,7 @@ class World {
 
   using LaneLocks = std::array<std::recursive_mutex, kMaxLanes>;
   std::vector<std::unique_ptr<LaneLocks>> device_locks_;  // by device index, local only
-  std::mutex communicators_mutex_;
+  std::shared_mutex communicators_mutex_;
   std::unordered_map<uint64_t, std::unique_ptr<Communicator>> communicators_;
 };
 

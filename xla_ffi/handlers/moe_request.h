@@ -19,7 +19,7 @@ using MoeList32 = xla::ffi::Buffer<xla::ffi::DataType::S32>;
 
 inline MoeRequest moe_request(CollectiveKind kind, int64_t device,
                               xla::ffi::Span<const int64_t> groups, int64_t group_size,
-                              int64_t site, int64_t lane, Dtype dtype,
+                              int64_t site, int64_t lane, int64_t comm, Dtype dtype,
                               const xla::ffi::AnyBuffer& rows,
                               const MoeList32* const lists[4], xla::ffi::AnyBuffer& out) {
   MoeRequest r;
@@ -31,6 +31,7 @@ inline MoeRequest moe_request(CollectiveKind kind, int64_t device,
   r.address.group_size = group_size;
   r.address.lane = lane_of_attribute(lane);
   r.address.site = static_cast<uint32_t>(site);
+  r.address.comm = static_cast<uint64_t>(comm);
   r.rows = rows.untyped_data();
   r.rows_count = leading(rows);
   r.row_elems = trailing(rows);

@@ -3,7 +3,7 @@
 // Every frame says which collective it belongs to (communicator, sequence
 // number, call site, kind, element type, reduce op, algorithm, the sender's
 // element count), where its payload sits in its stream (tag, stream length,
-// offset) and which lane of its channel carries it. A receiver compares each
+// offset) and which stream of a shared channel carries it. A receiver compares each
 // header with what it expects, so ranks that disagree get an error naming both
 // sides instead of wrong data.
 #pragma once
@@ -42,8 +42,8 @@ struct FrameHeader {
   uint64_t offset;        // element offset of this payload in the stream
   uint32_t nbytes;        // payload bytes
   uint32_t site;          // where the collective was written (common/call_sites.h; 0: none)
-  uint32_t lane;          // the sender's frame lane (Communicator::frame_lane()): which
-                          // stream of a shared channel (transport/shared_channel.h) it is in
+  uint32_t channel_stream;  // the sender's (Communicator::channel_stream()): which stream of
+                            // a shared channel (transport/shared_channel.h) it is in
   uint32_t flags;         // kFrameAddress, or 0
 };
 static_assert(sizeof(FrameHeader) == 64, "frame header must stay 64 bytes");

@@ -75,7 +75,7 @@ const Frame* SharedChannel::peek(uint64_t stream) {
   bool for_others = false;
   const Frame* found = nullptr;
   while (const Frame* frame = channel_->try_peek()) {
-    const uint64_t owner = stream_of(frame->header.lane, frame->header.src_rank);
+    const uint64_t owner = stream_of(frame->header.channel_stream, frame->header.src_rank);
     if (owner == stream) {
       lent_to_ = stream;
       found = frame;

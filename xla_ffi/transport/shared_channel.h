@@ -6,8 +6,9 @@
 // two XLA devices can share one of jaccl's devices in two communicators at once).
 //
 // Contract: a SharedChannel wraps one Channel (the transport's, which it then owns the ends
-// of); each (frame lane, sending rank) is a stream with a StreamChannel of its own, which is a
-// full Channel for the engine. A frame's stream is read from its header (lane, src_rank).
+// of); each (channel stream, sending rank) is a stream with a StreamChannel of its own, which is
+// a full Channel for the engine. A frame's stream is read from its header (channel_stream,
+// src_rank).
 // - Producing: try_reserve() claims the channel for its stream until commit() or
 //   unreserve(); it returns nullptr when the ring is full or another stream holds the claim
 //   (that stream's commit rings the producer's doorbell, so the waiter looks again).
@@ -43,9 +44,9 @@ class SharedChannel {
   SharedChannel(Channel* channel, Doorbell* producer_bell, Doorbell* consumer_bell);
   ~SharedChannel();
 
-  // The stream of frames of `lane` (FrameHeader::lane) from `src_rank`.
-  static uint64_t stream_of(uint32_t lane, uint32_t src_rank) {
-    return (static_cast<uint64_t>(lane) << 32) | src_rank;
+  // The stream of frames of `channel_stream` (FrameHeader::channel_stream) from `src_rank`.
+  static uint64_t stream_of(uint32_t channel_stream, uint32_t src_rank) {
+    return (static_cast<uint64_t>(channel_stream) << 32) | src_rank;
   }
   std::unique_ptr<StreamChannel> stream(uint64_t stream);
 

@@ -27,13 +27,14 @@ namespace ffi = xla::ffi;
 namespace jaccl {
 namespace {
 
-// A request (collectives/request.h) for `device` over the communicator of `groups`, in
-// `lane` (comm/lanes.h) and at `site` (common/call_sites.h), of x's element type. It points
-// into XLA's attributes and buffers.
+// A request (collectives/request.h) for `device` over the communicator of `groups` (its id
+// `comm`, fixed at lowering), in `lane` (comm/lanes.h) and at `site` (common/call_sites.h), of
+// x's element type. It points into XLA's attributes and buffers.
 struct Request : CollectiveRequest {
   Request(CollectiveKind kind, int64_t device, ffi::Span<const int64_t> groups,
-          int64_t group_size, int64_t site, int64_t lane, const ffi::AnyBuffer& in,
-          ffi::Result<ffi::AnyBuffer>& result) : CollectiveRequest{} {
+          int64_t group_size, int64_t site, int64_t lane, int64_t comm,
+          const ffi::AnyBuffer& in, ffi::Result<ffi::AnyBuffer>& result)
+      : CollectiveRequest{} {
     address.kind = kind;
     address.device = device;
     address.groups = groups.begin();
@@ -41,6 +42,7 @@ struct Request : CollectiveRequest {
     address.group_size = group_size;
     address.lane = lane_of_attribute(lane);
     address.site = static_cast<uint32_t>(site);
+    address.comm = static_cast<uint64_t>(comm);
     known_type = dtype_of_xla(in.element_type(), &address.dtype);
     element_type = in.element_type();
     this->in = in.untyped_data();
@@ -74,8 +76,8 @@ ffi::Future submit(const Request& r) {
 ffi::Future AllReduceImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                          ffi::Result<ffi::AnyBuffer> out,
                          ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
-                         int64_t lane, int64_t op, int64_t algorithm) {
-  Request r(CollectiveKind::kAllReduce, device, groups, group_size, site, lane, x, out);
+                         int64_t lane, int64_t comm, int64_t op, int64_t algorithm) {
+  Request r(CollectiveKind::kAllReduce, device, groups, group_size, site, lane, comm, x, out);
   r.op = static_cast<ReduceOp>(op);
   r.algorithm = static_cast<Algorithm>(algorithm);
   return submit(r);
@@ -84,9 +86,10 @@ ffi::Future AllReduceImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
 ffi::Future ReduceScatterImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                              ffi::Result<ffi::AnyBuffer> out,
                              ffi::Span<const int64_t> groups, int64_t group_size,
-                             int64_t site, int64_t lane, int64_t op, int64_t algorithm,
-                             int64_t outer) {
-  Request r(CollectiveKind::kReduceScatter, device, groups, group_size, site, lane, x, out);
+                             int64_t site, int64_t lane, int64_t comm, int64_t op,
+                             int64_t algorithm,                             int64_t outer) {
+  Request r(CollectiveKind::kReduceScatter, device, groups, group_size, site, lane, comm, x,
+            out);
   r.op = static_cast<ReduceOp>(op);
   r.algorithm = static_cast<Algorithm>(algorithm);
   r.outer_in = static_cast<size_t>(outer);
@@ -96,8 +99,8 @@ ffi::Future ReduceScatterImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOu
 ffi::Future AllGatherImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                          ffi::Result<ffi::AnyBuffer> out,
                          ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
-                         int64_t lane, int64_t algorithm, int64_t outer) {
-  Request r(CollectiveKind::kAllGather, device, groups, group_size, site, lane, x, out);
+                         int64_t lane, int64_t comm, int64_t algorithm, int64_t outer) {
+  Request r(CollectiveKind::kAllGather, device, groups, group_size, site, lane, comm, x, out);
   r.algorithm = static_cast<Algorithm>(algorithm);
   r.outer_out = static_cast<size_t>(outer);
   return submit(r);
@@ -106,8 +109,8 @@ ffi::Future AllGatherImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
 ffi::Future AllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                         ffi::Result<ffi::AnyBuffer> out,
                         ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
-                        int64_t lane, int64_t outer_in, int64_t outer_out) {
-  Request r(CollectiveKind::kAllToAll, device, groups, group_size, site, lane, x, out);
+                        int64_t lane, int64_t comm, int64_t outer_in, int64_t outer_out) {
+  Request r(CollectiveKind::kAllToAll, device, groups, group_size, site, lane, comm, x, out);
   r.outer_in = static_cast<size_t>(outer_in);
   r.outer_out = static_cast<size_t>(outer_out);
   return submit(r);
@@ -115,9 +118,9 @@ ffi::Future AllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
 
 ffi::Future PermuteImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
                        ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                       int64_t group_size, int64_t site, int64_t lane,
+                       int64_t group_size, int64_t site, int64_t lane, int64_t comm,
                        ffi::Span<const int64_t> perm) {
-  Request r(CollectiveKind::kPermute, device, groups, group_size, site, lane, x, out);
+  Request r(CollectiveKind::kPermute, device, groups, group_size, site, lane, comm, x, out);
   r.pairs = perm.begin();
   r.pairs_len = perm.size();
   return submit(r);
@@ -128,9 +131,9 @@ ffi::Future PermuteImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOut,
 ffi::Future run_ragged(int32_t device, ffi::AnyBuffer operand, size_t out_rows,
                        const ffi::AnyBuffer* const indices[4], ffi::Result<ffi::AnyBuffer> out,
                        ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
-                       int64_t lane, bool zero_unwritten) {
-  Request r(CollectiveKind::kRaggedAllToAll, device, groups, group_size, site, lane, operand,
-            out);
+                       int64_t lane, int64_t comm, bool zero_unwritten) {
+  Request r(CollectiveKind::kRaggedAllToAll, device, groups, group_size, site, lane, comm,
+            operand, out);
   if (out->element_type() != operand.element_type()) r.known_type = false;
   set_ragged(&r, operand, out_rows, indices);
   r.zero_unwritten = zero_unwritten;
@@ -142,14 +145,14 @@ ffi::Future RaggedAllToAllImpl(int32_t device, OrderIn, ffi::AnyBuffer operand,
                               ffi::AnyBuffer send_sizes, ffi::AnyBuffer output_offsets,
                               ffi::AnyBuffer recv_sizes, OrderOut, ffi::Result<ffi::AnyBuffer> out,
                               ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
-                              int64_t lane) {
+                              int64_t lane, int64_t comm) {
   if (ffi::Error e = output_error(output, *out); e.failure()) return completed(std::move(e));
   if (out->untyped_data() != output.untyped_data()) {  // XLA did not alias them: start from output
     std::memcpy(out->untyped_data(), output.untyped_data(), output.size_bytes());
   }
   const ffi::AnyBuffer* indices[4] = {&input_offsets, &send_sizes, &output_offsets, &recv_sizes};
   return run_ragged(device, operand, leading(output), indices, out, groups, group_size, site,
-                    lane, false);
+                    lane, comm, false);
 }
 
 // The same, when the output operand was zeros: the lowering leaves it out, so XLA neither
@@ -159,10 +162,10 @@ ffi::Future RaggedAllToAllIntoZerosImpl(int32_t device, OrderIn, ffi::AnyBuffer 
                                        ffi::AnyBuffer output_offsets, ffi::AnyBuffer recv_sizes,
                                        OrderOut, ffi::Result<ffi::AnyBuffer> out,
                                        ffi::Span<const int64_t> groups, int64_t group_size,
-                                       int64_t site, int64_t lane) {
+                                       int64_t site, int64_t lane, int64_t comm) {
   const ffi::AnyBuffer* indices[4] = {&input_offsets, &send_sizes, &output_offsets, &recv_sizes};
   return run_ragged(device, operand, leading(*out), indices, out, groups, group_size, site, lane,
-                    true);
+                    comm, true);
 }
 
 }  // namespace
@@ -170,7 +173,8 @@ ffi::Future RaggedAllToAllIntoZerosImpl(int32_t device, OrderIn, ffi::AnyBuffer 
 
 // Every collective's binding starts the same: XLA's device id, the operand that orders the
 // collectives of a device (handlers/order_operand.h), x; its order result, the result; the
-// group table (device ids in rank order, group_size per row), the call site and its lane.
+// group table (device ids in rank order, group_size per row), the call site, its lane and
+// the communicator's id (fixed at lowering: comm/communicator.h).
 #define JACCL_CPU_BINDING                                      \
   ffi::Ffi::Bind()                                             \
       .Ctx<ffi::DeviceOrdinal>()                               \
@@ -181,7 +185,8 @@ ffi::Future RaggedAllToAllIntoZerosImpl(int32_t device, OrderIn, ffi::AnyBuffer 
       .Attr<ffi::Span<const int64_t>>("groups")                \
       .Attr<int64_t>("group_size")                             \
       .Attr<int64_t>("site")                                   \
-      .Attr<int64_t>("lane")
+      .Attr<int64_t>("lane")                                   \
+      .Attr<int64_t>("comm")
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_all_reduce, jaccl::AllReduceImpl,
                               JACCL_CPU_BINDING.Attr<int64_t>("op")  // ReduceOp
@@ -215,7 +220,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_ragged_all_to_all, jaccl::RaggedAllToAllImpl
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
                                   .Attr<int64_t>("site")
-                                  .Attr<int64_t>("lane"));
+                                  .Attr<int64_t>("lane")
+                                  .Attr<int64_t>("comm"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_ragged_all_to_all_into_zeros,
                               jaccl::RaggedAllToAllIntoZerosImpl,
@@ -232,4 +238,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_ragged_all_to_all_into_zeros,
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
                                   .Attr<int64_t>("site")
-                                  .Attr<int64_t>("lane"));
+                                  .Attr<int64_t>("lane")
+                                  .Attr<int64_t>("comm"));

@@ -21,6 +21,7 @@
 #include "collectives/collectives.h"
 #include "collectives/device_threads.h"
 #include "collectives/kinds.h"
+#include "comm/communicator.h"
 #include "comm/frame_stream.h"
 #include "comm/layouts.h"
 #include "comm/world.h"
@@ -30,6 +31,7 @@
 #include "common/reduce.h"
 #include "handlers/cpu/ofi_module.h"
 #include "handlers/cpu/symbols.h"
+#include "handlers/order_operand.h"
 #include "moe/moe.h"
 #include "transport/tcp/socket.h"
 #include "xla/ffi/api/c_api.h"
@@ -218,6 +220,14 @@ NB_MODULE(_jaccl, m) {
   m.def("process_run", &jaccl::process_run, nb::arg("process_of_rank"),
         "ranks per process where they are processes x equal runs of consecutive ranks, else 0 "
         "(comm/layouts.h)");
+  m.def("communicator_id",
+        [](const std::vector<int64_t>& table, int group_size, int64_t lane) {
+          return jaccl::communicator_id(table.data(), table.size(), group_size,
+                                        jaccl::Space::kOwnOps, jaccl::lane_of_attribute(lane), 0);
+        },
+        nb::arg("table"), nb::arg("group_size"), nb::arg("lane"),
+        "the id (uint64) of jaccl's communicator of a group table in a lane, which every call "
+        "carries (comm/communicator.h)");
   m.def("spans_hosts_evenly", &jaccl::spans_hosts_evenly, nb::arg("host_of_rank"),
         "whether the ranks are on several hosts with the same number (> 1) on each");
   m.def("streams_read_in_place", &jaccl::streams_read_in_place,

@@ -41,14 +41,14 @@ ffi::Future DispatchImpl(int32_t device, OrderIn, ffi::AnyBuffer src, Ints send_
                         Ints send_offsets, Ints recv_rows, Ints recv_offsets, Ints topk_idx,
                         OrderOut, ffi::Result<ffi::AnyBuffer> dst,
                         ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
-                        int64_t lane, int64_t num_experts) {
+                        int64_t lane, int64_t comm, int64_t num_experts) {
   Dtype dtype;
   if (!row_dtype_of_xla(src.element_type(), &dtype)) {
     return completed(unsupported_type(CollectiveKind::kMoeDispatch, src.element_type()));
   }
   const Ints* lists[4] = {&send_rows, &send_offsets, &recv_rows, &recv_offsets};
   MoeRequest r = moe_request(CollectiveKind::kMoeDispatch, device, groups, group_size, site,
-                             lane, dtype, src, lists, *dst);
+                             lane, comm, dtype, src, lists, *dst);
   r.topk_idx = topk_idx.typed_data();
   r.topk_count = topk_idx.element_count();
   r.num_experts = num_experts;
@@ -59,8 +59,8 @@ ffi::Future CombineImpl(int32_t device, OrderIn, ffi::AnyBuffer y, Ints send_row
                        Ints send_offsets, Ints recv_pairs, Ints recv_offsets,
                        ffi::AnyBuffer weights_or_dout, OrderOut,
                        ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                       int64_t group_size, int64_t site, int64_t lane, int64_t topk,
-                       int64_t pair_dot) {
+                       int64_t group_size, int64_t site, int64_t lane, int64_t comm,
+                       int64_t topk, int64_t pair_dot) {
   Dtype dtype, extra_dtype;
   if (!dtype_of_xla(y.element_type(), &dtype)) {
     return completed(unsupported_type(CollectiveKind::kMoeCombine, y.element_type()));
@@ -71,7 +71,7 @@ ffi::Future CombineImpl(int32_t device, OrderIn, ffi::AnyBuffer y, Ints send_row
   }
   const Ints* lists[4] = {&send_rows, &send_offsets, &recv_pairs, &recv_offsets};
   MoeRequest r = moe_request(CollectiveKind::kMoeCombine, device, groups, group_size, site,
-                             lane, dtype, y, lists, *out);
+                             lane, comm, dtype, y, lists, *out);
   r.extra = weights_or_dout.untyped_data();
   r.extra_count = weights_or_dout.element_count();
   r.extra_dtype = extra_dtype;
@@ -99,6 +99,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_moe_dispatch, jaccl::DispatchImpl,
                                   .Attr<int64_t>("group_size")
                                   .Attr<int64_t>("site")
                                   .Attr<int64_t>("lane")
+                                  .Attr<int64_t>("comm")
                                   .Attr<int64_t>("num_experts"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_moe_combine, jaccl::CombineImpl,
@@ -117,5 +118,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_moe_combine, jaccl::CombineImpl,
                                   .Attr<int64_t>("group_size")
                                   .Attr<int64_t>("site")
                                   .Attr<int64_t>("lane")
+                                  .Attr<int64_t>("comm")
                                   .Attr<int64_t>("topk")
                                   .Attr<int64_t>("pair_dot"));

@@ -33,7 +33,8 @@ int run_on_host(const CollectiveRequest& request, char* error, size_t error_len)
 }
 
 // The request of a collective of `in` into `out`. GPU calls are stream-ordered: every handler
-// runs its call in lane 0, whatever its `lane` attribute.
+// runs its call in lane 0, whatever its `lane` attribute, so the engine derives the id of that
+// lane's communicator (the `comm` attribute names the chain's lane's).
 bool request(CollectiveKind kind, ffi::Span<const int64_t> groups, int64_t group_size,
              int64_t site, const ffi::AnyBuffer& in, ffi::Result<ffi::AnyBuffer>& out,
              CollectiveRequest* r) {
@@ -57,7 +58,7 @@ ffi::Error run(const CollectiveRequest& r, bool known_type, cudaStream_t stream,
 
 ffi::Error AllReduce(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
                      ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                     int64_t group_size, int64_t site, int64_t /*lane*/, int64_t op,
+                     int64_t group_size, int64_t site, int64_t /*lane*/, int64_t /*comm*/, int64_t op,
                      int64_t algorithm) {
   CollectiveRequest r;
   const bool ok = request(CollectiveKind::kAllReduce, groups, group_size, site, x, out, &r);
@@ -69,7 +70,7 @@ ffi::Error AllReduce(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, Order
 ffi::Error ReduceScatter(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x,
                          OrderOut, ffi::Result<ffi::AnyBuffer> out,
                          ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
-                         int64_t /*lane*/, int64_t op, int64_t algorithm, int64_t outer) {
+                         int64_t /*lane*/, int64_t /*comm*/, int64_t op, int64_t algorithm, int64_t outer) {
   CollectiveRequest r;
   const bool ok = request(CollectiveKind::kReduceScatter, groups, group_size, site, x, out, &r);
   r.op = static_cast<ReduceOp>(op);
@@ -80,7 +81,7 @@ ffi::Error ReduceScatter(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x,
 
 ffi::Error AllGather(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
                      ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                     int64_t group_size, int64_t site, int64_t /*lane*/, int64_t algorithm,
+                     int64_t group_size, int64_t site, int64_t /*lane*/, int64_t /*comm*/, int64_t algorithm,
                      int64_t outer) {
   CollectiveRequest r;
   const bool ok = request(CollectiveKind::kAllGather, groups, group_size, site, x, out, &r);
@@ -91,7 +92,7 @@ ffi::Error AllGather(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, Order
 
 ffi::Error AllToAll(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
                     ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                    int64_t group_size, int64_t site, int64_t /*lane*/, int64_t outer_in,
+                    int64_t group_size, int64_t site, int64_t /*lane*/, int64_t /*comm*/, int64_t outer_in,
                     int64_t outer_out) {
   CollectiveRequest r;
   const bool ok = request(CollectiveKind::kAllToAll, groups, group_size, site, x, out, &r);
@@ -102,7 +103,7 @@ ffi::Error AllToAll(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderO
 
 ffi::Error Permute(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
                    ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                   int64_t group_size, int64_t site, int64_t /*lane*/,
+                   int64_t group_size, int64_t site, int64_t /*lane*/, int64_t /*comm*/,
                    ffi::Span<const int64_t> perm) {
   CollectiveRequest r;
   const bool ok = request(CollectiveKind::kPermute, groups, group_size, site, x, out, &r);
@@ -117,7 +118,7 @@ ffi::Error RaggedAllToAll(cudaStream_t stream, int32_t ordinal, OrderIn, ffi::An
                           ffi::AnyBuffer send_sizes, ffi::AnyBuffer output_offsets,
                           ffi::AnyBuffer recv_sizes, OrderOut, ffi::Result<ffi::AnyBuffer> out,
                           ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
-                          int64_t /*lane*/) {
+                          int64_t /*lane*/, int64_t /*comm*/) {
   if (ffi::Error e = output_error(output, *out); e.failure()) return e;
   CollectiveRequest r;
   const bool ok = request(CollectiveKind::kRaggedAllToAll, groups, group_size, site, operand,
@@ -149,7 +150,8 @@ void set_engine(JacclRunHostCall run) { engine = run; }
       .Attr<ffi::Span<const int64_t>>("groups")                \
       .Attr<int64_t>("group_size")                             \
       .Attr<int64_t>("site")                                   \
-      .Attr<int64_t>("lane")
+      .Attr<int64_t>("lane")                                   \
+      .Attr<int64_t>("comm")
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_all_reduce, jaccl::cuda::AllReduce,
                               JACCL_CUDA_BINDING.Attr<int64_t>("op").Attr<int64_t>("algorithm"));
@@ -179,4 +181,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_ragged_all_to_all, jaccl::cuda::RaggedA
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
                                   .Attr<int64_t>("site")
-                                  .Attr<int64_t>("lane"));
+                                  .Attr<int64_t>("lane")
+                                  .Attr<int64_t>("comm"));

@@ -38,14 +38,15 @@ ffi::Error Dispatch(cudaStream_t stream, int32_t ordinal, OrderIn, ffi::AnyBuffe
                     Ints send_rows, Ints send_offsets, Ints recv_rows, Ints recv_offsets,
                     Ints topk_idx, OrderOut, ffi::Result<ffi::AnyBuffer> dst,
                     ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
-                    int64_t /*lane: GPU calls are stream-ordered*/, int64_t num_experts) {
+                    int64_t /*lane: GPU calls are stream-ordered*/,
+                    int64_t /*comm: lane 0's is derived*/, int64_t num_experts) {
   Dtype dtype;  // FP8 rows as bytes
   if (!row_dtype_of_xla(src.element_type(), &dtype)) {
     return ffi::Error::InvalidArgument("jaccl: unsupported MoE row type on CUDA");
   }
   const Ints* lists[4] = {&send_rows, &send_offsets, &recv_rows, &recv_offsets};
   MoeRequest r = moe_request(CollectiveKind::kMoeDispatch, 0, groups, group_size, site, 0,
-                             dtype, src, lists, *dst);
+                             0, dtype, src, lists, *dst);
   r.topk_idx = topk_idx.typed_data();
   r.topk_count = topk_idx.element_count();
   r.num_experts = num_experts;
@@ -56,7 +57,7 @@ ffi::Error Combine(cudaStream_t stream, int32_t ordinal, OrderIn, ffi::AnyBuffer
                    Ints send_rows, Ints send_offsets, Ints recv_pairs, Ints recv_offsets,
                    ffi::AnyBuffer weights_or_dout, OrderOut,
                    ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                   int64_t group_size, int64_t site, int64_t /*lane*/, int64_t topk,
+                   int64_t group_size, int64_t site, int64_t /*lane*/, int64_t /*comm*/, int64_t topk,
                    int64_t pair_dot) {
   Dtype dtype, extra_dtype;  // FP8 rows are refused by check_moe_request
   if (!row_dtype_of_xla(y.element_type(), &dtype)) {
@@ -67,7 +68,7 @@ ffi::Error Combine(cudaStream_t stream, int32_t ordinal, OrderIn, ffi::AnyBuffer
   }
   const Ints* lists[4] = {&send_rows, &send_offsets, &recv_pairs, &recv_offsets};
   MoeRequest r = moe_request(CollectiveKind::kMoeCombine, 0, groups, group_size, site, 0,
-                             dtype, y, lists, *out);
+                             0, dtype, y, lists, *out);
   r.extra = weights_or_dout.untyped_data();
   r.extra_count = weights_or_dout.element_count();
   r.extra_dtype = extra_dtype;
@@ -99,6 +100,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_moe_dispatch, jaccl::cuda::Dispatch,
                                   .Attr<int64_t>("group_size")
                                   .Attr<int64_t>("site")
                                   .Attr<int64_t>("lane")
+                                  .Attr<int64_t>("comm")
                                   .Attr<int64_t>("num_experts"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_moe_combine, jaccl::cuda::Combine,
@@ -118,5 +120,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaccl_cuda_moe_combine, jaccl::cuda::Combine,
                                   .Attr<int64_t>("group_size")
                                   .Attr<int64_t>("site")
                                   .Attr<int64_t>("lane")
+                                  .Attr<int64_t>("comm")
                                   .Attr<int64_t>("topk")
                                   .Attr<int64_t>("pair_dot"));
