@@ -99,7 +99,8 @@ Communicator::Communicator(World& world, uint64_t id, const int64_t* table, size
 // the transport's own, or a stream of it when the world shares channels.
 Channel* Communicator::channel(int64_t src, int64_t dst, int src_rank) {
   if (!world_.shares_channels()) return world_.channel(src, dst);
-  const uint64_t stream = SharedChannel::stream_of(channel_stream_, static_cast<uint32_t>(src_rank));
+  const uint64_t stream =
+      SharedChannel::stream_of(channel_stream_, static_cast<uint32_t>(src_rank));
   streams_.push_back(world_.shared_channel(src, dst)->stream(stream));
   return streams_.back().get();
 }

@@ -302,15 +302,18 @@ Communicator& World::communicator(uint64_t id, const int64_t* table, size_t size
                                   int group_size, Space space, uint32_t lane,
                                   uint64_t split_round) {
   if (id == 0) id = communicator_id(table, size, group_size, space, lane, split_round);
+  // The communicator of `id` made before (nullptr: none), if it is this table's.
+  auto made = [&]() -> Communicator* {
+    auto it = communicators_.find(id);
+    if (it == communicators_.end()) return nullptr;
+    if (!it->second->matches(table, size, group_size)) {
+      throw_error(ErrorKind::kInternal, "communicator id collision");
+    }
+    return it->second.get();
+  };
   {
     std::shared_lock<std::shared_mutex> read(communicators_mutex_);
-    auto it = communicators_.find(id);
-    if (it != communicators_.end()) {
-      if (!it->second->matches(table, size, group_size)) {
-        throw_error(ErrorKind::kInternal, "communicator id collision");
-      }
-      return *it->second;
-    }
+    if (Communicator* comm = made()) return *comm;
   }
   // Another space, lane or split round, another id: peers check it in every frame header, so
   // calls of different communicators never pair. An id the caller fixed must be that one.
@@ -318,8 +321,7 @@ Communicator& World::communicator(uint64_t id, const int64_t* table, size_t size
     throw_error(ErrorKind::kInternal, "communicator id ", hex(id), " is not its table's");
   }
   std::unique_lock<std::shared_mutex> write(communicators_mutex_);
-  auto it = communicators_.find(id);
-  if (it != communicators_.end()) return *it->second;  // made meanwhile (its table: checked)
+  if (Communicator* comm = made()) return *comm;  // made meanwhile by another thread
   // A shared channel's streams are named by the frames' channel streams: for XLA's
   // collectives, the id's low 31 bits (communicator.h), which must then differ.
   if (xla_streams() && space != Space::kOwnOps) {

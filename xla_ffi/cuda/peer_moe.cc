@@ -104,7 +104,8 @@ class MoeSchedule {
   cudaError_t barrier(bool start) {
     const uint64_t call[kDescriptorWords] = {
         static_cast<uint64_t>(call_.address.kind) | static_cast<uint64_t>(dtype_) << 8 |
-            static_cast<uint64_t>(pair_dot_) << 24 | static_cast<uint64_t>(call_.address.site) << 32,
+            static_cast<uint64_t>(pair_dot_) << 24 |
+            static_cast<uint64_t>(call_.address.site) << 32,
         call_.rows_count, row_bytes_, send_capacity_, recv_capacity_, call_.out_rows,
         group_.hash(), topk_};
     return group_.barrier(start, call, stream_);

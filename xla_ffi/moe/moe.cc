@@ -178,9 +178,10 @@ class StreamingCombine : public IdleWork {
  public:
   StreamingCombine(const Call& call, const MoeRequest& c, const PairRows& pairs,
                    std::vector<float>& accumulator)
-      : call_(call), pairs_(pairs), acc_(accumulator), weights_(static_cast<const float*>(c.extra)),
-        out_(static_cast<char*>(c.out)), tokens_(c.out_rows), topk_(static_cast<size_t>(c.topk)),
-        h_(c.row_elems), line_(c.row_elems), next_k_(c.out_rows, 0), started_(c.out_rows, 0) {
+      : call_(call), pairs_(pairs), acc_(accumulator),
+        weights_(static_cast<const float*>(c.extra)), out_(static_cast<char*>(c.out)),
+        tokens_(c.out_rows), topk_(static_cast<size_t>(c.topk)), h_(c.row_elems),
+        line_(c.row_elems), next_k_(c.out_rows, 0), started_(c.out_rows, 0) {
     // JACCL_MOE_LOCAL_DELAY_US (benchmarks only): a pause per token advanced, emulating a
     // host slower at its local work.
     delay_us_ = local_delay_us.load(std::memory_order_relaxed);

@@ -58,8 +58,8 @@ ffi::Error run(const CollectiveRequest& r, bool known_type, cudaStream_t stream,
 
 ffi::Error AllReduce(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
                      ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                     int64_t group_size, int64_t site, int64_t /*lane*/, int64_t /*comm*/, int64_t op,
-                     int64_t algorithm) {
+                     int64_t group_size, int64_t site, int64_t /*lane*/, int64_t /*comm*/,
+                     int64_t op, int64_t algorithm) {
   CollectiveRequest r;
   const bool ok = request(CollectiveKind::kAllReduce, groups, group_size, site, x, out, &r);
   r.op = static_cast<ReduceOp>(op);
@@ -70,7 +70,8 @@ ffi::Error AllReduce(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, Order
 ffi::Error ReduceScatter(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x,
                          OrderOut, ffi::Result<ffi::AnyBuffer> out,
                          ffi::Span<const int64_t> groups, int64_t group_size, int64_t site,
-                         int64_t /*lane*/, int64_t /*comm*/, int64_t op, int64_t algorithm, int64_t outer) {
+                         int64_t /*lane*/, int64_t /*comm*/, int64_t op, int64_t algorithm,
+                         int64_t outer) {
   CollectiveRequest r;
   const bool ok = request(CollectiveKind::kReduceScatter, groups, group_size, site, x, out, &r);
   r.op = static_cast<ReduceOp>(op);
@@ -81,8 +82,8 @@ ffi::Error ReduceScatter(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x,
 
 ffi::Error AllGather(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
                      ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                     int64_t group_size, int64_t site, int64_t /*lane*/, int64_t /*comm*/, int64_t algorithm,
-                     int64_t outer) {
+                     int64_t group_size, int64_t site, int64_t /*lane*/, int64_t /*comm*/,
+                     int64_t algorithm, int64_t outer) {
   CollectiveRequest r;
   const bool ok = request(CollectiveKind::kAllGather, groups, group_size, site, x, out, &r);
   r.algorithm = static_cast<Algorithm>(algorithm);
@@ -92,8 +93,8 @@ ffi::Error AllGather(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, Order
 
 ffi::Error AllToAll(cudaStream_t s, int32_t d, OrderIn, ffi::AnyBuffer x, OrderOut,
                     ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                    int64_t group_size, int64_t site, int64_t /*lane*/, int64_t /*comm*/, int64_t outer_in,
-                    int64_t outer_out) {
+                    int64_t group_size, int64_t site, int64_t /*lane*/, int64_t /*comm*/,
+                    int64_t outer_in, int64_t outer_out) {
   CollectiveRequest r;
   const bool ok = request(CollectiveKind::kAllToAll, groups, group_size, site, x, out, &r);
   r.outer_in = static_cast<size_t>(outer_in);

@@ -57,8 +57,8 @@ ffi::Error Combine(cudaStream_t stream, int32_t ordinal, OrderIn, ffi::AnyBuffer
                    Ints send_rows, Ints send_offsets, Ints recv_pairs, Ints recv_offsets,
                    ffi::AnyBuffer weights_or_dout, OrderOut,
                    ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> groups,
-                   int64_t group_size, int64_t site, int64_t /*lane*/, int64_t /*comm*/, int64_t topk,
-                   int64_t pair_dot) {
+                   int64_t group_size, int64_t site, int64_t /*lane*/, int64_t /*comm*/,
+                   int64_t topk, int64_t pair_dot) {
   Dtype dtype, extra_dtype;  // FP8 rows are refused by check_moe_request
   if (!row_dtype_of_xla(y.element_type(), &dtype)) {
     return ffi::Error::InvalidArgument("jaccl: unsupported MoE row type on CUDA");
