@@ -9,6 +9,7 @@
 
 #include "abi/mpiabi_table.h"
 #include "collectives/kinds.h"
+#include "comm/communicator.h"
 #include "comm/world.h"
 #include "common/call_sites.h"
 #include "common/dtype.h"
@@ -23,6 +24,11 @@ int32_t dtype_code(const char* name) {
     if (std::strcmp(dtype_name(static_cast<Dtype>(d)), name) == 0) return d;
   }
   return -1;
+}
+
+uint64_t xla_communicator_id(const int64_t* group, size_t size, uint64_t split_round) {
+  return communicator_id(group, size, static_cast<int>(size), Space::kXlaCollectives, 0,
+                         split_round);
 }
 
 int32_t reduce_code(const char* name) {
@@ -81,6 +87,7 @@ void attach_mpiabi(const std::string& path) {
   table.kind_all_gather = static_cast<int32_t>(CollectiveKind::kAllGather);
   table.dtype_code = dtype_code;
   table.reduce_code = reduce_code;
+  table.communicator_id = xla_communicator_id;
   table.run_call = jaccl_run_host_call;
   table.run_p2p = jaccl_run_host_p2p;
   table.raise_abort = jaccl_raise_abort;

@@ -26,8 +26,9 @@ extern "C" {
 /* 2: JacclHostCall and JacclHostP2p carry a space; 3: and one word for the lane or the split
  * round, devices per process; 4: world_failed; 5: JacclHostCall's ragged index arrays int32 or
  * int64; 6: JacclHostCall's lane and split round apart; 7: JacclCollectiveRequest (the engine's
- * own request, collectives/request.h) and JacclHostP2p start with a JacclCallAddress */
-enum { kJacclMpiEngineVersion = 7 };
+ * own request, collectives/request.h) and JacclHostP2p start with a JacclCallAddress; 8:
+ * communicator_id */
+enum { kJacclMpiEngineVersion = 8 };
 
 /* The call site (common/call_sites.h) of the exchange inside the shim's MPI_Comm_split, which
  * _jaccl names at attach: a rank that splits where its peer runs a collective is told so. */
@@ -43,6 +44,9 @@ typedef struct JacclMpiEngine {
   int32_t kind_all_reduce, kind_reduce_scatter, kind_all_gather;   /* CollectiveKind codes */
   int32_t (*dtype_code)(const char* name);   /* "float32" -> Dtype; -1 if unknown */
   int32_t (*reduce_code)(const char* name);  /* "sum" -> ReduceOp; -1 if unknown */
+  /* the engine's id of the communicator of one group (`size` devices in rank order) of XLA's
+   * collectives made in `split_round` (comm/communicator.h): a call carries it */
+  uint64_t (*communicator_id)(const int64_t* group, size_t size, uint64_t split_round);
   JacclRunHostCall run_call;   /* a collective over one group (abi/host_abi.h) */
   JacclRunHostP2p run_p2p;     /* sends and receives between ranks of one group */
   JacclRaiseAbort raise_abort;

@@ -151,6 +151,7 @@ static int comm_of_color(const JmpiComm* parent, const int64_t* all, int color, 
     if (order[i] == me) c->rank = i;
   }
   c->split_round = round;
+  name_comm(c, atomic_load(&engine));
   *newcomm = (uintptr_t)c;
   free(order);
   return JMPI_SUCCESS;
@@ -262,6 +263,7 @@ JMPI_EXPORT int MPIABI_Comm_dup(uintptr_t comm, uintptr_t* newcomm) {
   memcpy(d->devices, c->devices, (size_t)c->size * sizeof(int64_t));
   d->local_devices = c->local_devices;
   d->split_round = c->split_round;
+  d->id = c->id;
   *newcomm = (uintptr_t)d;
   return JMPI_SUCCESS;
 }

@@ -139,7 +139,10 @@ static int split_again(JmpiComm* c) {
   JmpiComm* again = (JmpiComm*)made;
   const int same = again != NULL && again->size == c->size && again->rank == c->rank &&
                    memcmp(again->devices, c->devices, (size_t)c->size * sizeof(int64_t)) == 0;
-  if (same) c->split_round = again->split_round;
+  if (same) {
+    c->split_round = again->split_round;
+    name_comm(c, atomic_load(&engine));
+  }
   free(again);
   if (!same) {
     return fail(JMPI_ERR_OTHER, "jaccl: XLA's communicator of devices led by device %lld, made "

@@ -75,11 +75,16 @@ JmpiComm* new_comm(int rank, int size) {
     c->size = size;
     c->local_devices = 1;
     c->split_round = 0;
+    c->id = 0;
     c->xla_group = 0;
     c->comebacks = atomic_load(&comebacks);
     c->inside = atomic_load(&attaches);
   }
   return c;
+}
+
+void name_comm(JmpiComm* c, const JacclMpiEngine* e) {
+  c->id = e != NULL ? e->communicator_id(c->devices, (size_t)c->size, c->split_round) : 0;
 }
 
 /* Attaching on first use. A program that never started jaccl (it called
@@ -267,6 +272,9 @@ JMPI_EXPORT int jaccl_mpiabi_attach(const JacclMpiEngine* e, char* error, size_t
   world->local_devices = per_process;
   self->devices[0] = e->devices[e->my_process * per_process];
   for (int p = 0; p < e->num_processes; ++p) processes->devices[p] = e->devices[p * per_process];
+  name_comm(world, e);
+  name_comm(self, e);
+  name_comm(processes, e);
   /* Attached again (a new world after a lost process, made while no collective of XLA's
    * runs and the process's other devices wait to split MPI_COMM_WORLD: world_for_split()):
    * MPI_COMM_WORLD is the new world's devices from here on. The old communicators are left

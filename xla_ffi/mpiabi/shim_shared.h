@@ -27,6 +27,7 @@ typedef struct JmpiComm {
   int rank, size;
   int local_devices;  /* MPI_COMM_WORLD with several devices per process: how many; else 1 */
   uint64_t split_round; /* the split round that made it, with several devices per process */
+  uint64_t id;          /* its communicator's id in the engine (name_comm; 0: derived there) */
   int xla_group;      /* made by XLA's split of MPI_COMM_WORLD */
   unsigned comebacks; /* how many processes had come back when it was (last) made */
   unsigned inside;    /* the last attach whose world was seen to hold its devices */
@@ -54,6 +55,9 @@ extern int most_processes;                     /* the most any world attached he
 extern JmpiComm* world_comm;
 extern JmpiComm* processes_comm;  /* one device per process: where split rounds exchange */
 JmpiComm* new_comm(int rank, int size);
+/* Sets c->id from its devices and split round, as `e` computes it (0 without one), once they
+ * are final; a call on `c` carries it (address_on). */
+void name_comm(JmpiComm* c, const JacclMpiEngine* e);
 int run_python(const char* code);
 const JacclMpiEngine* attached(void);
 void remember_split_failure(void);
@@ -69,6 +73,7 @@ static inline JacclCallAddress address_on(const JmpiComm* c) {
   a.groups_len = (size_t)c->size;
   a.group_size = c->size;
   a.split_round = c->split_round;
+  a.comm = c->id;
   return a;
 }
 const JmpiType* type_of(uintptr_t handle);
