@@ -347,14 +347,15 @@ def lower_collective(ctx, *operands, target: str, axes: tuple, groups=None, alia
     config = {k: mlir.ir_attribute(np.int64(v)) for k, v in attributes.items()}
     for name, values in (arrays or {}).items():
         config[name] = ir.DenseI64ArrayAttr.get([int(v) for v in values])
-    config["groups"] = ir.DenseI64ArrayAttr.get([int(v) for v in table.ravel()])
+    flat_table = [int(v) for v in table.ravel()]
+    config["groups"] = ir.DenseI64ArrayAttr.get(flat_table)
     config["group_size"] = mlir.ir_attribute(np.int64(group_size))
     config["site"] = mlir.ir_attribute(np.int64(_call_site.site_of(ctx, target)))
     lane = _ordering.lane_of(ctx)
     config["lane"] = mlir.ir_attribute(np.int64(lane))  # xla_ffi/comm/lanes.h
     # the communicator's id, found once here (xla_ffi/comm/communicator.h): the call finds its
     # communicator by it
-    comm = _ext.engine.communicator_id([int(v) for v in table.ravel()], int(group_size), lane)
+    comm = _ext.engine.communicator_id(flat_table, int(group_size), lane)
     config["comm"] = mlir.ir_attribute(np.uint64(comm).view(np.int64))
     token = _ordering.token_in(ctx)
     result_types = [token.type] + [_compat.ir_type(ctx, a) for a in ctx.avals_out]

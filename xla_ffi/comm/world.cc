@@ -301,7 +301,10 @@ SharedChannel* World::shared_channel(int64_t src, int64_t dst) const {
 Communicator& World::communicator(uint64_t id, const int64_t* table, size_t size,
                                   int group_size, Space space, uint32_t lane,
                                   uint64_t split_round) {
-  if (id == 0) id = communicator_id(table, size, group_size, space, lane, split_round);
+  // The table's own id: derived here when the caller carries none (0), checked at creation
+  // when it carries one.
+  const bool derived = id == 0;
+  if (derived) id = communicator_id(table, size, group_size, space, lane, split_round);
   // The communicator of `id` made before (nullptr: none), if it is this table's.
   auto made = [&]() -> Communicator* {
     auto it = communicators_.find(id);
@@ -317,7 +320,7 @@ Communicator& World::communicator(uint64_t id, const int64_t* table, size_t size
   }
   // Another space, lane or split round, another id: peers check it in every frame header, so
   // calls of different communicators never pair. An id the caller fixed must be that one.
-  if (id != communicator_id(table, size, group_size, space, lane, split_round)) {
+  if (!derived && id != communicator_id(table, size, group_size, space, lane, split_round)) {
     throw_error(ErrorKind::kInternal, "communicator id ", hex(id), " is not its table's");
   }
   std::unique_lock<std::shared_mutex> write(communicators_mutex_);
