@@ -35,7 +35,7 @@ NEWEST_PY := $(NEWEST_VENV)/bin/python
 # transports, which do not, ran on the newest), going on without a lost process and a process
 # rejoining (JAX's incarnations, its live_devices), a lost process 0 (JAX's coordination
 # service in jaccl-run, through jaxlib's own entry point), XLA's
-# collectives through the MPI shim, the launcher and demo, the transport choice and jaccl-info
+# collectives through the mpiabi library, the launcher and demo, the transport choice and jaccl-info
 # with Debian's pyverbs (built for the system Python only), the batteries on one host and
 # between emulated hosts, MoE, every order of axes, random programs across processes, gloo and
 # jaccl on a warm compilation cache, a crash after a jaccl op)

@@ -24,7 +24,7 @@ Contract:
   includes its devices gets a new world over the survivors and it; the process started again
   finds that world's generation among those the world's first process announced
   (_recovery.py holds what is done after a loss or a comeback; this module the world's owner).
-  XLA's collectives on jaccl (the MPI shim) get the survivors' world when XLA makes a
+  XLA's collectives on jaccl (the mpiabi library) get the survivors' world when XLA makes a
   communicator for their devices (renew_after_loss()), also with several CPU devices per
   process. Not on GPUs, nor with XLA's collectives on jaccl and a process that rejoins (a
   clear error). A world after a loss that could not be built is refused from then on (every
@@ -122,7 +122,7 @@ def init(devices=None) -> WorldInfo:
 def _renew(live: tuple, in_program: bool = False) -> None:
     """Under _lock, JAX's recoverability on: the next world over the processes `live` when
     this process is one of them and they need one (_recovery.changed()); `in_program`: asked
-    from inside a running device program (XLA's collective, through the MPI shim)."""
+    from inside a running device program (XLA's collective, through the mpiabi library)."""
     global _world, _no_next_world
     if jax.process_index() in live and _recovery.changed(_world, live):
         failed, _world = _world, None  # if the new world fails to start: none, for good
@@ -395,9 +395,9 @@ def _attach(prefix: str, me: int, hosts: tuple, timeout_s: float) -> None:
 
 
 def attach_on_first_use() -> None:
-    """What the MPI shim runs (on the XLA thread of a process's first collective) when the
-    program never started jaccl: init(), which attaches the shim; a failure is handed back to
-    the shim as that collective's error."""
+    """What the mpiabi library runs (on the XLA thread of a process's first collective) when the
+    program never started jaccl: init(), which attaches the mpiabi library; a failure is handed back to
+    the mpiabi library as that collective's error."""
     try:
         init()
         engine.log_info("XLA's first collective started jaccl's engine (the program had not "
@@ -407,12 +407,12 @@ def attach_on_first_use() -> None:
 
 
 def renew_with_those_back() -> None:
-    """What the MPI shim runs (on an XLA thread, inside the program) when XLA runs a collective
+    """What the mpiabi library runs (on an XLA thread, inside the program) when XLA runs a collective
     on a communicator whose devices the world lacks, or splits MPI_COMM_WORLD in a job that
     recovers: where processes came back, the world over the processes JAX's last
     multihost_utils.live_devices block reported, those that came back among them, as
     init(devices) builds it when a jaccl op is lowered over their mesh (the program asking is
-    the only one in flight; this process's other devices wait in the shim). A process of the
+    the only one in flight; this process's other devices wait in the mpiabi library). A process of the
     world on this host that died since the world's last call revokes the world first (and the
     survivors' is built where JAX already reported the loss): XLA keeps a communicator whose
     split failed for the process's life, and a split that met the dead process would fail every
@@ -432,7 +432,7 @@ def renew_with_those_back() -> None:
 
 
 def renew_after_loss() -> None:
-    """What the MPI shim runs (on an XLA thread) before XLA makes a communicator: after a lost
+    """What the mpiabi library runs (on an XLA thread) before XLA makes a communicator: after a lost
     process (the world aborted, JAX's recoverability on), the world over the processes JAX's
     last multihost_utils.live_devices block reported, as init(devices) builds it when a jaccl
     op is lowered over their mesh; a program of XLA's collectives alone gets it here. Nothing

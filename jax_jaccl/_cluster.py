@@ -181,7 +181,7 @@ def install() -> None:
 def watch_compiles(jax) -> None:
     """Once jax has loaded: each program XLA compiles is checked for counts past MPI's int
     (_mpi_counts.py) and its groups kept (_xla_groups.py), as a program that never calls jaccl
-    runs its collectives on the shim."""
+    runs its collectives on the mpiabi library."""
     del jax
     from . import _mpi_counts, _xla_groups
 

@@ -4,7 +4,7 @@ collective-permutes run on jaccl instead of gloo.
 
 How: jaxlib links MPItrampoline, which at `import jax` loads the library MPITRAMPOLINE_LIB
 names; with JAX_CPU_COLLECTIVES_IMPLEMENTATION=mpi and jax.distributed initialised, XLA:CPU
-sends every collective there. jaccl's shim (libjaccl_mpiabi.so, xla_ffi/mpiabi) implements
+sends every collective there. jaccl's mpiabi library (libjaccl_mpiabi.so, xla_ffi/mpiabi) implements
 those calls on the engine _jaccl owns, once attach() has handed it over.
 
 Contract:
@@ -12,24 +12,24 @@ Contract:
   launcher's default when `requested` is None); ValueError when jaccl cannot carry it.
 - environment() is what a launcher adds to a process's environment (before Python starts);
   choose(env, "jaccl" | "gloo") sets a process's environment up for either.
-- loaded() tells whether this process's jaxlib loaded jaccl's shim; active() whether XLA's
+- loaded() tells whether this process's jaxlib loaded jaccl's mpiabi library; active() whether XLA's
   CPU collectives will also use it (the 'mpi' implementation is selected).
-- expect(process_id, num_processes) runs before the CPU backend exists (XLA asks the shim for
+- expect(process_id, num_processes) runs before the CPU backend exists (XLA asks the mpiabi library for
   its world rank right after MPI_Init_thread); attach() runs after jaccl's world is up (made
   with shared channels when the process has several CPU devices: shares_channels()), raises
   ValueError with the reason when it cannot.
-- recoverable() tells the shim that the job recovers from lost processes (JAX's
+- recoverable() tells the mpiabi library that the job recovers from lost processes (JAX's
   recoverability): before each split of MPI_COMM_WORLD it asks for a world with processes that
   came back (_bootstrap.renew_with_those_back()).
-- came_back() tells the shim that the world just attached has a process that came back
+- came_back() tells the mpiabi library that the world just attached has a process that came back
   (started again): XLA's communicators made before are split again at their first use, as
   that process makes its own.
-- refuse(reason) hands the shim the error of the collective it attaches for (the start of
+- refuse(reason) hands the mpiabi library the error of the collective it attaches for (the start of
   jaccl that _bootstrap.attach_on_first_use() tried on its behalf failed); renew_failed(reason)
   the error of the communicator XLA makes after a lost process, when
   _bootstrap.renew_after_loss() could not build the survivors' world; group_refused(reason)
   that of a communicator made after a lost process that _xla_groups refuses.
-- served() is how many of XLA's collectives this process has run on the shim.
+- served() is how many of XLA's collectives this process has run on the mpiabi library.
 - unplanned_devices(n) is why a process of n CPU devices keeps XLA's collectives on gloo
   though its launcher put them on jaccl for another count (resolve()'s default), or "".
 - shares_channels(local_devices) is whether jaccl's world must share its channels among
@@ -44,15 +44,15 @@ import ctypes
 import os
 from pathlib import Path
 
-SHIM_NAME = "libjaccl_mpiabi.so"
+LIBRARY_NAME = "libjaccl_mpiabi.so"
 
 
-def shim_path() -> str:
+def library_path() -> str:
     """Installed beside the _jaccl extension (an editable install keeps both in site-packages);
     found without loading either (the pytest plugin asks in pytest's own process)."""
     import importlib.util
 
-    return str(Path(importlib.util.find_spec("jax_jaccl._jaccl").origin).resolve().parent / SHIM_NAME)
+    return str(Path(importlib.util.find_spec("jax_jaccl._jaccl").origin).resolve().parent / LIBRARY_NAME)
 
 
 # What environment() sets (jaccl-run passes them to hosts it reaches by ssh).
@@ -60,7 +60,7 @@ VARIABLES = ("MPITRAMPOLINE_LIB", "JAX_CPU_COLLECTIVES_IMPLEMENTATION", "JACCL_X
 
 
 def environment() -> dict:
-    return dict(zip(VARIABLES, (shim_path(), "mpi", "jaccl")))
+    return dict(zip(VARIABLES, (library_path(), "mpi", "jaccl")))
 
 
 def resolve(requested: str | None, processes: int, devices_per_process: int) -> str:
@@ -84,16 +84,16 @@ def choose(env: dict, xla_collectives: str) -> None:
     if xla_collectives == "jaccl":
         env.update(environment())
         return
-    if env.get("MPITRAMPOLINE_LIB") == shim_path():
+    if env.get("MPITRAMPOLINE_LIB") == library_path():
         env.pop("MPITRAMPOLINE_LIB")
         env.pop("JAX_CPU_COLLECTIVES_IMPLEMENTATION", None)
     env["JACCL_XLA_COLLECTIVES"] = "gloo"
 
 
 def _handle():
-    """The loaded shim, or None (RTLD_NOLOAD: never loads it here)."""
+    """The loaded mpiabi library, or None (RTLD_NOLOAD: never loads it here)."""
     try:
-        return ctypes.CDLL(shim_path(), mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
+        return ctypes.CDLL(library_path(), mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
     except OSError:
         return None
 
@@ -115,8 +115,8 @@ def problem() -> str | None:
         return None
     if not loaded():
         where = os.environ.get("MPITRAMPOLINE_LIB", "")
-        return (f"jaxlib did not load jaccl's MPI shim (MPITRAMPOLINE_LIB={where!r}, expected "
-                f"{shim_path()!r}; it must be set before jax is imported)")
+        return (f"jaxlib did not load jaccl's mpiabi library (MPITRAMPOLINE_LIB={where!r}, expected "
+                f"{library_path()!r}; it must be set before jax is imported)")
     import jax
 
     if jax.config.jax_cpu_collectives_implementation != "mpi":
@@ -143,56 +143,56 @@ def shares_channels(local_devices: int) -> bool:
 
 
 def expect(process_id: int, num_processes: int) -> None:
-    shim = _handle()
-    if shim is not None:
-        shim.jaccl_mpiabi_expect(int(process_id), int(num_processes))
+    lib = _handle()
+    if lib is not None:
+        lib.jaccl_mpiabi_expect(int(process_id), int(num_processes))
 
 
 def attach() -> None:
     from . import _ext
 
-    _ext.engine.mpiabi_attach(shim_path())
+    _ext.engine.mpiabi_attach(library_path())
 
 
 def recoverable() -> None:
-    shim = _handle()
-    if shim is not None:
-        shim.jaccl_mpiabi_recoverable()
+    lib = _handle()
+    if lib is not None:
+        lib.jaccl_mpiabi_recoverable()
 
 
 def came_back() -> None:
-    shim = _handle()
-    if shim is not None:
-        shim.jaccl_mpiabi_came_back()
+    lib = _handle()
+    if lib is not None:
+        lib.jaccl_mpiabi_came_back()
 
 
 def renew_failed(reason: str) -> None:
-    """Hands `reason` to the shim as the error of the communicator XLA is making, for which
+    """Hands `reason` to the mpiabi library as the error of the communicator XLA is making, for which
     _bootstrap.renew_after_loss() could not build the survivors' world."""
-    shim = _handle()
-    if shim is not None:
-        shim.jaccl_mpiabi_renew_failed(reason.encode(errors="replace"))
+    lib = _handle()
+    if lib is not None:
+        lib.jaccl_mpiabi_renew_failed(reason.encode(errors="replace"))
 
 
 def group_refused(reason: str) -> None:
-    """Hands `reason` to the shim as the error of the communicator XLA is making after a lost
+    """Hands `reason` to the mpiabi library as the error of the communicator XLA is making after a lost
     process, which _xla_groups.split_after_loss() refuses."""
-    shim = _handle()
-    if shim is not None:
-        shim.jaccl_mpiabi_group_refused(reason.encode(errors="replace"))
+    lib = _handle()
+    if lib is not None:
+        lib.jaccl_mpiabi_group_refused(reason.encode(errors="replace"))
 
 
 def served() -> int:
-    """How many of XLA's collectives this process has run on jaccl's shim (0 without it)."""
-    shim = _handle()
-    if shim is None:
+    """How many of XLA's collectives this process has run on jaccl's mpiabi library (0 without it)."""
+    lib = _handle()
+    if lib is None:
         return 0
-    shim.jaccl_mpiabi_served.restype = ctypes.c_ulong
-    return int(shim.jaccl_mpiabi_served())
+    lib.jaccl_mpiabi_served.restype = ctypes.c_ulong
+    return int(lib.jaccl_mpiabi_served())
 
 
 def refuse(reason: str) -> None:
-    """Hands `reason` to the shim as the error of the collective it is attaching for."""
-    shim = _handle()
-    if shim is not None:
-        shim.jaccl_mpiabi_refuse(reason.encode(errors="replace"))
+    """Hands `reason` to the mpiabi library as the error of the collective it is attaching for."""
+    lib = _handle()
+    if lib is not None:
+        lib.jaccl_mpiabi_refuse(reason.encode(errors="replace"))

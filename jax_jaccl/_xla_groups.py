@@ -3,11 +3,11 @@ that XLA's collectives on jaccl make after a lost process.
 
 XLA tells MPI_Comm_split a group's first device and each member's rank, never the group's
 size. After a loss, a program compiled before it whose group held the lost process's devices
-at its end only splits into its live members: a group the shim finds whole, over which the
+at its end only splits into its live members: a group the mpiabi library finds whole, over which the
 collective would sum the live devices alone (gloo waits for the lost ones for good). So the
 groups of every program are read as it compiles (replica_groups as XLA prints them:
 `{{0,1},{2,3}}`, `[2,2]<=[4]`, `[2,2]<=[2,2]T(1,0)`, `mesh['x'=2,'y'=2] {'y'}`; the ids index
-the program's devices; a collective-permute's group is taken as all of them), and the shim
+the program's devices; a collective-permute's group is taken as all of them), and the mpiabi library
 asks, each time it makes a communicator of MPI_COMM_WORLD in a world that lacks processes,
 whether what it made is what is left of such a group. It is refused when it is, unless a
 program has a group of exactly these devices in this order too and no communicator of them was
@@ -24,11 +24,11 @@ Contract:
   are `devices` (devices.flat of its compilation).
 - record(devices, program) is an _compat.after_each_compile check: it keeps the groups of
   `program` (an _compat.CompiledProgram); install() adds it (once). jaccl-run's processes get
-  it as jax loads (_cluster.py), the others when jaccl attaches the shim (_bootstrap.py).
-- split_after_loss(formed, split_round) is what the shim runs (on an XLA thread) once it made
+  it as jax loads (_cluster.py), the others when jaccl attaches the mpiabi library (_bootstrap.py).
+- split_after_loss(formed, split_round) is what the mpiabi library runs (on an XLA thread) once it made
   the communicator `formed` (device ids by rank) of MPI_COMM_WORLD in a world that lacks
   processes (`split_round`: the split round that made it with several devices per process, 0
-  with one): it hands the shim why it refuses it (_xla_collectives.group_refused()), else
+  with one): it hands the mpiabi library why it refuses it (_xla_collectives.group_refused()), else
   nothing. It never raises.
 """
 
@@ -185,7 +185,7 @@ def split_after_loss(formed, split_round: int = 0) -> None:
 
     try:
         why = _verdict(tuple(int(d) for d in formed), int(split_round))
-    except Exception as e:  # noqa: BLE001 - never into the shim: the split goes on unchecked
+    except Exception as e:  # noqa: BLE001 - never into the mpiabi library: the split goes on unchecked
         from ._ext import engine
 
         engine.log_info(f"the check of XLA's group {list(formed)} after a loss failed: "

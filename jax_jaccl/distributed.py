@@ -7,7 +7,7 @@ calls jax.distributed.initialize() with them (and sets jax_num_cpu_devices); und
 Open MPI it lets jax.distributed.initialize() find its settings by itself; alone, it only sets
 the local device count (and on jaxlib < 0.12.1 sets NPROC so that XLA's CPU pool holds that
 many devices: _cpu_pool). Where jaccl-run (by default, or `jaccl-info --xla-collectives-env`
-under SLURM / Open MPI) put jaccl's MPI shim in place (_xla_collectives), it also runs
+under SLURM / Open MPI) put jaccl's mpiabi library in place (_xla_collectives), it also runs
 jaccl.init(), so the collectives XLA emits run on jaccl from the first computation on (also
 with several CPU devices per process, where the launcher was asked to); where it could not
 (jax imported before the launcher's environment took effect, or a device count other than the
@@ -76,5 +76,5 @@ def initialize(local_devices: int | None = None) -> tuple[int, int]:
         # A process started again joins the world the others build with it later: at the
         # first program lowered over a mesh of its devices, or XLA's first collective.
         if not _recovery.started_again():
-            _bootstrap.init()  # hands jaccl's engine to the shim before the first computation
+            _bootstrap.init()  # hands jaccl's engine to the mpiabi library before the first computation
     return jax.process_index(), jax.process_count()

@@ -64,7 +64,7 @@ def start() -> None:
 
 def carriers() -> dict:
     """What carried this process's collectives so far: jaccl's own ops (calls of its FFI
-    handlers) and XLA's collectives (jax.lax, shardings) run on jaccl's MPI shim."""
+    handlers) and XLA's collectives (jax.lax, shardings) run on jaccl's mpiabi library."""
     ext = sys.modules.get("jax_jaccl._ext")
     own = sum(ext.engine.call_counts()) if ext is not None and ext.engine.is_initialized() else 0
     return {"jaccl_ops": int(own), "xla_on_jaccl": _xla_collectives.served()}

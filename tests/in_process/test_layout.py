@@ -24,13 +24,13 @@ MAY_INCLUDE = {
     "collectives": {"common", "transport", "comm"},
     "moe": {"common", "transport", "comm", "collectives"},
     "cuda": {"common", "collectives", "moe"},
-    # the C interface between the engine and the process's other modules (_jaccl_cuda, the MPI
-    # shim)
+    # the C interface between the engine and the process's other modules (_jaccl_cuda, the mpiabi
+    # library)
     "abi": {"common", "transport", "comm", "collectives", "moe"},
     "handlers": {"common", "transport", "comm", "collectives", "moe", "cuda", "abi"},
     "mpiabi": {"abi"},  # the C interfaces, nothing else (MPI_ABI_INTERFACES)
 }
-# What the MPI shim (plain C, a library of its own) may include of the engine: C headers only.
+# What the mpiabi library (plain C, a library of its own) may include of the engine: C headers only.
 MPI_ABI_INTERFACES = {"abi/host_abi.h", "abi/mpiabi_table.h"}
 XLA_OR_PYTHON = re.compile(r'#include [<"](xla/ffi/|nanobind/)')
 
@@ -67,7 +67,7 @@ def test_includes_point_one_way():
     assert wrong == [], "\n".join(wrong)
 
 
-def test_the_mpi_shim_includes_c_interfaces_only():
+def test_mpiabi_includes_c_interfaces_only():
     """libjaccl_mpiabi.so is plain C loaded with RTLD_DEEPBIND: no C++ header, no engine code."""
     wrong = [f"{name} includes {included}" for name, text in sources() if name.startswith("mpiabi/")
              for included in re.findall(r'#include "([a-z_]+/[a-z_.]+)"', text)

@@ -1,7 +1,7 @@
 """XLA hands MPI its collectives' sizes as 32-bit ints, so jaccl refuses, as it compiles, a
 program whose collective would pass 2^31 elements (all-reduce, all-gather's operand,
 reduce-scatter's result) or 2^31 bytes (collective-permute, each all-to-all chunk) where XLA's
-collectives run on jaccl's shim: past 2^32 the shim would get a small count it cannot tell
+collectives run on jaccl's mpiabi library: past 2^32 the mpiabi library would get a small count it cannot tell
 from a real one. Each op is compiled (never run) on 4 in-process devices, one element below
 and at the limit, from the HLO text of this jax's compiler (its printing differs by version)."""
 
@@ -51,10 +51,10 @@ def test_the_limit_of_each_collective(op, unit, body, at_limit, dtype):
     assert where.startswith("jit(")
 
 
-def test_a_program_past_the_limit_fails_to_compile_where_xla_uses_the_shim(monkeypatch):
+def test_a_program_past_the_limit_fails_to_compile_where_xla_uses_mpiabi(monkeypatch):
     _mpi_counts.install()
     body = lambda v: jax.lax.psum(v, "x")  # noqa: E731
-    compiled(body, (1 << 32) + 5, jnp.int8)  # XLA's collectives in-process: not the shim's
+    compiled(body, (1 << 32) + 5, jnp.int8)  # XLA's collectives in-process: not the mpiabi library's
     monkeypatch.setattr(_xla_collectives, "active", lambda: True)
     with pytest.raises(ValueError, match=r"all-reduce .* moves 4294967301 elements, .* "
                                          r"\(4294967301 becomes 5\)"):

@@ -1,5 +1,5 @@
 """XLA:CPU narrows a collective's element count to MPI's int, so one of 2^31 to 2^32 - 1
-elements reaches jaccl's MPI shim negative. The shim refuses it, naming the count it was (it
+elements reaches jaccl's mpiabi library negative. The mpiabi library refuses it, naming the count it was (it
 used to widen it to a size_t of about 2^64 and crash). Called here as XLA calls it, through the
 MPI ABI; the count check comes before any communicator is looked at."""
 
@@ -23,7 +23,7 @@ def error_text(lib, code: int) -> str:
 
 @pytest.mark.parametrize("call", ["MPI_Allreduce", "MPI_Reduce_scatter_block", "MPI_Allgather"])
 def test_a_count_past_int_max_is_refused_naming_it(call):
-    lib = ctypes.CDLL(_xla_collectives.shim_path())
+    lib = ctypes.CDLL(_xla_collectives.library_path())
     handle = ctypes.c_size_t(0)  # never reached: the count is checked first
     if call == "MPI_Allgather":
         code = lib.MPIABI_Allgather(None, ctypes.c_int(AS_INT), handle, None, ctypes.c_int(AS_INT),

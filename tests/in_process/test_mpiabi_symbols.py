@@ -1,6 +1,6 @@
-"""jaccl's MPI shim (libjaccl_mpiabi.so) stands where MPItrampoline, linked into jaxlib, expects an
+"""jaccl's mpiabi library (libjaccl_mpiabi.so) stands where MPItrampoline, linked into jaxlib, expects an
 MPI wrapper: at `import jax` the trampoline resolves every name of its ABI in it and ends the
-process at the first one missing. So the shim exports exactly xla_ffi/mpiabi/abi_symbols.txt
+process at the first one missing. So the mpiabi library exports exactly xla_ffi/mpiabi/abi_symbols.txt
 (and jaccl's own functions), and that list is the one the installed jaxlib's trampoline asks
 for: a jaxlib whose trampoline wants a new name fails here, naming it, not at a user's import."""
 
@@ -34,12 +34,12 @@ def test_the_list_is_what_the_installed_jaxlib_resolves():
     library = pathlib.Path(jaxlib.__file__).parent / "libjax_common.so"
     wanted = abi_names(library.read_bytes())
     assert len(wanted) > 600, f"found only {len(wanted)} MPI ABI names in {library}"
-    assert sorted(wanted - listed()) == [], "the trampoline asks for names the shim lacks"
+    assert sorted(wanted - listed()) == [], "the trampoline asks for names the mpiabi library lacks"
     assert sorted(listed() - wanted) == [], "the list names symbols this jaxlib does not ask for"
 
 
-def test_the_shim_exports_the_list_and_nothing_else():
-    names = set(exported(_xla_collectives.shim_path()))
+def test_mpiabi_exports_the_list_and_nothing_else():
+    names = set(exported(_xla_collectives.library_path()))
     # jaccl's own: what _jaccl's attach and jax_jaccl._xla_collectives (ctypes) call
     assert names == listed() | {"jaccl_mpiabi_attach", "jaccl_mpiabi_expect", "jaccl_mpiabi_refuse",
                                 "jaccl_mpiabi_renew_failed", "jaccl_mpiabi_came_back",

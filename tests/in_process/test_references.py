@@ -20,7 +20,7 @@ PATH = re.compile(r"(?<![\w./-])((?:xla_ffi|jax_jaccl|tests|docs|examples|startu
 OUTSIDE = re.compile(r"\.\./[\w./-]+|(?<![\w./-])research/[\w./-]+")  # the team's notes
 BARE = re.compile(r"(?<![\w./-])([A-Za-z_][\w-]*\.(?:h|cc|cu|cuh|py|c|md))\b")
 # Files named in the prose that are not in this tree: a user's script in an example command,
-# what a GPU run writes, and the MPI shim's sources that xla_ffi/mpiabi/generate.py writes at
+# what a GPU run writes, and the mpiabi library's sources that xla_ffi/mpiabi/generate.py writes at
 # build time.
 NOT_OURS = {"script.py", "kernels.md", "mpiabi_exports.c", "mpiabi_values.h"}
 

@@ -1,7 +1,7 @@
 """Who carries the collectives XLA emits itself, as jaccl-run chooses and sets up the
 processes' environment (tests/processes/test_xla_collectives.py runs the jobs): jaccl for a job
 of several processes of one CPU device each, and for several devices per process when asked,
-gloo otherwise or when asked; a gloo job drops the shim's variables it inherited and keeps a
+gloo otherwise or when asked; a gloo job drops the mpiabi library's variables it inherited and keeps a
 user's own MPI wrapper."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def test_an_unknown_carrier_is_refused_by_jaccl_run(capsys):
 def test_the_environment_each_choice_gives():
     env = {"PATH": "/bin"}
     _xla_collectives.choose(env, "jaccl")
-    assert env == {"PATH": "/bin", "MPITRAMPOLINE_LIB": _xla_collectives.shim_path(),
+    assert env == {"PATH": "/bin", "MPITRAMPOLINE_LIB": _xla_collectives.library_path(),
                    "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "mpi", "JACCL_XLA_COLLECTIVES": "jaccl"}
     _xla_collectives.choose(env, "gloo")  # e.g. a gloo job started from inside a jaccl one
     assert env == {"PATH": "/bin", "JACCL_XLA_COLLECTIVES": "gloo"}

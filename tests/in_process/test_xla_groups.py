@@ -1,10 +1,10 @@
 """After a lost process, XLA's collectives on jaccl split groups whose size XLA never tells the
-shim; jax_jaccl._xla_groups reads every compiled program's groups so that a group of a
+mpiabi library; jax_jaccl._xla_groups reads every compiled program's groups so that a group of a
 program compiled before the loss, missing only its last members, is refused, not summed over
 the live members alone. Here: the groups it reads from this jax's HLO text (its printing
 differs by version: lists on 0.10.2, meshes on 0.12.1) against the mesh's own, for every op
 and every order of a tuple of axes over a mesh of permuted devices, as XLA's compiler hands
-the program's devices over; and its verdict on the communicators the shim makes after a loss
+the program's devices over; and its verdict on the communicators the mpiabi library makes after a loss
 (tests/processes/test_recovery.py runs it across processes)."""
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def test_the_forms_xla_prints():
 @pytest.fixture
 def after_loss(monkeypatch):
     """A world of process 0 alone (generation 1) in a job of processes 0, 1 and 2, each of two
-    devices (ids 0-5); the groups kept and communicators made start empty; what the shim is
+    devices (ids 0-5); the groups kept and communicators made start empty; what the mpiabi library is
     handed is collected."""
     fake = [types.SimpleNamespace(id=i, process_index=i // 2) for i in range(6)]
     monkeypatch.setattr(jax, "devices", lambda *a: fake)

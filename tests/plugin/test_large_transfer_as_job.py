@@ -1,6 +1,6 @@
 """Every collective past 2 GiB and past 2^31 elements between two processes (the class of bug
-where a length, an offset or a count wraps in 32 bits: MLX's TCP ring had one, as had the MPI
-shim), one job per transport: shared memory (one host), jaccl's TCP and the OFI transport
+where a length, an offset or a count wraps in 32 bits: MLX's TCP ring had one, as had the mpiabi
+library), one job per transport: shared memory (one host), jaccl's TCP and the OFI transport
 (libfabric's tcp provider) between two emulated hosts. Each job, 2 processes x 1 device,
 runs all_reduce, reduce_scatter, all_gather, all_to_all, ppermute and ragged_all_to_all on
 int8 messages of N = 2^31 + 6 elements per process (all_gather's output is 2N), and checks

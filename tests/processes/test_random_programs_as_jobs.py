@@ -65,7 +65,7 @@ def blocks_saved(path) -> dict | str:
 def test_random_programs_match_lax_across_processes(tmp_path, nprocs, devices, hosts, first,
                                                     module):
     """`module` jax.lax: the programs as written for jax.lax, their collectives XLA's own,
-    carried by jaccl's engine through the MPI shim (jaccl-run's default here), drawn with
+    carried by jaccl's engine through the mpiabi library (jaccl-run's default here), drawn with
     one_order (no program whose groups XLA's MPI path knows on some processes only)."""
     env = job_env(60, hosts, 2) if hosts else {}
     job = run_job("random_programs_job.py", nprocs, devices, env=env, timeout=300,

@@ -1,7 +1,7 @@
 """A job that goes on without a lost process (examples/elastic_data_parallel.py under jaccl-run
 --keep-going, JAX's recoverability on): a process killed during a step's collective (the
 others are in its all_reduce when it dies; blocking calls, every call asynchronous, or
-jax.lax.psum carried by jaccl's MPI shim, also with 2 devices per process) fails that step on every survivor, naming the dead
+jax.lax.psum carried by jaccl's mpiabi library, also with 2 devices per process) fails that step on every survivor, naming the dead
 process; the step retried over JAX's live devices runs on a new jaccl world of the survivors;
 the survivors end with the parameters of a job of their size resumed from the state they went
 on from, bit for bit (blocking calls and jax.lax.psum); two losses one after the other (the second named by its
@@ -44,7 +44,7 @@ def finals(job, ranks) -> set:
 
 # "async": every call on the devices' own threads (handlers/cpu/async_call.h) when the loss
 # comes. "jax-lax": the gradients summed by jax.lax.psum, XLA's own collective, on jaccl's
-# engine through the MPI shim (jaccl-run's default): no jaccl op in the program, so the world
+# engine through the mpiabi library (jaccl-run's default): no jaccl op in the program, so the world
 # of the survivors is made when XLA makes its communicator for their devices; with 2 devices
 # per process, both devices of a survivor split MPI_COMM_WORLD at once, one of them making
 # the new world while the other waits (before, the other split the lost world's devices).
@@ -142,7 +142,7 @@ def test_two_losses_one_after_the_other_named_as_jax_numbers_them(hosts):
 # (it removes the device topology the lost one published). Between hosts (each world linking
 # its hosts anew over jaccl's TCP, process 0 lost and back): tests/multihost/test_hosts.py.
 # "jax-lax": no jaccl op in the program (jax.lax.psum and all_gather, XLA's collectives on
-# jaccl's engine through the MPI shim): the others' world with it is built when XLA first runs
+# jaccl's engine through the mpiabi library): the others' world with it is built when XLA first runs
 # a collective over all of them, their communicators from before split again with it (with 2
 # devices per process, in split rounds of each process's devices).
 @pytest.mark.parametrize("back, who, xla, devices", [
@@ -253,7 +253,7 @@ NO_NEXT_WORLD = textwrap.dedent("""
         except Exception as e:
             print("RAISED", type(e).__name__, e)
     import jax_jaccl._xla_collectives as xla_collectives
-    xla_collectives.renew_failed = lambda why: print("SHIM", why)  # what XLA's split would raise
+    xla_collectives.renew_failed = lambda why: print("RENEW FAILED", why)  # what XLA's split would raise
     bootstrap.renew_after_loss()
     jaccl.shutdown()
     recovery.changed = lambda world, live: False
@@ -264,7 +264,7 @@ NO_NEXT_WORLD = textwrap.dedent("""
 def test_a_world_after_a_loss_that_could_not_be_built_is_refused_until_shutdown():
     """The world after a lost process failed to start (here: a stand-in for its key-value
     exchange timing out): every later init() says why, where it used to start the job's first
-    world again and fail on its keys (ALREADY_EXISTS), and so does the MPI shim's next split
+    world again and fail on its keys (ALREADY_EXISTS), and so does the mpiabi library's next split
     for XLA's collectives; jaccl.shutdown() lifts it."""
     done = subprocess.run([sys.executable, "-c", NO_NEXT_WORLD], capture_output=True, text=True,
                           timeout=120)
@@ -274,7 +274,7 @@ def test_a_world_after_a_loss_that_could_not_be_built_is_refused_until_shutdown(
         "RAISED TimeoutError the survivors' key-value exchange timed out",
         "RAISED RuntimeError jaccl: no world over processes [0] after generation 0 (TimeoutError: "
         "the survivors' key-value exchange timed out)"], done.stdout
-    assert "SHIM jaccl: no new world for XLA's collectives after a lost process: RuntimeError: " \
+    assert "RENEW FAILED jaccl: no new world for XLA's collectives after a lost process: RuntimeError: " \
         "jaccl: no world over processes [0] after generation 0" in done.stdout, done.stdout
     assert "AGAIN 1" in done.stdout, done.stdout
 
@@ -291,7 +291,7 @@ def test_a_group_new_to_xla_after_a_loss_holds_every_device_or_is_refused(mode, 
     there are three). Over a lost process's devices: a program compiled after the loss is
     refused as it compiles; one compiled before, at the split of its group where the group is
     led by a lost device or misses one inside (the survivors' split completed without it: a
-    sum of two), or lacking only its last members, which the shim alone cannot tell from a
+    sum of two), or lacking only its last members, which the mpiabi library alone cannot tell from a
     whole group: jaccl read the program's groups as it compiled (_xla_groups.py), also where
     the live members are a group the survivors' own steps made ("lost-last-live-order": a
     second communicator of one group). "quiet":

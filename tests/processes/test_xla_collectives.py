@@ -1,13 +1,13 @@
 """XLA's collectives on jaccl (jaccl-run's default with one CPU device per process): the
 collectives XLA:CPU emits itself, from the partitioner (jit with shardings) and from jax.lax in
-shard_map, run on jaccl's engine through its MPI shim. The worker (workers/xla_collectives.py)
-uses jax alone, checks every result against numpy on every process, and asserts the shim
+shard_map, run on jaccl's engine through its mpiabi library. The worker (workers/xla_collectives.py)
+uses jax alone, checks every result against numpy on every process, and asserts the mpiabi library
 carried them; the engine's own log lines (JACCL_DEBUG=info) show the calls arrived. A program
 that never starts jaccl (jax.distributed.initialize() alone) gets the engine at its first
 collective. A peer that dies, stalls or disagrees (also by taking a jaccl op where the others
 take an XLA collective) is a JAX error carrying jaccl's message on every survivor, within the
 deadline. Several CPU devices per process run on jaccl when asked (`--xla-collectives jaccl`),
-including programs that mix meshes XLA's caching defeats the shim on (a clear error on every
+including programs that mix meshes XLA's caching defeats the mpiabi library on (a clear error on every
 process, not wrong data). `--xla-collectives gloo`, and a program that asks for more devices
 than its launcher planned, keep JAX's own. Every process shutting jaccl down and starting it
 again runs both kinds of collective again."""
@@ -51,7 +51,7 @@ def test_several_devices_per_process_when_asked(processes, order):
     """2 CPU devices per process (XLA's stock MPI path cannot: openxla/xla#7849): the 1-D
     battery, then a 2-D mesh (processes x devices) whose groups lie inside processes, across
     them, and all of them in turn; "twisted" pairs a process's devices with another's in reverse
-    order, so the shim's choice of which jaccl device stands for which XLA device differs from
+    order, so the mpiabi library's choice of which jaccl device stands for which XLA device differs from
     group to group, and a process's two devices share jaccl devices in different communicators
     at the same moment (the world shares its channels: transport/shared_channel.h)."""
     done = jaccl_run("-n", str(processes), "--devices-per-process", "2", "--xla-collectives",
@@ -112,14 +112,14 @@ big = jax.ShapeDtypeStruct((len(jax.devices()) * ((1 << 32) + 5),), jnp.int8,
 try:
     psum.lower(big).compile()
     raise AssertionError("a psum of 2^32 + 5 elements a device compiled for XLA's MPI path")
-except ValueError as e:  # as it compiles: XLA would hand the shim a count of 5
+except ValueError as e:  # as it compiles: XLA would hand the mpiabi library a count of 5
     assert "all-reduce" in str(e) and "moves 4294967301 elements" in str(e), e
 f = jax.jit(lambda a: jnp.sum(a, axis=0), out_shardings=NamedSharding(mesh, P()))
 for _ in range(3):
     out = f(x)
 np.testing.assert_array_equal(np.asarray(out.addressable_shards[0].data), v.sum(0))
 from jax_jaccl import _bootstrap
-assert _bootstrap.is_initialized(), "the shim did not start jaccl's engine"
+assert _bootstrap.is_initialized(), "the mpiabi library did not start jaccl's engine"
 print("SUMMED ON JACCL", flush=True)
 """
 
@@ -210,10 +210,10 @@ def test_a_stalled_or_disagreeing_peer_is_a_jax_error_on_every_survivor(mode):
     assert "FINISHED" not in out, out[-4000:]
 
 
-def test_meshes_that_defeat_the_shim_are_an_error_on_every_process():
+def test_meshes_that_defeat_mpiabi_are_an_error_on_every_process():
     """With several devices per process XLA caches communicators per process; two meshes that
     order a process's devices differently make a group new on some processes only (workers/
-    xla_faults.py "meshes"). Every process must get the shim's explanation, none a result."""
+    xla_faults.py "meshes"). Every process must get the mpiabi library's explanation, none a result."""
     done = jaccl_run("-n", "2", "--devices-per-process", "2", "--xla-collectives", "jaccl",
                      "--grace", str(FAULT_TIMEOUT + 10), "--", sys.executable,
                      str(WORKER.parent / "xla_faults.py"), "meshes",
@@ -311,7 +311,7 @@ def test_jaccl_ops_and_xla_collectives_in_one_program(devices):
     """A lax.psum feeding a jaccl.all_reduce, and a lax.pmax beside them, twenty times over:
     one world carries both, in the order the data gives them (with 2 devices per process, over
     shared channels). The psum, in a shard_map with a jaccl op, is jaccl's all_reduce itself
-    (docs/semantics.md, Autodiff); the pmax is XLA's, through the MPI shim."""
+    (docs/semantics.md, Autodiff); the pmax is XLA's, through the mpiabi library."""
     done = jaccl_run("-n", "2", "--devices-per-process", str(devices), "--xla-collectives",
                      "jaccl", "--", sys.executable, "-c", MIXED)
     out = done.stdout + done.stderr
@@ -329,7 +329,7 @@ n = jax.device_count()
 mesh = jax.make_mesh((n,), ("x",))
 x = jax.make_array_from_callback((n,), NamedSharding(mesh, P("x")),
                                  lambda i: np.arange(n, dtype=np.float32)[i])
-def both(v):  # XLA's psum through the shim, then jaccl's own all_reduce
+def both(v):  # XLA's psum through the mpiabi library, then jaccl's own all_reduce
     return jaccl.all_reduce(jax.lax.psum(v, "x") * (1 + jax.lax.axis_index("x")), "x")
 program = lambda: jax.jit(jax.shard_map(both, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
 first = np.asarray(program()(x).addressable_data(0)).tolist()
@@ -345,7 +345,7 @@ print("AGAIN OK", first, again, flush=True)
 @pytest.mark.parametrize("devices", [1, 2])
 def test_every_process_shuts_jaccl_down_and_starts_it_again(devices):
     """jaccl.shutdown() then jaccl.init() in every process of a job: the new world meets in a
-    key-value space of its own (the first one's keys are still there), the MPI shim keeps its
+    key-value space of its own (the first one's keys are still there), the mpiabi library keeps its
     communicators (the same world), and both XLA's collectives and jaccl's run again."""
     done = jaccl_run("-n", "2", "--devices-per-process", str(devices), "--xla-collectives",
                      "jaccl", "--", sys.executable, "-c", SHUTDOWN_AND_AGAIN)

@@ -1,4 +1,4 @@
-"""A program of XLA's collectives alone (jax.lax.psum in shard_map, on jaccl's MPI shim) that
+"""A program of XLA's collectives alone (jax.lax.psum in shard_map, on jaccl's mpiabi library) that
 meets a group XLA never made before, after a lost process, under jaccl-run --keep-going and
 JAX's recoverability; each step inside multihost_utils.live_devices.
 

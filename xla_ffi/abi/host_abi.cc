@@ -1,5 +1,5 @@
 // The C interface of abi/host_abi.h: the CUDA module's staged host jobs run the CPU engine that
-// _jaccl owns through these functions (the MPI ABI shim too). The C structs are the engine's
+// _jaccl owns through these functions (the mpiabi library too). The C structs are the engine's
 // requests (collectives/run.h, moe/run.h); point-to-point's transfer lists become vectors, and a
 // failure becomes a message.
 #include "abi/host_abi.h"

@@ -2,7 +2,7 @@
 // handlers (_jaccl_cuda) stage device buffers through pinned host memory and hand them to
 // the engine that _jaccl owns (one World per process, whichever module calls it).
 //
-// Also the MPI ABI shim's way into the engine (abi/mpiabi_table.h): plain C, so the shim
+// Also the mpiabi library's way into the engine (abi/mpiabi_table.h): plain C, so the mpiabi library
 // (a C library) includes it too.
 //
 // Contract: the requests are collectives/request.h's and moe/request.h's C structs, the engine's
@@ -20,7 +20,7 @@
 #include "collectives/request.h"
 #include "moe/request.h"
 
-// Sequence spaces (comm/spaces.h), as the MPI shim names them.
+// Sequence spaces (comm/spaces.h), as the mpiabi library names them.
 enum { kJacclOwnOps = 0, kJacclXlaCollectives = 1 };
 
 #ifdef __cplusplus

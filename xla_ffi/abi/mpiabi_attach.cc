@@ -44,7 +44,7 @@ void attach_mpiabi(const std::string& path) {
   World& world = World::require();
   const WorldConfig& config = world.config();
   const size_t processes = config.processes.size();
-  // Lives until exit: the shim keeps pointers into it.
+  // Lives until exit: the mpiabi library keeps pointers into it.
   static std::vector<int64_t> devices;
   static JacclMpiEngine table;
   std::vector<std::vector<int64_t>> of_process(processes);
@@ -64,17 +64,17 @@ void attach_mpiabi(const std::string& path) {
   }
   devices.clear();
   for (const auto& ids : of_process) devices.insert(devices.end(), ids.begin(), ids.end());
-  void* shim = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
-  if (shim == nullptr) {
-    throw_error(ErrorKind::kInvalidArgument, "the MPI shim ", path, " is not loaded (was "
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (lib == nullptr) {
+    throw_error(ErrorKind::kInvalidArgument, "the mpiabi library ", path, " is not loaded (was "
                 "MPITRAMPOLINE_LIB set before jax was imported?)");
   }
-  auto attach = reinterpret_cast<JacclMpiAttach>(dlsym(shim, "jaccl_mpiabi_attach"));
+  auto attach = reinterpret_cast<JacclMpiAttach>(dlsym(lib, "jaccl_mpiabi_attach"));
   if (attach == nullptr) {
-    dlclose(shim);
+    dlclose(lib);
     throw_error(ErrorKind::kInvalidArgument, path, " has no jaccl_mpiabi_attach");
   }
-  name_site(kJacclShimSplitSite, "MPI_Comm_split (XLA making the communicator of a group of "
+  name_site(kJacclMpiabiSplitSite, "MPI_Comm_split (XLA making the communicator of a group of "
             "its devices)");
   table.version = kJacclMpiEngineVersion;
   table.my_process = config.my_process;
@@ -94,7 +94,7 @@ void attach_mpiabi(const std::string& path) {
   table.world_failed = jaccl_world_failed;
   char error[1024] = {0};
   const int rc = attach(&table, error, sizeof error);
-  dlclose(shim);  // the trampoline's reference keeps it loaded
+  dlclose(lib);  // the trampoline's reference keeps it loaded
   if (rc != 0) throw_error(ErrorKind::kInvalidArgument, error);
 }
 

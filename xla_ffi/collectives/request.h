@@ -1,5 +1,5 @@
 // One collective call as every caller describes it, declared once for C and C++
-// (common/c_struct.h): the CPU handlers from XLA's buffers and attributes, the MPI shim and the
+// (common/c_struct.h): the CPU handlers from XLA's buffers and attributes, the mpiabi library and the
 // CUDA module's staged host jobs (through abi/host_abi.h), and the CUDA peer path.
 //
 // Contract: a CollectiveRequest (JacclCollectiveRequest in C) names in its `address` its
@@ -11,7 +11,7 @@
 // in the operand and the output. It throws Error(kInvalidArgument) naming what is wrong and returns
 // ppermute's partners of `rank`. The index arrays' values are data (on a GPU they live on the
 // device): the ragged engine checks them as it reads them (ragged_all_to_all.cc,
-// check_ragged_rows). A PointToPointRequest is the MPI shim's sends and receives between ranks of
+// check_ragged_rows). A PointToPointRequest is the mpiabi library's sends and receives between ranks of
 // one group, with no collective around them; point_to_point() checks its peers as it runs them.
 // collectives/run.h runs both (run_collective, run_point_to_point).
 #pragma once
@@ -44,7 +44,7 @@ struct JacclCallAddress {
   size_t groups_len JACCL_DEFAULT(0);
   int64_t group_size JACCL_DEFAULT(1);           // devices per row of the table
   uint32_t lane JACCL_DEFAULT(0);  // jaccl's own ops: the lane of the call's chain (comm/lanes.h)
-  // XLA's collectives: the MPI shim's split round that made the communicator (with several
+  // XLA's collectives: the mpiabi library's split round that made the communicator (with several
   // devices per process; 0: none), which tells apart communicators of equal tables
   uint64_t split_round JACCL_DEFAULT(0);
   uint32_t site JACCL_DEFAULT(0);  // where the call was written (common/call_sites.h; 0: none)

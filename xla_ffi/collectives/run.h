@@ -4,8 +4,8 @@
 // Contract: run_call(address, op_count, body) finds the world, the communicator a CallAddress
 // (collectives/request.h) names (by its id `comm`, fixed at lowering for jaccl's own ops, or
 // derived from the `groups` table, group_size per row, in sequence space `space`
-// (comm/spaces.h: XLA's collectives through the MPI shim are numbered apart) with `lane`
-// (jaccl's own calls: comm/lanes.h) or `split_round` (the shim's)) and this device's member of
+// (comm/spaces.h: XLA's collectives through the mpiabi library are numbered apart) with `lane`
+// (jaccl's own calls: comm/lanes.h) or `split_round` (the mpiabi library's)) and this device's member of
 // it, numbers the call, and runs body(Call&) with call.world/comm/member/
 // kind/dtype/seq/timeout set, call.op_count = `op_count` (elements, checked against the
 // peers') and call.site = `site` (common/call_sites.h). body throws jaccl::Error (or anything)
@@ -42,8 +42,8 @@ std::optional<Failure> run_call(const CallAddress& at, uint64_t op_count, Body&&
   try {
     if (world == nullptr) World::require();
     if (world->aborted()) world->check_health({});
-    // The MPI shim's calls with streams of their own need no lock: their member is not the XLA
-    // device's own (the shim places members itself), streams keep channels apart. Its other
+    // The mpiabi library's calls with streams of their own need no lock: their member is not the XLA
+    // device's own (the mpiabi library places members itself), streams keep channels apart. Its other
     // calls are lane 0's. Lanes run at once only over shared channels; without them every call
     // takes lane 0's lock.
     std::unique_lock<std::recursive_mutex> one_call_per_device;

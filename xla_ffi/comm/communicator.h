@@ -14,7 +14,7 @@
 // the communicator's channel stream, so members of communicators of different
 // channel streams may use one pair of devices at once: jaccl's communicators of
 // one table in different lanes (comm/lanes.h), and every communicator of the
-// MPI shim's space.
+// mpiabi library's space.
 #pragma once
 
 #include <atomic>
@@ -69,7 +69,7 @@ class Communicator {
   };
 
   // `space`: the sequence space its calls are numbered in (jaccl's own ops, or XLA's
-  // collectives through the MPI shim: abi/host_abi.h).
+  // collectives through the mpiabi library: abi/host_abi.h).
   // `lane`: the lane of jaccl's own calls it carries (comm/lanes.h).
   Communicator(World& world, uint64_t id, const int64_t* table, size_t size, int group_size,
                Space space = Space::kOwnOps, uint32_t lane = 0);
@@ -82,7 +82,7 @@ class Communicator {
   // collectives one of its own, the id's low 31 bits with the top bit set, when the world
   // gives them streams of their own (World::xla_streams()), else 0.
   uint32_t channel_stream() const { return channel_stream_; }
-  // " (XLA's collectives)" for the MPI shim's space, else "": for log lines after the id.
+  // " (XLA's collectives)" for the mpiabi library's space, else "": for log lines after the id.
   const char* space_label() const;
   bool matches(const int64_t* table, size_t size, int group_size) const;
   // The view of a local device; throws if the device is in no group.

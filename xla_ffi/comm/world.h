@@ -95,7 +95,7 @@ class World {
   // With config.shared_channels, every communicator talks through streams of these (one per
   // channel): calls of several communicators may use one pair of devices at once.
   bool shares_channels() const { return config_.shared_channels; }
-  // Whether the MPI shim's communicators have streams of their own (WorldConfig::xla_streams).
+  // Whether the mpiabi library's communicators have streams of their own (WorldConfig::xla_streams).
   bool xla_streams() const { return config_.shared_channels && config_.xla_streams; }
   SharedChannel* shared_channel(int64_t src, int64_t dst) const;
   // Held by every call of a local device in `lane` (comm/lanes.h) while it runs
@@ -108,7 +108,7 @@ class World {
   // The communicator of a group table in sequence space `space` (jaccl's own ops; XLA's
   // collectives number their calls apart on the same devices: abi/host_abi.h), made on first
   // use. Communicators of one table that must not share members differ in `lane` (jaccl's own
-  // calls: comm/lanes.h) or in `split_round` (the MPI shim's with several devices per
+  // calls: comm/lanes.h) or in `split_round` (the mpiabi library's with several devices per
   // process: abi/host_abi.h). `id`: the communicator's, communicator_id() of the rest, fixed
   // by the caller (jaccl's lowering passes it with every call); 0: derived here. A call finds
   // a communicator made before by its id under a shared lock (the map is read-mostly), and

@@ -48,8 +48,8 @@ struct WorldConfig {
   // and for XLA's collectives with several CPU devices per process. A frame is copied only when
   // it waits at the head of its channel for a reader busy elsewhere.
   bool shared_channels = false;
-  // XLA's collectives through the MPI shim have streams of their own, one per communicator
-  // (with several CPU devices per process, where two of the shim's communicators may use one
+  // XLA's collectives through the mpiabi library have streams of their own, one per communicator
+  // (with several CPU devices per process, where two of the mpiabi library's communicators may use one
   // pair of devices at once; needs shared_channels). Otherwise they share lane 0's streams and
   // lock with jaccl's calls, which they then meet in one order (a rank that takes them in
   // another gets "ranks disagree").

@@ -1,6 +1,6 @@
 // Structs declared once for C and C++: the requests that cross from one module to another
-// (collectives/request.h, moe/request.h, through abi/host_abi.h to the CUDA module and the MPI
-// shim, a C library).
+// (collectives/request.h, moe/request.h, through abi/host_abi.h to the CUDA module and the mpiabi
+// library, in C).
 //
 // Contract: JACCL_FIELD(cpp_type, c_type) is a field's type, an engine enum in C++ and an
 // integer of the same width in C (the layout is the same in both); JACCL_DEFAULT(value) gives a

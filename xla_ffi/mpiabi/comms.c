@@ -1,51 +1,51 @@
-/* The MPI shim's communicators (shim_shared.h): rank, size, split, dup and free.
+/* The mpiabi library's communicators (mpiabi.h): rank, size, split, dup and free.
  *
  * MPI_Comm_split is an all-gather of (color, key) over the parent; the members of a color, by
  * key, make the new communicator. XLA splits MPI_COMM_WORLD once per group of devices that a
  * collective of its program needs (color: the group's first device, key: the device's rank
  * in it), and the groups of one split are checked whole. With several devices per process the
- * process's devices meet in a split round (split_round.h) and the shim places members on
+ * process's devices meet in a split round (split_round.h) and the mpiabi library places members on
  * devices itself (split_world()). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mpiabi_values.h"
-#include "shim_shared.h"
+#include "mpiabi.h"
 #include "split_round.h"
 
-JMPI_EXPORT int MPIABI_Comm_rank(uintptr_t comm, int* rank) {
-  if (comm == JMPI_COMM_WORLD && atomic_load(&engine) == NULL) {
+MPIABI_EXPORT int MPIABI_Comm_rank(uintptr_t comm, int* rank) {
+  if (comm == MPI_COMM_WORLD && atomic_load(&engine) == NULL) {
     *rank = expected_rank;  /* XLA asks right after MPI_Init_thread, for its logs */
-    return JMPI_SUCCESS;
+    return MPI_SUCCESS;
   }
-  JmpiComm* c = comm_of(comm);
+  MpiabiComm* c = comm_of(comm);
   if (c == NULL) return last_code;
   *rank = c->rank;
-  return JMPI_SUCCESS;
+  return MPI_SUCCESS;
 }
 
-JMPI_EXPORT int MPIABI_Comm_size(uintptr_t comm, int* size) {
-  if (comm == JMPI_COMM_WORLD && atomic_load(&engine) == NULL) {
+MPIABI_EXPORT int MPIABI_Comm_size(uintptr_t comm, int* size) {
+  if (comm == MPI_COMM_WORLD && atomic_load(&engine) == NULL) {
     *size = expected_size;
-    return JMPI_SUCCESS;
+    return MPI_SUCCESS;
   }
-  JmpiComm* c = comm_of(comm);
+  MpiabiComm* c = comm_of(comm);
   if (c == NULL) return last_code;
   *size = c->size;
-  return JMPI_SUCCESS;
+  return MPI_SUCCESS;
 }
 
 /* A split round's exchange (split_round.h): every process's sorted (color, key) pairs. */
 static int exchange_pairs(const int64_t* mine, int64_t* all, void* context, char* error,
                           size_t error_len) {
-  const JmpiComm* processes = context;
+  const MpiabiComm* processes = context;
   const size_t per_process = (size_t)world_comm->local_devices;
   const int rc = collective(atomic_load(&engine)->kind_all_gather, processes,
-                            type_of(JMPI_INT64_T), 0, mine, all, 2 * per_process,
+                            type_of(MPI_INT64_T), 0, mine, all, 2 * per_process,
                             2 * per_process * (size_t)processes->size);
-  if (rc != JMPI_SUCCESS) snprintf(error, error_len, "%s", last_message);
-  return rc != JMPI_SUCCESS;
+  if (rc != MPI_SUCCESS) snprintf(error, error_len, "%s", last_message);
+  return rc != MPI_SUCCESS;
 }
 
 /* The groups of one split of MPI_COMM_WORLD as XLA makes them for one collective: every
@@ -68,7 +68,7 @@ static const char* broken_group(const int64_t* all, int n, int per_process, int6
   int size = -1;
   for (int j = 0; why == NULL && j < n; ++j) {
     *color = all[2 * j];
-    int first = *color != JMPI_UNDEFINED;  /* each color once, at its first place */
+    int first = *color != MPI_UNDEFINED;  /* each color once, at its first place */
     for (int i = 0; first && i < j; ++i) first = all[2 * i] != *color;
     if (!first) continue;
     int key0 = -1, contiguous = 1;
@@ -101,13 +101,13 @@ static const char* broken_group(const int64_t* all, int n, int per_process, int6
 static int refuse_split(int64_t color, int members, const char* why) {
   const JacclMpiEngine* e = atomic_load(&engine);
   if (lacks_processes()) {
-    return fail(JMPI_ERR_OTHER, "jaccl: XLA's group of devices led by device %lld is not whole "
+    return fail(MPI_ERR_OTHER, "jaccl: XLA's group of devices led by device %lld is not whole "
                 "(%d members split: %s): it has devices of no process of jaccl's world (a mesh "
                 "over a lost process's devices): run the program over a mesh of the live "
                 "devices (multihost_utils.live_devices)", (long long)color, members, why);
   }
   if (e->devices_per_process > 1) {
-    return fail(JMPI_ERR_OTHER, "jaccl: MPI_Comm_split: the processes made communicators for "
+    return fail(MPI_ERR_OTHER, "jaccl: MPI_Comm_split: the processes made communicators for "
                 "different collectives at once (group of device %lld, %d members seen: %s). "
                 "With several CPU devices per process, every collective must find its groups "
                 "new on all processes or on none; XLA caches communicators per process, which "
@@ -115,7 +115,7 @@ static int refuse_split(int64_t color, int members, const char* why) {
                 "programs on gloo (jaccl-run --xla-collectives gloo)",
                 (long long)color, members, why);
   }
-  return fail(JMPI_ERR_OTHER, "jaccl: MPI_Comm_split: the processes made communicators for "
+  return fail(MPI_ERR_OTHER, "jaccl: MPI_Comm_split: the processes made communicators for "
               "different groups at once (group of device %lld, %d members seen: %s): do they "
               "run one program?", (long long)color, members, why);
 }
@@ -124,13 +124,13 @@ static int refuse_split(int64_t color, int members, const char* why) {
  * parent's n places, `all`: the places of that color by key (ties by place), their devices,
  * the caller's rank where its place `me` lands, and the split round that made it, `round`.
  * MPI_COMM_NULL (0) for MPI_UNDEFINED. */
-static int comm_of_color(const JmpiComm* parent, const int64_t* all, int color, int me,
+static int comm_of_color(const MpiabiComm* parent, const int64_t* all, int color, int me,
                          uint64_t round, uintptr_t* newcomm) {
   *newcomm = 0;
-  if (color == JMPI_UNDEFINED) return JMPI_SUCCESS;
+  if (color == MPI_UNDEFINED) return MPI_SUCCESS;
   const int n = parent->size;
   int* order = malloc((size_t)n * sizeof(int));
-  if (order == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
+  if (order == NULL) return fail(MPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
   int members = 0;
   for (int j = 0; j < n; ++j) {
     if (all[2 * j] != color) continue;
@@ -141,10 +141,10 @@ static int comm_of_color(const JmpiComm* parent, const int64_t* all, int color, 
     }
     order[at] = j;
   }
-  JmpiComm* c = new_comm(0, members);
+  MpiabiComm* c = new_comm(0, members);
   if (c == NULL) {
     free(order);
-    return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
+    return fail(MPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
   }
   for (int i = 0; i < members; ++i) {
     c->devices[i] = parent->devices[order[i]];
@@ -154,7 +154,7 @@ static int comm_of_color(const JmpiComm* parent, const int64_t* all, int color, 
   name_comm(c, atomic_load(&engine));
   *newcomm = (uintptr_t)c;
   free(order);
-  return JMPI_SUCCESS;
+  return MPI_SUCCESS;
 }
 
 /* MPI_COMM_WORLD with several devices per process: this process's devices meet in a split
@@ -162,21 +162,21 @@ static int comm_of_color(const JmpiComm* parent, const int64_t* all, int color, 
  * communicator never has a device twice), and the communicator of its color is everyone of
  * that color by key, made in that round: an equal table made in another round, whose
  * devices may stand for other XLA devices, is another communicator. */
-static int split_world(const JmpiComm* world, int color, int key, uintptr_t* newcomm) {
+static int split_world(const MpiabiComm* world, int color, int key, uintptr_t* newcomm) {
   const JacclMpiEngine* e = atomic_load(&engine);
   const int per_process = world->local_devices, n = world->size;
   int64_t* all = malloc(2 * (size_t)n * sizeof(int64_t));
-  if (all == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
-  int slot = 0, rc = JMPI_SUCCESS, members = 0;
+  if (all == NULL) return fail(MPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
+  int slot = 0, rc = MPI_SUCCESS, members = 0;
   int64_t color_seen = 0;
   const char* broken = NULL;
   uint64_t round = 0;
   char error[kMessageBytes];
   *newcomm = 0;
-  if (jmpi_split_round(per_process, e->num_processes, e->timeout_s, color, key, exchange_pairs,
+  if (mpiabi_split_round(per_process, e->num_processes, e->timeout_s, color, key, exchange_pairs,
                        processes_comm, all, &slot, &round, error, sizeof error) != 0) {
     e->raise_abort(error);  /* the other processes stop too */
-    rc = fail(JMPI_ERR_OTHER, "%s", error);
+    rc = fail(MPI_ERR_OTHER, "%s", error);
   } else if ((broken = broken_group(all, n, per_process, &color_seen, &members)) != NULL) {
     /* every process finds the same from the same round; processes at odds also stop (a loss
      * leaves the survivors' world whole: the program may go on over the live devices) */
@@ -184,34 +184,34 @@ static int split_world(const JmpiComm* world, int color, int key, uintptr_t* new
     if (!lacks_processes()) e->raise_abort(last_message);
   } else {
     rc = comm_of_color(world, all, color, e->my_process * per_process + slot, round, newcomm);
-    if (rc == JMPI_SUCCESS && *newcomm != 0) ((JmpiComm*)*newcomm)->xla_group = 1;
-    if (rc == JMPI_SUCCESS) rc = check_after_loss(newcomm, round);
+    if (rc == MPI_SUCCESS && *newcomm != 0) ((MpiabiComm*)*newcomm)->xla_group = 1;
+    if (rc == MPI_SUCCESS) rc = check_after_loss(newcomm, round);
   }
   free(all);
-  if (rc != JMPI_SUCCESS) remember_split_failure();
+  if (rc != MPI_SUCCESS) remember_split_failure();
   return rc;
 }
 
 
 /* Collective over `comm`: everyone's (color, key) goes to everyone; the ranks of my color, by
  * key (ties by their rank in `comm`), make the new communicator (split_of()). */
-JMPI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t* newcomm) {
-  if (comm == JMPI_COMM_WORLD && world_for_split() != JMPI_SUCCESS) {
+MPIABI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t* newcomm) {
+  if (comm == MPI_COMM_WORLD && world_for_split() != MPI_SUCCESS) {
     *newcomm = 0;
     remember_split_failure();
     return last_code;
   }
-  if (comm == JMPI_COMM_WORLD && color != JMPI_UNDEFINED && !in_world(color)) {
+  if (comm == MPI_COMM_WORLD && color != MPI_UNDEFINED && !in_world(color)) {
     /* XLA's color is the group's first device: a group of devices the world lacks (a mesh
      * over a lost process's devices) would otherwise be split without them */
     *newcomm = 0;
-    fail(JMPI_ERR_OTHER, "jaccl: XLA makes the communicator of a group led by device %d, "
+    fail(MPI_ERR_OTHER, "jaccl: XLA makes the communicator of a group led by device %d, "
          "which belongs to no process of jaccl's world (a lost process): run the program over "
          "a mesh of the live devices (multihost_utils.live_devices)", color);
     remember_split_failure();
     return last_code;
   }
-  JmpiComm* parent = comm_of(comm);
+  MpiabiComm* parent = comm_of(comm);
   if (parent == NULL) return last_code;
   return split_of(parent, color, key, newcomm);
 }
@@ -220,18 +220,18 @@ JMPI_EXPORT int MPIABI_Comm_split(uintptr_t comm, int color, int key, uintptr_t*
  * a split round (split_world()); else everyone's (color, key) to everyone over `parent`, the
  * ranks of my color, by key (ties by their rank in `parent`), making the new communicator (one
  * of MPI_COMM_WORLD: XLA's group). */
-int split_of(const JmpiComm* parent, int color, int key, uintptr_t* newcomm) {
+int split_of(const MpiabiComm* parent, int color, int key, uintptr_t* newcomm) {
   if (parent->local_devices > 1) return split_world(parent, color, key, newcomm);
   const int n = parent->size;
   int64_t mine[2] = {color, key}, color_seen = 0;
   int members = 0;
   const char* broken = NULL;
   int64_t* all = malloc(2 * (size_t)n * sizeof(int64_t));
-  if (all == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
-  int rc = collective_at(atomic_load(&engine)->kind_all_gather, parent, type_of(JMPI_INT64_T), 0,
-                         mine, all, 2, 2 * (size_t)n, kJacclShimSplitSite);
+  if (all == NULL) return fail(MPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
+  int rc = collective_at(atomic_load(&engine)->kind_all_gather, parent, type_of(MPI_INT64_T), 0,
+                         mine, all, 2, 2 * (size_t)n, kJacclMpiabiSplitSite);
   *newcomm = 0;
-  if (rc != JMPI_SUCCESS) {
+  if (rc != MPI_SUCCESS) {
     char why[kMessageBytes];
     snprintf(why, sizeof why, "%s", last_message);
     rc = fail(rc, "jaccl: MPI_Comm_split (XLA making the communicator of its group of devices "
@@ -244,41 +244,41 @@ int split_of(const JmpiComm* parent, int color, int key, uintptr_t* newcomm) {
     rc = refuse_split(color_seen, members, broken);  /* every process finds the same */
   } else {
     rc = comm_of_color(parent, all, color, parent->rank, parent->split_round, newcomm);
-    if (rc == JMPI_SUCCESS && *newcomm != 0 && parent == world_comm) {
-      ((JmpiComm*)*newcomm)->xla_group = 1;
+    if (rc == MPI_SUCCESS && *newcomm != 0 && parent == world_comm) {
+      ((MpiabiComm*)*newcomm)->xla_group = 1;
       rc = check_after_loss(newcomm, 0);
     }
   }
   free(all);
-  if (rc != JMPI_SUCCESS) remember_split_failure();
+  if (rc != MPI_SUCCESS) remember_split_failure();
   return rc;
 }
 
 
-JMPI_EXPORT int MPIABI_Comm_dup(uintptr_t comm, uintptr_t* newcomm) {
-  JmpiComm* c = comm_of(comm);
+MPIABI_EXPORT int MPIABI_Comm_dup(uintptr_t comm, uintptr_t* newcomm) {
+  MpiabiComm* c = comm_of(comm);
   if (c == NULL) return last_code;
-  JmpiComm* d = new_comm(c->rank, c->size);
-  if (d == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_dup");
+  MpiabiComm* d = new_comm(c->rank, c->size);
+  if (d == NULL) return fail(MPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_dup");
   memcpy(d->devices, c->devices, (size_t)c->size * sizeof(int64_t));
   d->local_devices = c->local_devices;
   d->split_round = c->split_round;
   d->id = c->id;
   *newcomm = (uintptr_t)d;
-  return JMPI_SUCCESS;
+  return MPI_SUCCESS;
 }
 
-JMPI_EXPORT int MPIABI_Comm_free(uintptr_t* comm) {
-  if (*comm != JMPI_COMM_WORLD && *comm != JMPI_COMM_SELF && *comm != 0) {
-    JmpiComm* c = (JmpiComm*)*comm;
+MPIABI_EXPORT int MPIABI_Comm_free(uintptr_t* comm) {
+  if (*comm != MPI_COMM_WORLD && *comm != MPI_COMM_SELF && *comm != 0) {
+    MpiabiComm* c = (MpiabiComm*)*comm;
     if (*comm < 0x10000 || c->magic != kCommMagic) {
-      return fail(JMPI_ERR_COMM, "jaccl: MPI_Comm_free of %#lx, not a communicator",
+      return fail(MPI_ERR_COMM, "jaccl: MPI_Comm_free of %#lx, not a communicator",
                   (unsigned long)*comm);
     }
     c->magic = 0;
     free(c);
   }
   *comm = 0;
-  return JMPI_SUCCESS;
+  return MPI_SUCCESS;
 }
 

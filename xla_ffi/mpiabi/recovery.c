@@ -1,4 +1,4 @@
-/* The MPI shim after a lost process, and after one came back (shim_shared.h), in a job under
+/* The mpiabi library after a lost process, and after one came back (mpiabi.h), in a job under
  * JAX's recoverability.
  *
  * After a loss (the world failed), a split of MPI_COMM_WORLD first lets the interpreter build
@@ -14,13 +14,13 @@
 #include <string.h>
 
 #include "mpiabi_values.h"
-#include "shim_shared.h"
+#include "mpiabi.h"
 #include "split_round.h"
 
 static __thread char renew_problem[kMessageBytes];
 
 /* Why renew_after_loss() made no new world though one failed (the interpreter says so). */
-JMPI_EXPORT void jaccl_mpiabi_renew_failed(const char* why) {
+MPIABI_EXPORT void jaccl_mpiabi_renew_failed(const char* why) {
   snprintf(renew_problem, sizeof renew_problem, "%s", why);
 }
 
@@ -40,7 +40,7 @@ static atomic_int recoverable;
 static __thread char group_problem[kMessageBytes];
 
 /* Why _xla_groups.split_after_loss() refuses the communicator just made (the interpreter). */
-JMPI_EXPORT void jaccl_mpiabi_group_refused(const char* why) {
+MPIABI_EXPORT void jaccl_mpiabi_group_refused(const char* why) {
   snprintf(group_problem, sizeof group_problem, "%s", why);
 }
 
@@ -51,11 +51,11 @@ JMPI_EXPORT void jaccl_mpiabi_group_refused(const char* why) {
  * interpreter, which read every compiled program's groups, tells (jax_jaccl._xla_groups);
  * a refused communicator is freed and the split fails saying why. */
 int check_after_loss(uintptr_t* newcomm, uint64_t round) {
-  JmpiComm* c = (JmpiComm*)*newcomm;
-  if (c == NULL || !atomic_load(&recoverable) || !lacks_processes()) return JMPI_SUCCESS;
+  MpiabiComm* c = (MpiabiComm*)*newcomm;
+  if (c == NULL || !atomic_load(&recoverable) || !lacks_processes()) return MPI_SUCCESS;
   const size_t bytes = 128 + 24 * (size_t)c->size;
   char* code = malloc(bytes);
-  if (code == NULL) return fail(JMPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
+  if (code == NULL) return fail(MPI_ERR_NO_MEM, "jaccl: out of memory in MPI_Comm_split");
   size_t at = (size_t)snprintf(code, bytes,
                                "__import__('jax_jaccl._xla_groups')._xla_groups.split_after_loss((");
   for (int i = 0; i < c->size; ++i) {
@@ -65,17 +65,17 @@ int check_after_loss(uintptr_t* newcomm, uint64_t round) {
   group_problem[0] = '\0';
   run_python(code);
   free(code);
-  if (group_problem[0] == '\0') return JMPI_SUCCESS;
+  if (group_problem[0] == '\0') return MPI_SUCCESS;
   c->magic = 0;
   free(c);
   *newcomm = 0;
-  return fail(JMPI_ERR_OTHER, "%s", group_problem);
+  return fail(MPI_ERR_OTHER, "%s", group_problem);
 }
 
 /* Whether the world attached lacks processes an earlier one had (lost, not back). */
 int lacks_processes(void) { return atomic_load(&engine)->num_processes < most_processes; }
 
-JMPI_EXPORT void jaccl_mpiabi_recoverable(void) { atomic_store(&recoverable, 1); }
+MPIABI_EXPORT void jaccl_mpiabi_recoverable(void) { atomic_store(&recoverable, 1); }
 
 static void renew_with_those_back(void) {
   run_python("__import__('jax_jaccl._bootstrap')._bootstrap.renew_with_those_back()");
@@ -108,7 +108,7 @@ static int renew_world(int ask_back) {
   renew_problem[0] = '\0';
   if (atomic_load(&engine)->world_failed()) renew_after_loss();
   else if (ask_back) renew_with_those_back();
-  return renew_problem[0] != '\0' ? fail(JMPI_ERR_OTHER, "%s", renew_problem) : JMPI_SUCCESS;
+  return renew_problem[0] != '\0' ? fail(MPI_ERR_OTHER, "%s", renew_problem) : MPI_SUCCESS;
 }
 
 int world_for_split(void) {
@@ -122,9 +122,9 @@ int world_for_split(void) {
  * process started again, built by the others): every communicator XLA made before is split
  * again at its first use, where the process that came back splits MPI_COMM_WORLD for the
  * same group (XLA keeps its communicators; the new process makes every one afresh). */
-JMPI_EXPORT void jaccl_mpiabi_came_back(void) {
+MPIABI_EXPORT void jaccl_mpiabi_came_back(void) {
   atomic_fetch_add(&comebacks, 1);
-  jmpi_split_rounds_restart();  /* with several devices per process: counted as it counts them */
+  mpiabi_split_rounds_restart();  /* with several devices per process: counted as it counts them */
 }
 
 /* XLA's communicator `c`, made before a process came back, at its first use since: the split
@@ -132,11 +132,11 @@ JMPI_EXPORT void jaccl_mpiabi_came_back(void) {
  * key: this rank), with the process that came back splitting for the first time; the group
  * must come out the same, and takes the new split round's number (the communicator's name in
  * the engine, with several devices per process). */
-static int split_again(JmpiComm* c) {
+static int split_again(MpiabiComm* c) {
   const unsigned now = atomic_load(&comebacks);
   uintptr_t made = 0;
-  if (split_of(world_comm, (int)c->devices[0], c->rank, &made) != JMPI_SUCCESS) return last_code;
-  JmpiComm* again = (JmpiComm*)made;
+  if (split_of(world_comm, (int)c->devices[0], c->rank, &made) != MPI_SUCCESS) return last_code;
+  MpiabiComm* again = (MpiabiComm*)made;
   const int same = again != NULL && again->size == c->size && again->rank == c->rank &&
                    memcmp(again->devices, c->devices, (size_t)c->size * sizeof(int64_t)) == 0;
   if (same) {
@@ -145,16 +145,16 @@ static int split_again(JmpiComm* c) {
   }
   free(again);
   if (!same) {
-    return fail(JMPI_ERR_OTHER, "jaccl: XLA's communicator of devices led by device %lld, made "
+    return fail(MPI_ERR_OTHER, "jaccl: XLA's communicator of devices led by device %lld, made "
                 "before a process came back, is not the group the processes made again (the "
                 "process that came back runs another program?)", (long long)c->devices[0]);
   }
   c->comebacks = now;
-  return JMPI_SUCCESS;
+  return MPI_SUCCESS;
 }
 
 /* Whether XLA's communicator `c` has a device that the world attached lacks. */
-static int outside_world(const JmpiComm* c) {
+static int outside_world(const MpiabiComm* c) {
   for (int i = 0; i < c->size; ++i) {
     if (!in_world(c->devices[i])) return 1;
   }
@@ -167,15 +167,15 @@ static int outside_world(const JmpiComm* c) {
  * alone): the survivors' (renew_after_loss()), or one with the processes that came back (JAX's
  * last live_devices block reported them: jax_jaccl._bootstrap.renew_with_those_back(), why
  * not through jaccl_mpiabi_renew_failed). Fails where the world still lacks c's devices. */
-static int world_for_use(JmpiComm* c) {
+static int world_for_use(MpiabiComm* c) {
   pthread_mutex_lock(&renew_lock);
   int rc = renew_world(outside_world(c));
-  if (rc == JMPI_SUCCESS && outside_world(c)) {
-    rc = fail(JMPI_ERR_OTHER, "jaccl: XLA's communicator of devices led by device %lld has "
+  if (rc == MPI_SUCCESS && outside_world(c)) {
+    rc = fail(MPI_ERR_OTHER, "jaccl: XLA's communicator of devices led by device %lld has "
               "devices outside jaccl's world (their processes were lost and are not live "
               "again): run the program over a mesh of the live devices", (long long)c->devices[0]);
   }
-  if (rc == JMPI_SUCCESS) c->inside = atomic_load(&attaches);
+  if (rc == MPI_SUCCESS) c->inside = atomic_load(&attaches);
   pthread_mutex_unlock(&renew_lock);
   return rc;
 }
@@ -184,14 +184,14 @@ static int world_for_use(JmpiComm* c) {
  * recovers, first the world it needs (world_for_use()), then the communicator split again where
  * a process came back since it was made; elsewhere the world never changes (nothing to ask on
  * every call). */
-JmpiComm* comm_in_use(uintptr_t handle) {
-  JmpiComm* c = comm_of(handle);
+MpiabiComm* comm_in_use(uintptr_t handle) {
+  MpiabiComm* c = comm_of(handle);
   if (c == NULL || !c->xla_group || !atomic_load(&recoverable)) return c;
   if ((atomic_load(&engine)->world_failed() || c->inside != atomic_load(&attaches)) &&
-      world_for_use(c) != JMPI_SUCCESS) {
+      world_for_use(c) != MPI_SUCCESS) {
     return NULL;
   }
-  if (c->comebacks != atomic_load(&comebacks) && split_again(c) != JMPI_SUCCESS) return NULL;
+  if (c->comebacks != atomic_load(&comebacks) && split_again(c) != MPI_SUCCESS) return NULL;
   return c;
 }
 

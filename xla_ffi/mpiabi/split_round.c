@@ -59,7 +59,7 @@ static int grow(int devices, int processes) {
   return 0;
 }
 
-void jmpi_split_rounds_restart(void) {
+void mpiabi_split_rounds_restart(void) {
   pthread_mutex_lock(&lock);
   meeting.round = 0;
   pthread_mutex_unlock(&lock);
@@ -73,7 +73,7 @@ static int before(int a, int b) {  /* arrival a's pair sorts before arrival b's 
 }
 
 /* The last caller: sorts the round's pairs, exchanges them, opens the round's results. */
-static void finish_round(int devices, JmpiExchange exchange, void* context) {
+static void finish_round(int devices, MpiabiExchange exchange, void* context) {
   int order[devices];
   int64_t mine[2 * devices];
   for (int i = 0; i < devices; ++i) {
@@ -111,8 +111,8 @@ static int give_up(char* error, size_t error_len, const char* format, int have, 
   return 1;
 }
 
-int jmpi_split_round(int devices, int processes, double timeout_s, int color, int key,
-                     JmpiExchange exchange, void* context, int64_t* all, int* slot,
+int mpiabi_split_round(int devices, int processes, double timeout_s, int color, int key,
+                     MpiabiExchange exchange, void* context, int64_t* all, int* slot,
                      uint64_t* round, char* error, size_t error_len) {
   pthread_once(&once, init_condition);
   const struct timespec deadline = deadline_after(timeout_s);

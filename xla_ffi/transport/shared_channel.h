@@ -1,7 +1,7 @@
 // Several streams over one channel: for a world whose calls may use the same pair of devices
 // at the same moment from different threads. That happens with jaccl's lanes (calls of one
 // device in different chains run at once, each on its lane's thread: comm/lanes.h) and
-// with XLA's collectives on several CPU devices per process (the MPI shim cannot tell which XLA
+// with XLA's collectives on several CPU devices per process (the mpiabi library cannot tell which XLA
 // device calls, so it places each communicator's members on devices of its own choosing, and
 // two XLA devices can share one of jaccl's devices in two communicators at once).
 //
