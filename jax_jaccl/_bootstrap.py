@@ -396,8 +396,8 @@ def _attach(prefix: str, me: int, hosts: tuple, timeout_s: float) -> None:
 
 def attach_on_first_use() -> None:
     """What the mpiabi library runs (on the XLA thread of a process's first collective) when the
-    program never started jaccl: init(), which attaches the mpiabi library; a failure is handed back to
-    the mpiabi library as that collective's error."""
+    program never started jaccl: init(), which attaches the mpiabi library; a failure is handed back
+    to the mpiabi library as that collective's error."""
     try:
         init()
         engine.log_info("XLA's first collective started jaccl's engine (the program had not "
@@ -407,13 +407,13 @@ def attach_on_first_use() -> None:
 
 
 def renew_with_those_back() -> None:
-    """What the mpiabi library runs (on an XLA thread, inside the program) when XLA runs a collective
-    on a communicator whose devices the world lacks, or splits MPI_COMM_WORLD in a job that
-    recovers: where processes came back, the world over the processes JAX's last
+    """What the mpiabi library runs (on an XLA thread, inside the program) when XLA runs a
+    collective on a communicator whose devices the world lacks, or splits MPI_COMM_WORLD in a job
+    that recovers: where processes came back, the world over the processes JAX's last
     multihost_utils.live_devices block reported, those that came back among them, as
     init(devices) builds it when a jaccl op is lowered over their mesh (the program asking is
-    the only one in flight; this process's other devices wait in the mpiabi library). A process of the
-    world on this host that died since the world's last call revokes the world first (and the
+    the only one in flight; this process's other devices wait in the mpiabi library). A process of
+    the world on this host that died since the world's last call revokes the world first (and the
     survivors' is built where JAX already reported the loss): XLA keeps a communicator whose
     split failed for the process's life, and a split that met the dead process would fail every
     later step over its devices. When it cannot, the collective fails saying why."""

@@ -1,15 +1,16 @@
 """XLA's collectives on jaccl pass their sizes to MPI as 32-bit ints: XLA narrows its size_t
 as it calls MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter (elements) and MPI_Isend,
 MPI_Irecv, MPI_Sendrecv (bytes, for collective-permute and all-to-all). A collective of 2^31
-elements (or bytes) reaches jaccl's mpiabi library as a negative count, which it refuses; one of 2^32 or
-more as the count modulo 2^32, which it cannot tell from a real one: a silent wrong answer. So
-each program is checked as it compiles, where every collective's shapes are known.
+elements (or bytes) reaches jaccl's mpiabi library as a negative count, which it refuses; one of
+2^32 or more as the count modulo 2^32, which it cannot tell from a real one: a silent wrong answer.
+So each program is checked as it compiles, where every collective's shapes are known.
 
 Contract: refuse_past_int(devices, program) raises ValueError naming the first collective of
 `program` (an _compat.CompiledProgram) whose count XLA would narrow past MPI's int, and what to
 do instead, where XLA's collectives run on jaccl's mpiabi library (_xla_collectives.active()); else
 nothing. install() adds it to the checks after each compilation (once): jaccl-run's processes
-get it as jax loads (_cluster.py), the others when jaccl attaches the mpiabi library (_bootstrap.py).
+get it as jax loads (_cluster.py), the others when jaccl attaches the mpiabi library
+(_bootstrap.py).
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ Contract:
 - changed(world, live) says whether a program over the processes `live` needs a world other
   than `world`; next_generation(failed, live, in_program) releases `failed` and starts that
   world; rejoin(live) is the world a process started again (started_again()) joins. _bootstrap
-  owns the world these replace (init(), its mpiabi library entries, under its lock) and starts each new
-  world (_bootstrap._start()).
+  owns the world these replace (init(), its mpiabi library entries, under its lock) and starts each
+  new world (_bootstrap._start()).
 - refuse_lost_processes(devices, program), which _bootstrap installs after each compilation,
   refuses a program with collectives over devices of lost processes.
 """
@@ -66,9 +66,9 @@ def refuse_lost_processes(devices, program) -> None:
     program that runs collectives over devices of lost processes, those JAX's last
     multihost_utils.live_devices block did not report live and jaccl's world went on without
     (a mesh of jax.devices() after a loss, not of the live devices). XLA's collectives on jaccl
-    would split its groups over the survivors: the mpiabi library refuses a group led by a lost device or
-    missing one inside, but one that lacks only its last members looks whole to it (XLA tells
-    it a group's first device and each member's rank, never its size; _xla_groups.py reads the
+    would split its groups over the survivors: the mpiabi library refuses a group led by a lost
+    device or missing one inside, but one that lacks only its last members looks whole to it (XLA
+    tells it a group's first device and each member's rank, never its size; _xla_groups.py reads the
     groups of programs compiled before the loss for it), and the collective would run over the
     live members only. gloo waits for the lost ones for good. (A process
     lost since the world was last built is not known lost here: the program's first collective

@@ -14,8 +14,8 @@ Contract:
   choose(env, "jaccl" | "gloo") sets a process's environment up for either.
 - loaded() tells whether this process's jaxlib loaded jaccl's mpiabi library; active() whether XLA's
   CPU collectives will also use it (the 'mpi' implementation is selected).
-- expect(process_id, num_processes) runs before the CPU backend exists (XLA asks the mpiabi library for
-  its world rank right after MPI_Init_thread); attach() runs after jaccl's world is up (made
+- expect(process_id, num_processes) runs before the CPU backend exists (XLA asks the mpiabi library
+  for its world rank right after MPI_Init_thread); attach() runs after jaccl's world is up (made
   with shared channels when the process has several CPU devices: shares_channels()), raises
   ValueError with the reason when it cannot.
 - recoverable() tells the mpiabi library that the job recovers from lost processes (JAX's
@@ -167,23 +167,24 @@ def came_back() -> None:
 
 
 def renew_failed(reason: str) -> None:
-    """Hands `reason` to the mpiabi library as the error of the communicator XLA is making, for which
-    _bootstrap.renew_after_loss() could not build the survivors' world."""
+    """Hands `reason` to the mpiabi library as the error of the communicator XLA is making, for
+    which _bootstrap.renew_after_loss() could not build the survivors' world."""
     lib = _handle()
     if lib is not None:
         lib.jaccl_mpiabi_renew_failed(reason.encode(errors="replace"))
 
 
 def group_refused(reason: str) -> None:
-    """Hands `reason` to the mpiabi library as the error of the communicator XLA is making after a lost
-    process, which _xla_groups.split_after_loss() refuses."""
+    """Hands `reason` to the mpiabi library as the error of the communicator XLA is making after a
+    lost process, which _xla_groups.split_after_loss() refuses."""
     lib = _handle()
     if lib is not None:
         lib.jaccl_mpiabi_group_refused(reason.encode(errors="replace"))
 
 
 def served() -> int:
-    """How many of XLA's collectives this process has run on jaccl's mpiabi library (0 without it)."""
+    """How many of XLA's collectives this process has run on jaccl's mpiabi library (0 without
+    it)."""
     lib = _handle()
     if lib is None:
         return 0

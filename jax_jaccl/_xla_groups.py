@@ -25,8 +25,8 @@ Contract:
 - record(devices, program) is an _compat.after_each_compile check: it keeps the groups of
   `program` (an _compat.CompiledProgram); install() adds it (once). jaccl-run's processes get
   it as jax loads (_cluster.py), the others when jaccl attaches the mpiabi library (_bootstrap.py).
-- split_after_loss(formed, split_round) is what the mpiabi library runs (on an XLA thread) once it made
-  the communicator `formed` (device ids by rank) of MPI_COMM_WORLD in a world that lacks
+- split_after_loss(formed, split_round) is what the mpiabi library runs (on an XLA thread) once it
+  made the communicator `formed` (device ids by rank) of MPI_COMM_WORLD in a world that lacks
   processes (`split_round`: the split round that made it with several devices per process, 0
   with one): it hands the mpiabi library why it refuses it (_xla_collectives.group_refused()), else
   nothing. It never raises.

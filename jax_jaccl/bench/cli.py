@@ -17,9 +17,9 @@ Each run starts one jaccl-run job (jax_jaccl, and jax's own collectives, gloo, f
 lax_on_jaccl times jax.lax's collectives on jaccl (--xla-collectives jaccl) in that job, or, with
 --vs lax too, in one more; and,
 for --vs mpi4jax/mpi, one mpirun job (Open MPI from apt; mpi4py and mpi4jax from the bench
-extra; its processes get jaccl-run's glibc malloc tunables too), alternating so that both see the same machine; --vs shm adds, for ppermute between
-2 processes, a plain shared-memory copy of the same bytes (shm_copy.py). The table shows
-medians over runs.
+extra; its processes get jaccl-run's glibc malloc tunables too), alternating so that both see the
+same machine; --vs shm adds, for ppermute between 2 processes, a plain shared-memory copy of the
+same bytes (shm_copy.py). The table shows medians over runs.
 """
 
 from __future__ import annotations

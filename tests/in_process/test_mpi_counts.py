@@ -1,9 +1,10 @@
 """XLA hands MPI its collectives' sizes as 32-bit ints, so jaccl refuses, as it compiles, a
 program whose collective would pass 2^31 elements (all-reduce, all-gather's operand,
 reduce-scatter's result) or 2^31 bytes (collective-permute, each all-to-all chunk) where XLA's
-collectives run on jaccl's mpiabi library: past 2^32 the mpiabi library would get a small count it cannot tell
-from a real one. Each op is compiled (never run) on 4 in-process devices, one element below
-and at the limit, from the HLO text of this jax's compiler (its printing differs by version)."""
+collectives run on jaccl's mpiabi library: past 2^32 the mpiabi library would get a small count it
+cannot tell from a real one. Each op is compiled (never run) on 4 in-process devices, one element
+below and at the limit, from the HLO text of this jax's compiler (its printing differs by
+version)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """XLA:CPU narrows a collective's element count to MPI's int, so one of 2^31 to 2^32 - 1
-elements reaches jaccl's mpiabi library negative. The mpiabi library refuses it, naming the count it was (it
-used to widen it to a size_t of about 2^64 and crash). Called here as XLA calls it, through the
-MPI ABI; the count check comes before any communicator is looked at."""
+elements reaches jaccl's mpiabi library negative. The mpiabi library refuses it, naming the count it
+was (it used to widen it to a size_t of about 2^64 and crash). Called here as XLA calls it, through
+the MPI ABI; the count check comes before any communicator is looked at."""
 
 from __future__ import annotations
 

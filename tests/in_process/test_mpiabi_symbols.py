@@ -1,8 +1,9 @@
-"""jaccl's mpiabi library (libjaccl_mpiabi.so) stands where MPItrampoline, linked into jaxlib, expects an
-MPI wrapper: at `import jax` the trampoline resolves every name of its ABI in it and ends the
-process at the first one missing. So the mpiabi library exports exactly xla_ffi/mpiabi/abi_symbols.txt
-(and jaccl's own functions), and that list is the one the installed jaxlib's trampoline asks
-for: a jaxlib whose trampoline wants a new name fails here, naming it, not at a user's import."""
+"""jaccl's mpiabi library (libjaccl_mpiabi.so) stands where MPItrampoline, linked into jaxlib,
+expects an MPI wrapper: at `import jax` the trampoline resolves every name of its ABI in it and ends
+the process at the first one missing. So the mpiabi library exports exactly
+xla_ffi/mpiabi/abi_symbols.txt (and jaccl's own functions), and that list is the one the installed
+jaxlib's trampoline asks for: a jaxlib whose trampoline wants a new name fails here, naming it, not
+at a user's import."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Who carries the collectives XLA emits itself, as jaccl-run chooses and sets up the
 processes' environment (tests/processes/test_xla_collectives.py runs the jobs): jaccl for a job
 of several processes of one CPU device each, and for several devices per process when asked,
-gloo otherwise or when asked; a gloo job drops the mpiabi library's variables it inherited and keeps a
-user's own MPI wrapper."""
+gloo otherwise or when asked; a gloo job drops the mpiabi library's variables it inherited and keeps
+a user's own MPI wrapper."""
 
 from __future__ import annotations
 

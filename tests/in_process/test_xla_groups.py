@@ -4,8 +4,8 @@ program compiled before the loss, missing only its last members, is refused, not
 the live members alone. Here: the groups it reads from this jax's HLO text (its printing
 differs by version: lists on 0.10.2, meshes on 0.12.1) against the mesh's own, for every op
 and every order of a tuple of axes over a mesh of permuted devices, as XLA's compiler hands
-the program's devices over; and its verdict on the communicators the mpiabi library makes after a loss
-(tests/processes/test_recovery.py runs it across processes)."""
+the program's devices over; and its verdict on the communicators the mpiabi library makes after a
+loss (tests/processes/test_recovery.py runs it across processes)."""
 
 from __future__ import annotations
 
@@ -99,8 +99,8 @@ def test_the_forms_xla_prints():
 @pytest.fixture
 def after_loss(monkeypatch):
     """A world of process 0 alone (generation 1) in a job of processes 0, 1 and 2, each of two
-    devices (ids 0-5); the groups kept and communicators made start empty; what the mpiabi library is
-    handed is collected."""
+    devices (ids 0-5); the groups kept and communicators made start empty; what the mpiabi library
+    is handed is collected."""
     fake = [types.SimpleNamespace(id=i, process_index=i // 2) for i in range(6)]
     monkeypatch.setattr(jax, "devices", lambda *a: fake)
     monkeypatch.setattr(_bootstrap, "_world", types.SimpleNamespace(members=(0,), generation=1))

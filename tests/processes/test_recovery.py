@@ -1,17 +1,17 @@
 """A job that goes on without a lost process (examples/elastic_data_parallel.py under jaccl-run
 --keep-going, JAX's recoverability on): a process killed during a step's collective (the
 others are in its all_reduce when it dies; blocking calls, every call asynchronous, or
-jax.lax.psum carried by jaccl's mpiabi library, also with 2 devices per process) fails that step on every survivor, naming the dead
-process; the step retried over JAX's live devices runs on a new jaccl world of the survivors;
-the survivors end with the parameters of a job of their size resumed from the state they went
-on from, bit for bit (blocking calls and jax.lax.psum); two losses one after the other (the second named by its
-jax.process_index() though the second world renumbered the survivors) on one host and between
-emulated hosts over jaccl's TCP and the OFI transport (the loss seen as a closed link, every
-world of survivors linked anew); a process started again (jaccl-run --restarts) rejoining with
-the survivors' state, on one host and between emulated hosts over TCP, process 0 too, and in a
-program of XLA's collectives alone on jaccl's engine; MoE serving that cannot
-shrink going on with moe_dispatch's lost_ranks (examples/elastic_moe_serving.py); a process that
-stalls evicted at the others' deadline (JACCL_EVICT_STALLED: killed by them on one host, by
+jax.lax.psum carried by jaccl's mpiabi library, also with 2 devices per process) fails that step on
+every survivor, naming the dead process; the step retried over JAX's live devices runs on a new
+jaccl world of the survivors; the survivors end with the parameters of a job of their size resumed
+from the state they went on from, bit for bit (blocking calls and jax.lax.psum); two losses one
+after the other (the second named by its jax.process_index() though the second world renumbered the
+survivors) on one host and between emulated hosts over jaccl's TCP and the OFI transport (the loss
+seen as a closed link, every world of survivors linked anew); a process started again (jaccl-run
+--restarts) rejoining with the survivors' state, on one host and between emulated hosts over TCP,
+process 0 too, and in a program of XLA's collectives alone on jaccl's engine; MoE serving that
+cannot shrink going on with moe_dispatch's lost_ranks (examples/elastic_moe_serving.py); a process
+that stalls evicted at the others' deadline (JACCL_EVICT_STALLED: killed by them on one host, by
 itself at their request between emulated hosts over TCP and OFI) and lost the same way;
 nothing left behind. A world of survivors that could not be built is refused from then on,
 saying why."""
@@ -253,7 +253,8 @@ NO_NEXT_WORLD = textwrap.dedent("""
         except Exception as e:
             print("RAISED", type(e).__name__, e)
     import jax_jaccl._xla_collectives as xla_collectives
-    xla_collectives.renew_failed = lambda why: print("RENEW FAILED", why)  # what XLA's split would raise
+    # what XLA's split would raise
+    xla_collectives.renew_failed = lambda why: print("RENEW FAILED", why)
     bootstrap.renew_after_loss()
     jaccl.shutdown()
     recovery.changed = lambda world, live: False

@@ -7,8 +7,8 @@ that never starts jaccl (jax.distributed.initialize() alone) gets the engine at 
 collective. A peer that dies, stalls or disagrees (also by taking a jaccl op where the others
 take an XLA collective) is a JAX error carrying jaccl's message on every survivor, within the
 deadline. Several CPU devices per process run on jaccl when asked (`--xla-collectives jaccl`),
-including programs that mix meshes XLA's caching defeats the mpiabi library on (a clear error on every
-process, not wrong data). `--xla-collectives gloo`, and a program that asks for more devices
+including programs that mix meshes XLA's caching defeats the mpiabi library on (a clear error on
+every process, not wrong data). `--xla-collectives gloo`, and a program that asks for more devices
 than its launcher planned, keep JAX's own. Every process shutting jaccl down and starting it
 again runs both kinds of collective again."""
 
@@ -51,8 +51,8 @@ def test_several_devices_per_process_when_asked(processes, order):
     """2 CPU devices per process (XLA's stock MPI path cannot: openxla/xla#7849): the 1-D
     battery, then a 2-D mesh (processes x devices) whose groups lie inside processes, across
     them, and all of them in turn; "twisted" pairs a process's devices with another's in reverse
-    order, so the mpiabi library's choice of which jaccl device stands for which XLA device differs from
-    group to group, and a process's two devices share jaccl devices in different communicators
+    order, so the mpiabi library's choice of which jaccl device stands for which XLA device differs
+    from group to group, and a process's two devices share jaccl devices in different communicators
     at the same moment (the world shares its channels: transport/shared_channel.h)."""
     done = jaccl_run("-n", str(processes), "--devices-per-process", "2", "--xla-collectives",
                      "jaccl", "--", sys.executable, str(WORKER), "jaccl", order,
@@ -213,7 +213,8 @@ def test_a_stalled_or_disagreeing_peer_is_a_jax_error_on_every_survivor(mode):
 def test_meshes_that_defeat_mpiabi_are_an_error_on_every_process():
     """With several devices per process XLA caches communicators per process; two meshes that
     order a process's devices differently make a group new on some processes only (workers/
-    xla_faults.py "meshes"). Every process must get the mpiabi library's explanation, none a result."""
+    xla_faults.py "meshes"). Every process must get the mpiabi library's explanation, none a
+    result."""
     done = jaccl_run("-n", "2", "--devices-per-process", "2", "--xla-collectives", "jaccl",
                      "--grace", str(FAULT_TIMEOUT + 10), "--", sys.executable,
                      str(WORKER.parent / "xla_faults.py"), "meshes",

@@ -126,11 +126,11 @@ check("psum bfloat16", spmd(lambda t: lax.psum(t, "x"), bf),
 # Several devices per process, on a 2-D mesh (processes x local devices) in the order argv[2]
 # names: "by_process", or "twisted", which pairs device i of one process with the other's
 # device local - 1 - i (XLA names a group by its first device and a device by its rank, so the
-# mpiabi library cannot tell which of a process's devices calls). Groups inside processes, across them,
-# then all of them in turn, many times in one program, so that a process's devices run
+# mpiabi library cannot tell which of a process's devices calls). Groups inside processes, across
+# them, then all of them in turn, many times in one program, so that a process's devices run
 # collectives of different groups at the same moment. One mesh per job: with two that order a
-# process's devices differently, XLA's per-process caching of communicators defeats the mpiabi library
-# (workers/xla_faults.py "meshes").
+# process's devices differently, XLA's per-process caching of communicators defeats the mpiabi
+# library (workers/xla_faults.py "meshes").
 local = jax.local_device_count()
 if local > 1:
     by_process = np.array(jax.devices()).reshape(processes, local)

@@ -13,8 +13,8 @@ Every process runs the program once (it must agree), prints `READY`, then:
 - meshes (2 devices per process): a psum over the devices of each process on a mesh in process
   order, then the same on a mesh whose odd processes list their devices in reverse, then one
   across processes on that mesh. The second's group is known (cached by XLA) on even processes
-  and new on odd ones, so their devices split apart: the mpiabi library must say so on every process,
-  never hand a process a communicator missing its peers.
+  and new on odd ones, so their devices split apart: the mpiabi library must say so on every
+  process, never hand a process a communicator missing its peers.
 - groups (one device per process, 4 processes): a psum with axis_index_groups [[0, 2], [1, 3]],
   then one with [[2, 0], [1, 3]]: XLA keys a group by its order, so processes 0 and 2 split
   MPI_COMM_WORLD for [2, 0] while 1 and 3 use their [1, 3] again; the splitting processes must

@@ -2,8 +2,8 @@
 // handlers (_jaccl_cuda) stage device buffers through pinned host memory and hand them to
 // the engine that _jaccl owns (one World per process, whichever module calls it).
 //
-// Also the mpiabi library's way into the engine (abi/mpiabi_table.h): plain C, so the mpiabi library
-// (a C library) includes it too.
+// Also the mpiabi library's way into the engine (abi/mpiabi_table.h): plain C, so the mpiabi
+// library (a C library) includes it too.
 //
 // Contract: the requests are collectives/request.h's and moe/request.h's C structs, the engine's
 // own (declared once for C and C++). jaccl_run_host_call runs one collective

@@ -2,15 +2,15 @@
  * MPItrampoline) is given by the _jaccl extension, so that the collectives XLA emits run on the
  * one engine of the process. The mpiabi library holds no engine of its own.
  *
- * Contract: _jaccl's mpiabi_attach() opens the already loaded mpiabi library (RTLD_NOLOAD) and calls its
- * jaccl_mpiabi_attach(&table) once the world is up, and again, the table refilled, for each
- * world after a lost process (one device per process only); the table and what it points to
- * live until the process exits. Each function returns 0, or non-zero with jaccl's message in `error`. The
- * world has devices_per_process devices in every process: devices[p * devices_per_process + i]
- * is process p's i-th (by id). With more than one, the world shares channels
- * (transport/shared_channel.h) and the mpiabi library places each communicator's members on devices of
- * its choosing (it cannot tell which XLA device calls). Plain C: the mpiabi library is
- * C only (it is loaded with RTLD_DEEPBIND, where a second C++ runtime would be trouble). */
+ * Contract: _jaccl's mpiabi_attach() opens the already loaded mpiabi library (RTLD_NOLOAD) and
+ * calls its jaccl_mpiabi_attach(&table) once the world is up, and again, the table refilled, for
+ * each world after a lost process (one device per process only); the table and what it points to
+ * live until the process exits. Each function returns 0, or non-zero with jaccl's message in
+ * `error`. The world has devices_per_process devices in every process: devices[p *
+ * devices_per_process + i] is process p's i-th (by id). With more than one, the world shares
+ * channels (transport/shared_channel.h) and the mpiabi library places each communicator's members
+ * on devices of its choosing (it cannot tell which XLA device calls). Plain C: the mpiabi library
+ * is C only (it is loaded with RTLD_DEEPBIND, where a second C++ runtime would be trouble). */
 #ifndef JACCL_HANDLERS_MPIABI_TABLE_H
 #define JACCL_HANDLERS_MPIABI_TABLE_H
 
@@ -30,8 +30,8 @@ extern "C" {
  * communicator_id */
 enum { kJacclMpiEngineVersion = 8 };
 
-/* The call site (common/call_sites.h) of the exchange inside the mpiabi library's MPI_Comm_split, which
- * _jaccl names at attach: a rank that splits where its peer runs a collective is told so. */
+/* The call site (common/call_sites.h) of the exchange inside the mpiabi library's MPI_Comm_split,
+ * which _jaccl names at attach: a rank that splits where its peer runs a collective is told so. */
 enum { kJacclMpiabiSplitSite = 0x53504c54 /* "SPLT" */ };
 
 typedef struct JacclMpiEngine {

@@ -1,6 +1,6 @@
 // One collective call as every caller describes it, declared once for C and C++
-// (common/c_struct.h): the CPU handlers from XLA's buffers and attributes, the mpiabi library and the
-// CUDA module's staged host jobs (through abi/host_abi.h), and the CUDA peer path.
+// (common/c_struct.h): the CPU handlers from XLA's buffers and attributes, the mpiabi library and
+// the CUDA module's staged host jobs (through abi/host_abi.h), and the CUDA peer path.
 //
 // Contract: a CollectiveRequest (JacclCollectiveRequest in C) names in its `address` its
 // communicator (the `groups` table, group_size devices per row, in sequence space `space`), the
@@ -11,9 +11,9 @@
 // in the operand and the output. It throws Error(kInvalidArgument) naming what is wrong and returns
 // ppermute's partners of `rank`. The index arrays' values are data (on a GPU they live on the
 // device): the ragged engine checks them as it reads them (ragged_all_to_all.cc,
-// check_ragged_rows). A PointToPointRequest is the mpiabi library's sends and receives between ranks of
-// one group, with no collective around them; point_to_point() checks its peers as it runs them.
-// collectives/run.h runs both (run_collective, run_point_to_point).
+// check_ragged_rows). A PointToPointRequest is the mpiabi library's sends and receives between
+// ranks of one group, with no collective around them; point_to_point() checks its peers as it runs
+// them. collectives/run.h runs both (run_collective, run_point_to_point).
 #pragma once
 
 #include <stdbool.h>

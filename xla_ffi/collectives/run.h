@@ -5,8 +5,8 @@
 // (collectives/request.h) names (by its id `comm`, fixed at lowering for jaccl's own ops, or
 // derived from the `groups` table, group_size per row, in sequence space `space`
 // (comm/spaces.h: XLA's collectives through the mpiabi library are numbered apart) with `lane`
-// (jaccl's own calls: comm/lanes.h) or `split_round` (the mpiabi library's)) and this device's member of
-// it, numbers the call, and runs body(Call&) with call.world/comm/member/
+// (jaccl's own calls: comm/lanes.h) or `split_round` (the mpiabi library's)) and this device's
+// member of it, numbers the call, and runs body(Call&) with call.world/comm/member/
 // kind/dtype/seq/timeout set, call.op_count = `op_count` (elements, checked against the
 // peers') and call.site = `site` (common/call_sites.h). body throws jaccl::Error (or anything)
 // on failure; run_call never throws: it posts the failure on the abort board (so the peers
@@ -42,10 +42,10 @@ std::optional<Failure> run_call(const CallAddress& at, uint64_t op_count, Body&&
   try {
     if (world == nullptr) World::require();
     if (world->aborted()) world->check_health({});
-    // The mpiabi library's calls with streams of their own need no lock: their member is not the XLA
-    // device's own (the mpiabi library places members itself), streams keep channels apart. Its other
-    // calls are lane 0's. Lanes run at once only over shared channels; without them every call
-    // takes lane 0's lock.
+    // The mpiabi library's calls with streams of their own need no lock: their member is not the
+    // XLA device's own (the mpiabi library places members itself), streams keep channels apart. Its
+    // other calls are lane 0's. Lanes run at once only over shared channels; without them every
+    // call takes lane 0's lock.
     std::unique_lock<std::recursive_mutex> one_call_per_device;
     const bool own_ops = at.space == Space::kOwnOps;
     if (own_ops || !world->xla_streams()) {

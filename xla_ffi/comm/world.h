@@ -95,7 +95,8 @@ class World {
   // With config.shared_channels, every communicator talks through streams of these (one per
   // channel): calls of several communicators may use one pair of devices at once.
   bool shares_channels() const { return config_.shared_channels; }
-  // Whether the mpiabi library's communicators have streams of their own (WorldConfig::xla_streams).
+  // Whether the mpiabi library's communicators have streams of their own
+  // (WorldConfig::xla_streams).
   bool xla_streams() const { return config_.shared_channels && config_.xla_streams; }
   SharedChannel* shared_channel(int64_t src, int64_t dst) const;
   // Held by every call of a local device in `lane` (comm/lanes.h) while it runs

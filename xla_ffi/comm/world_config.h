@@ -49,8 +49,8 @@ struct WorldConfig {
   // it waits at the head of its channel for a reader busy elsewhere.
   bool shared_channels = false;
   // XLA's collectives through the mpiabi library have streams of their own, one per communicator
-  // (with several CPU devices per process, where two of the mpiabi library's communicators may use one
-  // pair of devices at once; needs shared_channels). Otherwise they share lane 0's streams and
+  // (with several CPU devices per process, where two of the mpiabi library's communicators may use
+  // one pair of devices at once; needs shared_channels). Otherwise they share lane 0's streams and
   // lock with jaccl's calls, which they then meet in one order (a rank that takes them in
   // another gets "ranks disagree").
   bool xla_streams = false;

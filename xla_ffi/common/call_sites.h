@@ -5,8 +5,8 @@
 // Contract: a site is a 32-bit hash made at lowering (jax_jaccl/_call_site.py) from the
 // user's file name, line, function, name stack and the occurrence of that place in the
 // program; every process lowering the same program makes the same sites. 0 is "no site" (XLA's
-// own collectives through the mpiabi library, point-to-point transfers); the mpiabi library's split exchange
-// has a site of its own (abi/mpiabi_table.h). name_site() records the
+// own collectives through the mpiabi library, point-to-point transfers); the mpiabi library's split
+// exchange has a site of its own (abi/mpiabi_table.h). name_site() records the
 // text of a site (the lowering tells every process about its own); site_name() returns it, or
 // "call site 0x..." for a site this process never lowered; at_site() is " at <its text>" for a
 // message about a call, "" for site 0. Thread-safe.

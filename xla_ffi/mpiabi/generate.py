@@ -3,10 +3,11 @@
 Contract: `python generate.py abi_symbols.txt OUT_DIR` writes
 - mpiabi_values.h: the value jaccl picks for every constant (MPI_SUCCESS is 0, error classes
   count up from 1, NULL handles are 0, the other handles and ints are distinct, MODE_* are bits,
-  pointer constants are addresses of sentinels), as MPI_<NAME> macros the mpiabi library's C code uses;
+  pointer constants are addresses of sentinels), as MPI_<NAME> macros the mpiabi library's C code
+  uses;
 - mpiabi_exports.c: every constant and version the trampoline reads by value, and a weak stub
-  for every function (the mpiabi library's own definitions replace the stubs of the calls it implements;
-  a stub returns MPI_ERR_UNSUPPORTED_OPERATION and names itself for MPI_Error_string);
+  for every function (the mpiabi library's own definitions replace the stubs of the calls it
+  implements; a stub returns MPI_ERR_UNSUPPORTED_OPERATION and names itself for MPI_Error_string);
 - mpiabi_exports.map: a version script exporting exactly those symbols and the attach function.
 Run by CMake at build time; nothing it writes is checked in.
 """
@@ -117,7 +118,8 @@ def write_exports(rows, pointers, out):
     out.write_text("\n".join(lines) + "\n")
 
 
-# What jaccl itself calls in the mpiabi library (_jaccl's attach, jax_jaccl._xla_collectives through ctypes).
+# What jaccl itself calls in the mpiabi library (_jaccl's attach, jax_jaccl._xla_collectives through
+# ctypes).
 JACCL_OWN = ["jaccl_mpiabi_attach", "jaccl_mpiabi_expect", "jaccl_mpiabi_refuse",
              "jaccl_mpiabi_renew_failed", "jaccl_mpiabi_came_back", "jaccl_mpiabi_recoverable",
              "jaccl_mpiabi_served", "jaccl_mpiabi_group_refused"]

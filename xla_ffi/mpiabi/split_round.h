@@ -2,8 +2,8 @@
  *
  * XLA:CPU makes a communicator for each device, lazily, on whichever thread runs its first
  * collective on a new group: MPI_Comm_split(MPI_COMM_WORLD, color = the group's first device,
- * key = the device's rank in it). With several devices per process the mpiabi library sees several such
- * calls per process and cannot tell which device makes which. A split round gathers all of
+ * key = the device's rank in it). With several devices per process the mpiabi library sees several
+ * such calls per process and cannot tell which device makes which. A split round gathers all of
  * them (every device of every process takes part, as every rank does in MPI), runs one
  * exchange with the other processes, and gives each caller the whole picture.
  *

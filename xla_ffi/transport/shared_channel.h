@@ -1,8 +1,8 @@
 // Several streams over one channel: for a world whose calls may use the same pair of devices
 // at the same moment from different threads. That happens with jaccl's lanes (calls of one
 // device in different chains run at once, each on its lane's thread: comm/lanes.h) and
-// with XLA's collectives on several CPU devices per process (the mpiabi library cannot tell which XLA
-// device calls, so it places each communicator's members on devices of its own choosing, and
+// with XLA's collectives on several CPU devices per process (the mpiabi library cannot tell which
+// XLA device calls, so it places each communicator's members on devices of its own choosing, and
 // two XLA devices can share one of jaccl's devices in two communicators at once).
 //
 // Contract: a SharedChannel wraps one Channel (the transport's, which it then owns the ends
