@@ -87,7 +87,7 @@ ffi::Future ReduceScatterImpl(int32_t device, OrderIn, ffi::AnyBuffer x, OrderOu
                              ffi::Result<ffi::AnyBuffer> out,
                              ffi::Span<const int64_t> groups, int64_t group_size,
                              int64_t site, int64_t lane, int64_t comm, int64_t op,
-                             int64_t algorithm,                             int64_t outer) {
+                             int64_t algorithm, int64_t outer) {
   Request r(CollectiveKind::kReduceScatter, device, groups, group_size, site, lane, comm, x,
             out);
   r.op = static_cast<ReduceOp>(op);
