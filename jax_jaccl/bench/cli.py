@@ -105,7 +105,8 @@ def collectives(args) -> None:
         for run in range(args.runs):
             where = ["-n", args.nprocs, "--devices-per-process", args.devices_per_process]
             work = ["--sizes", args.sizes, "--ops", args.ops]
-            jax_work = work + ["--donate", args.donate, "--operand", args.operand]
+            jax_work = work + ["--donate", args.donate, "--operand", args.operand] + \
+                (["--engine-time"] if args.engine_time else [])
             out = os.path.join(tmp, f"jax{run}.json")
             records += jobs.run(jobs.launch(  # lax: JAX's own collectives
                 where, "jax_jaccl.bench.collectives_worker",
@@ -179,6 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="argument: each op takes the program's argument; intermediate: the "
                         "argument halved in the same program (as a training step's collective "
                         "takes a gradient), the same on every side")
+    c.add_argument("--engine-time", action="store_true",
+                   help="also the engine's own time per call, beside jaccl's and lax on jaccl's "
+                        "(the rank least in the engine, median over calls): the rest of a "
+                        "call's time is outside the engine")
     c.add_argument("--plot", default=None, metavar="FILE.png",
                    help="also draw bus bandwidth against size for every op and peer")
     c.add_argument("--json", default=None, metavar="FILE", help="also write every record")

@@ -11,6 +11,12 @@ no copy around either side's op (docs/xla-collectives.md, "Speed"). ppermute is 
 slot of S/n per peer, filled to RAGGED_FILL; jaccl sends only the filled rows, jax (whose
 XLA:CPU has no ragged all-to-all) the equivalent padded all_to_all of whole slots, and
 "jaccl_padded" is jaccl's own padded all_to_all.
+
+With --engine-time the engine keeps its own time per call (collectives/call_times.h), for the
+impls that reach it through run_collective (jaccl's ops, and jax.lax's on jaccl but ppermute,
+which the mpiabi library runs as point-to-point transfers); a record then has engine_median_s:
+the median over calls of the rank that spent least in the engine on that call (the last to
+arrive, which waits for no peer), so a call's time less it is what lies outside the engine.
 """
 
 from __future__ import annotations
@@ -24,6 +30,28 @@ import jax_jaccl.distributed
 
 ROW = 256            # float32 elements per ragged row (1 KiB)
 RAGGED_FILL = 0.25   # share of each slot's rows that exist
+
+
+ENGINE_IMPLS = ("jaccl", "jaccl_padded", "lax_on_jaccl")
+
+
+def engine_median(kept: dict, calls: int) -> float | None:
+    """The median over calls of the least engine time any rank spent on the call, from each
+    process's take_call_times(); None where a device kept other than one time per call (an op
+    that does not reach run_collective)."""
+    import jax
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    devices = jax.local_device_count()
+    whole = len(kept) == devices and all(len(t) == calls for t in kept.values())
+    mine = (np.asarray([kept[d] for d in sorted(kept)]) if whole
+            else np.full((devices, calls), np.nan))
+    # every process takes part in the gather, whole or not, so all agree on the answer
+    per_call = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, calls)
+    if np.isnan(per_call).any():
+        return None
+    return float(np.median(per_call.min(axis=0)))
 
 
 def all_reduces_own(algorithm: str) -> str:
@@ -43,11 +71,13 @@ def main() -> None:
     parser.add_argument("--donate", choices=("yes", "no"), default="yes")
     parser.add_argument("--operand", choices=("argument", "intermediate"), default="argument")
     parser.add_argument("--output", required=True)
+    parser.add_argument("--engine-time", action="store_true",
+                        help="also the engine's own time per call (engine_median_s)")
     parser.add_argument("--budget-mb", type=int, default=1024,
                         help="about this many MiB moved per measurement")
     args = parser.parse_args()
     index, count = jax_jaccl.distributed.initialize()
-    from jax_jaccl import _xla_collectives
+    from jax_jaccl import _ext, _xla_collectives
 
     if "lax_on_jaccl" in args.impls.split(","):
         assert _xla_collectives.active(), \
@@ -137,7 +167,10 @@ def main() -> None:
                     (n * per_device,), sharding, lambda i: np.zeros(n * per_device, np.float32)[i])
                 reps = iterations(nbytes, args.budget_mb << 20)
                 times = []
+                timed_engine = args.engine_time and impl in ENGINE_IMPLS
                 for i in range(reps + 3):
+                    if timed_engine and i == 3:
+                        _ext.engine.keep_call_times(True)  # from the first timed call
                     start = time.perf_counter()
                     y = f(x)
                     y.block_until_ready()
@@ -145,9 +178,16 @@ def main() -> None:
                         times.append(time.perf_counter() - start)
                     if donate:
                         x = y
-                records.append({"impl": impl, "op": op, "bytes": nbytes, "ranks": n,
-                                "median_s": float(np.median(times)), "min_s": float(np.min(times)),
-                                "iters": reps})
+                record = {"impl": impl, "op": op, "bytes": nbytes, "ranks": n,
+                          "median_s": float(np.median(times)), "min_s": float(np.min(times)),
+                          "iters": reps}
+                if timed_engine:
+                    kept = _ext.engine.take_call_times()
+                    _ext.engine.keep_call_times(False)
+                    engine = engine_median(kept, reps)
+                    if engine is not None:
+                        record["engine_median_s"] = engine
+                records.append(record)
                 del x, y
     if index == 0:
         with open(args.output, "w") as f:

@@ -1,8 +1,10 @@
 """Turns benchmark records into the nccl-tests style table and the plot.
 
-Contract: records are dicts with impl, op, bytes, ranks, median_s (one per run); the table
-shows per op and size the median over runs of each implementation's median time, algbw and
-busbw (GB/s), and jaccl's busbw as a multiple of each peer's."""
+Contract: records are dicts with impl, op, bytes, ranks, median_s (one per run), and
+engine_median_s where the worker kept the engine's own time (--engine-time); the table shows
+per op and size the median over runs of each implementation's median time, algbw and busbw
+(GB/s), and jaccl's busbw as a multiple of each peer's; with engine times, an "engine" column
+beside each implementation that has them (the median over runs)."""
 
 from __future__ import annotations
 
@@ -35,6 +37,15 @@ def summarize(records):
     return {k: (statistics.median(v), ranks[k], len(v)) for k, v in grouped.items()}
 
 
+def engine_times(records):
+    """(op, bytes, impl) -> the median over runs of engine_median_s, where records have it."""
+    grouped = collections.defaultdict(list)
+    for r in records:
+        if r.get("engine_median_s") is not None:
+            grouped[(r["op"], r["bytes"], r["impl"])].append(r["engine_median_s"])
+    return {k: statistics.median(v) for k, v in grouped.items()}
+
+
 def _time(seconds: float) -> str:
     return f"{seconds * 1e6:.1f} us" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms"
 
@@ -44,13 +55,16 @@ def table(records, impls, reference=None) -> str:
     communication, e.g. jit-compiled x + 1 on the same buffer). An op's table has the
     implementations that measured it."""
     summary = summarize(records)
+    engine = engine_times(records)
     ops = [op for op in EVERY_OP if any(k[0] == op for k in summary)]
     lines = []
     for op in ops:
         sizes = sorted({k[1] for k in summary if k[0] == op})
         shown = [i for i in impls if any(k[0] == op and k[2] == i for k in summary)]
         peers = [i for i in shown if i != "jaccl"]
-        header = ["size"] + [f"{NAMES[i]} {what}" for i in shown for what in ("time", "busbw")] + \
+        timed = {i for i in shown if any(k[0] == op and k[2] == i for k in engine)}
+        header = ["size"] + [f"{NAMES[i]} {what}" for i in shown
+                             for what in ("time", "busbw") + (("engine",) if i in timed else ())] + \
                  [f"jaccl busbw / {NAMES[p]}" for p in peers] + \
                  ([f"{NAMES[reference]} time"] if reference else [])
         lines += [f"\n**{op}**" + (f" ({NOTES[op]})" if op in NOTES else "") + "\n",
@@ -60,12 +74,14 @@ def table(records, impls, reference=None) -> str:
             bus = {}
             for impl in shown:
                 entry = summary.get((op, nbytes, impl))
+                own = ([_time(engine[(op, nbytes, impl)]) if (op, nbytes, impl) in engine
+                        else "—"] if impl in timed else [])
                 if entry is None:
-                    row += ["—", "—"]
+                    row += ["—", "—"] + own
                     continue
                 seconds, n, _runs = entry
                 bus[impl] = nbytes / seconds * bus_factor(op, n) / 1e9
-                row += [_time(seconds), f"{bus[impl]:.2f}"]
+                row += [_time(seconds), f"{bus[impl]:.2f}"] + own
             for peer in peers:
                 row.append(f"{bus['jaccl'] / bus[peer]:.1f}x" if "jaccl" in bus and peer in bus
                            else "—")
@@ -83,6 +99,7 @@ def plot(records, impls, path: str) -> None:
     import matplotlib.pyplot as plt
 
     summary = summarize(records)
+    engine = engine_times(records)
     ops = [op for op in EVERY_OP if any(k[0] == op for k in summary)]
     fig, axes = plt.subplots(1, len(ops), figsize=(5 * len(ops), 4), squeeze=False)
     for ax, op in zip(axes[0], ops):

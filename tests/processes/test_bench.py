@@ -56,6 +56,35 @@ def test_bench_times_both_doors_to_the_engine():
     assert len(rows) == 2 and not any("—" in r for r in rows), done.stdout
 
 
+def _seconds(cell: str) -> float:
+    value, unit = cell.split()
+    return float(value) * {"us": 1e-6, "ms": 1e-3}[unit]
+
+
+def test_bench_engine_time_beside_each_door():
+    """--engine-time: the engine's own time per call beside jaccl's and jax.lax on jaccl's
+    (never more than the call's: the rank least in the engine, within rank 0's timed calls), and
+    none for the door that runs ppermute as point-to-point transfers."""
+    done = subprocess.run(
+        [sys.executable, "-m", "jax_jaccl.bench.cli", "collectives", "--sizes", "4K,1M",
+         "--ops", "all_reduce,ppermute", "--runs", "1", "--vs", "lax_on_jaccl",
+         "--engine-time"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    reduce, permute = done.stdout.split("**ppermute**")
+    header = [c.strip() for c in reduce.split("\n| size")[1].split("\n")[0].split("|")]
+    assert header[1:7] == ["jaccl time", "jaccl busbw", "jaccl engine", "lax on jaccl time",
+                           "lax on jaccl busbw", "lax on jaccl engine"], reduce
+    rows = [l for l in reduce.splitlines() if l.startswith(("| 4 KiB", "| 1 MiB"))]
+    assert len(rows) == 2, done.stdout
+    for row in rows:
+        cells = [c.strip() for c in row.split("|")]
+        for time, engine in ((cells[2], cells[4]), (cells[5], cells[7])):
+            assert 0 < _seconds(engine) <= _seconds(time), row
+    assert "| jaccl engine | lax on jaccl time | lax on jaccl busbw | jaccl busbw" in permute, \
+        permute
+
+
 def test_bench_rejects_unknown_peer():
     done = subprocess.run([sys.executable, "-m", "jax_jaccl.bench.cli", "collectives", "--vs",
                            "nccl"], capture_output=True, text=True, timeout=60)

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "collectives/call_times.h"
 #include "collectives/direct.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -73,9 +74,11 @@ void run_checked(Call& call, const Buffers& buffers) {
       default: throw_error(ErrorKind::kInvalidArgument, "not a collective: ", kind_name(kind));
     }
   }
+  const double seconds = seconds_since(start);
+  record_call_time(buffers.address.device, seconds);
   log(LogLevel::kTrace, kind_name(kind), " #", call.seq, " ", bytes, " B on rank ", member.rank,
       " of communicator ", hex(call.comm->id()), call.comm->space_label(), ": ",
-      algorithm_name(call.algorithm), " ", seconds_since(start) * 1e6, " us");
+      algorithm_name(call.algorithm), " ", seconds * 1e6, " us");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // process, then attach_peers() and unlink_own_segment() at the bootstrap's
 // synchronisation points; shutdown() releases everything (also at exit).
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -18,6 +19,7 @@
 
 #include "abi/host_abi.h"
 #include "abi/mpiabi_attach.h"
+#include "collectives/call_times.h"
 #include "collectives/collectives.h"
 #include "collectives/device_threads.h"
 #include "collectives/kinds.h"
@@ -230,6 +232,11 @@ NB_MODULE(_jaccl, m) {
         "carries (comm/communicator.h)");
   m.def("spans_hosts_evenly", &jaccl::spans_hosts_evenly, nb::arg("host_of_rank"),
         "whether the ranks are on several hosts with the same number (> 1) on each");
+  m.def("keep_call_times", &jaccl::keep_call_times, nb::arg("on"),
+        "starts (dropping what was kept) or stops keeping the engine's time per collective call "
+        "(collectives/call_times.h)");
+  m.def("take_call_times", &jaccl::take_call_times,
+        "{device id: the engine's seconds for each collective call kept, in call order}, emptied");
   m.def("streams_read_in_place", &jaccl::streams_read_in_place,
         "streams this process read out of a sender's memory (collectives/engine.h)");
   m.def("flush_aborts", [](double seconds) {
