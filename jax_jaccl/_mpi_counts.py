@@ -114,8 +114,8 @@ def refuse_past_int(devices, program) -> None:
             raise ValueError(
                 f"jaccl: this program's {op} ({where}) moves {count} {unit}, a count XLA hands "
                 f"its MPI collectives as a 32-bit int ({count} becomes "
-                f"{(count + LIMIT) % (2 * LIMIT) - LIMIT}): on jaccl's mpiabi library that fails or, "
-                f"past 2^32, moves the wrong amount. Split the array into pieces below 2^31 "
+                f"{(count + LIMIT) % (2 * LIMIT) - LIMIT}): on jaccl's mpiabi library that fails "
+                f"or, past 2^32, moves the wrong amount. Split the array into pieces below 2^31 "
                 f"{unit}, use jaccl's own collectives (jax_jaccl.lax), or run XLA's collectives "
                 "on gloo (jaccl-run --xla-collectives gloo)")
 

@@ -52,7 +52,8 @@ def library_path() -> str:
     found without loading either (the pytest plugin asks in pytest's own process)."""
     import importlib.util
 
-    return str(Path(importlib.util.find_spec("jax_jaccl._jaccl").origin).resolve().parent / LIBRARY_NAME)
+    extension = Path(importlib.util.find_spec("jax_jaccl._jaccl").origin).resolve()
+    return str(extension.parent / LIBRARY_NAME)
 
 
 # What environment() sets (jaccl-run passes them to hosts it reaches by ssh).
@@ -115,8 +116,8 @@ def problem() -> str | None:
         return None
     if not loaded():
         where = os.environ.get("MPITRAMPOLINE_LIB", "")
-        return (f"jaxlib did not load jaccl's mpiabi library (MPITRAMPOLINE_LIB={where!r}, expected "
-                f"{library_path()!r}; it must be set before jax is imported)")
+        return (f"jaxlib did not load jaccl's mpiabi library (MPITRAMPOLINE_LIB={where!r}, "
+                f"expected {library_path()!r}; it must be set before jax is imported)")
     import jax
 
     if jax.config.jax_cpu_collectives_implementation != "mpi":

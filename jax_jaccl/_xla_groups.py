@@ -185,7 +185,7 @@ def split_after_loss(formed, split_round: int = 0) -> None:
 
     try:
         why = _verdict(tuple(int(d) for d in formed), int(split_round))
-    except Exception as e:  # noqa: BLE001 - never into the mpiabi library: the split goes on unchecked
+    except Exception as e:  # noqa: BLE001 - never raised into mpiabi: the split goes on unchecked
         from ._ext import engine
 
         engine.log_info(f"the check of XLA's group {list(formed)} after a loss failed: "

@@ -76,5 +76,5 @@ def initialize(local_devices: int | None = None) -> tuple[int, int]:
         # A process started again joins the world the others build with it later: at the
         # first program lowered over a mesh of its devices, or XLA's first collective.
         if not _recovery.started_again():
-            _bootstrap.init()  # hands jaccl's engine to the mpiabi library before the first computation
+            _bootstrap.init()  # hands jaccl's engine to the mpiabi library before any computation
     return jax.process_index(), jax.process_count()

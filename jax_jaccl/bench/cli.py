@@ -165,9 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "buffer of all_reduce, the output of all_gather)")
     c.add_argument("--ops", default=",".join(OPS), help=f"comma list of {', '.join(EVERY_OP)}")
     c.add_argument("--vs", default="", help="comma list of peers timed in the same run: lax "
-                   "(jax.lax on gloo), lax_on_jaccl (jax.lax on jaccl's mpiabi library), mpi4jax, mpi "
-                   "(raw mpi4py on numpy; these two need `make bench-setup`), shm (ppermute's "
-                   "plain shared-memory copy)")
+                   "(jax.lax on gloo), lax_on_jaccl (jax.lax on jaccl's mpiabi library), "
+                   "mpi4jax, mpi (raw mpi4py on numpy; these two need `make bench-setup`), shm "
+                   "(ppermute's plain shared-memory copy)")
     c.add_argument("--runs", type=int, default=3,
                    help="jobs per implementation, alternated; the table shows medians over them")
     c.add_argument("--algorithm", default="auto",

@@ -63,8 +63,8 @@ def table(records, impls, reference=None) -> str:
         shown = [i for i in impls if any(k[0] == op and k[2] == i for k in summary)]
         peers = [i for i in shown if i != "jaccl"]
         timed = {i for i in shown if any(k[0] == op and k[2] == i for k in engine)}
-        header = ["size"] + [f"{NAMES[i]} {what}" for i in shown
-                             for what in ("time", "busbw") + (("engine",) if i in timed else ())] + \
+        columns = {i: ("time", "busbw") + (("engine",) if i in timed else ()) for i in shown}
+        header = ["size"] + [f"{NAMES[i]} {what}" for i in shown for what in columns[i]] + \
                  [f"jaccl busbw / {NAMES[p]}" for p in peers] + \
                  ([f"{NAMES[reference]} time"] if reference else [])
         lines += [f"\n**{op}**" + (f" ({NOTES[op]})" if op in NOTES else "") + "\n",
@@ -99,7 +99,6 @@ def plot(records, impls, path: str) -> None:
     import matplotlib.pyplot as plt
 
     summary = summarize(records)
-    engine = engine_times(records)
     ops = [op for op in EVERY_OP if any(k[0] == op for k in summary)]
     fig, axes = plt.subplots(1, len(ops), figsize=(5 * len(ops), 4), squeeze=False)
     for ax, op in zip(axes[0], ops):

@@ -55,7 +55,7 @@ def test_the_limit_of_each_collective(op, unit, body, at_limit, dtype):
 def test_a_program_past_the_limit_fails_to_compile_where_xla_uses_mpiabi(monkeypatch):
     _mpi_counts.install()
     body = lambda v: jax.lax.psum(v, "x")  # noqa: E731
-    compiled(body, (1 << 32) + 5, jnp.int8)  # XLA's collectives in-process: not the mpiabi library's
+    compiled(body, (1 << 32) + 5, jnp.int8)  # XLA's collectives in-process: not on mpiabi
     monkeypatch.setattr(_xla_collectives, "active", lambda: True)
     with pytest.raises(ValueError, match=r"all-reduce .* moves 4294967301 elements, .* "
                                          r"\(4294967301 becomes 5\)"):
