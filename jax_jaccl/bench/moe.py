@@ -27,6 +27,7 @@ import tempfile
 
 from .._emulated_hosts import EmulatedHosts, can_emulate
 from . import jobs
+from .moe_worker import STEADY_ROUNDS
 
 
 def _worker(where, args, impls, out, env=None, xla_collectives=None):
@@ -135,7 +136,8 @@ def run(args) -> None:
                 records += _worker(["-n", args.nprocs], args, "jaccl,jaccl_fp8,lax,bound",
                                    os.path.join(tmp, f"{i}.json"), xla_collectives="gloo")
             print(f"# jaccl-bench moe: {args.nprocs} processes x 1 device, T={args.tokens} tokens "
-                  f"per rank, K={args.k}, bf16, capacity factor 1.5; slowest rank's median")
+                  f"per rank, K={args.k}, bf16, capacity factor 1.5; slowest rank's median, timed once "
+                  f"no process's memory grew for {STEADY_ROUNDS} rounds in a row")
             print(throughput_table(records))
             if args.plot:
                 plot_throughput(records, args.plot)

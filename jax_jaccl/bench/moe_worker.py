@@ -5,12 +5,20 @@ rank 0 write one JSON record per measurement.
 Bytes are counted as DeepEP does: one row of H elements per routed (token, expert) pair,
 split by whether the expert's rank shares the sender's host (intra) or not (inter); every
 rank reports its own time and the record keeps each rank's median (`per_rank_s`).
+
+Each program is timed once every process's memory has stopped growing (warm_up): jaccl-run keeps
+what a process frees (JACCL_KEEP_FREED_MEMORY), so the heap grows over a program's first calls
+until every buffer they take has a place, and a call that grows it faults fresh pages in (at T =
+4096, H = 4096, 2 processes on this 2-core machine: such a dispatch took 0.55-0.9 s against 35 ms
+for one that did not). Timed from the first call, the medians measured that growth instead of
+the op; a call that still grows it after the warm-up is rare enough that the median skips it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import time
 
 import jax_jaccl.distributed
@@ -38,6 +46,30 @@ class Sync:
         self.client.key_value_set(f"jaccl-bench-moe/{self.n}/{self.index}", json.dumps(value))
         return [json.loads(self.client.blocking_key_value_get(f"jaccl-bench-moe/{self.n}/{p}", 600_000))
                 for p in range(self.count)]
+
+
+# Warm-up rounds at most: a program that still grows the heap after them is timed anyway.
+MAX_WARM_UP = 40
+# A round that raised no process's peak resident memory by more than GROWTH_KIB is steady; the
+# warm-up ends after STEADY_ROUNDS steady rounds in a row (the heap can stay as it is for a few
+# rounds and then grow again).
+GROWTH_KIB = 1024
+STEADY_ROUNDS = 4
+
+
+def warm_up(sync, call) -> int:
+    """Runs `call` (one round of a program) until STEADY_ROUNDS rounds in a row raised no
+    process's peak resident memory by more than GROWTH_KIB, MAX_WARM_UP rounds at most;
+    returns the rounds run."""
+    steady = 0
+    for rounds in range(1, MAX_WARM_UP + 1):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        call()
+        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        steady = steady + 1 if max(sync.gather(grown)) <= GROWTH_KIB else 0
+        if steady == STEADY_ROUNDS:
+            return rounds
+    return MAX_WARM_UP
 
 
 def main() -> None:
@@ -161,8 +193,11 @@ def main() -> None:
                         acc = acc + weights[:, k, None] * y[pick[:, k]].astype(jnp.float32)
                     return acc.astype(y.dtype)
 
-                jax.block_until_ready(fused(y, pick, weights))
-                np.copyto(copy_to, rows)
+                def round_():
+                    np.copyto(copy_to, rows)
+                    jax.block_until_ready(fused(y, pick, weights))
+
+                rounds = warm_up(sync, round_)
                 times = {"dispatch": [], "combine": []}
                 for _ in range(args.iters):
                     sync.barrier()
@@ -173,14 +208,16 @@ def main() -> None:
                     start = time.perf_counter()
                     jax.block_until_ready(fused(y, pick, weights))
                     times["combine"].append(time.perf_counter() - start)
-                return times
+                return times, rounds
 
             for impl in args.impls.split(","):
                 if impl == "bound":
-                    for op, ts in bounds().items():
+                    times, rounds = bounds()
+                    for op, ts in times.items():
                         per_rank = sync.gather(float(np.median(ts)))
                         records.append({"impl": "bound", "op": op, "hidden": hidden,
                                         "experts": experts, "tokens": T, "k": K, "ranks": n,
+                                        "warm_up": rounds,
                                         "per_rank_s": [float(v) for v in np.ravel(per_rank)],
                                         "median_s": float(np.max(per_rank))})
                     continue
@@ -190,8 +227,14 @@ def main() -> None:
                 if fp8 and hidden % 128:
                     continue  # FP8 rows have a scale per 128 channels
                 d, c = jaccl_programs(fp8) if impl.startswith("jaccl") else lax_programs()
-                recv, handle = d(xs, ids, ws)
-                jax.block_until_ready(recv if fp8 else c(recv, handle, ws))
+                last = []  # the last round's dispatch: (recv, handle)
+
+                def round_():
+                    last[:] = d(xs, ids, ws)
+                    jax.block_until_ready(last[0] if fp8 else c(*last, ws))
+
+                rounds = warm_up(sync, round_)
+                recv, handle = last
                 times = {"dispatch": []} if fp8 else {"dispatch": [], "combine": []}
                 for _ in range(args.iters):
                     sync.barrier()
@@ -212,7 +255,8 @@ def main() -> None:
                                     "op": "dispatch fp8" if fp8 else op, "hidden": hidden,
                                     "experts": experts,
                                     "tokens": T, "k": K, "ranks": n, "capacity": capacity,
-                                    "block": block, "intra_bytes": int(intra_bytes * row_scale),
+                                    "block": block, "warm_up": rounds,
+                                    "intra_bytes": int(intra_bytes * row_scale),
                                     "inter_bytes": int(inter_bytes * row_scale),
                                     "per_rank_s": [float(v) for v in np.ravel(per_rank)],
                                     "median_s": float(np.max(per_rank))})
