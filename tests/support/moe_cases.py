@@ -22,6 +22,7 @@ CASES = {
     "nothing-routed": (8, 8, 2, 8, 4, "none"),
     "k1": (12, 16, 1, 4, 12, "random"),
     "k8-eloc4": (10, 8, 8, 16, 9, "random"),
+    "k12": (10, 8, 12, 16, 40, "random"),  # more rows a token than one pass of the sum reads
     "eloc1": (10, 8, 2, 4, 20, "random"),
 }
 
