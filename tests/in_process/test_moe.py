@@ -64,7 +64,7 @@ def test_rows_are_ordered_by_source_rank_and_token():
             assert np.all(recv[rank, j, count[rank, j]:] == 0)  # padding is zero
 
 
-@pytest.mark.parametrize("case", ["random", "all-to-one-expert", "k8-eloc4"])
+@pytest.mark.parametrize("case", ["random", "all-to-one-expert", "k8-eloc4", "k12"])
 def test_gradients_match_reference(case):
     x, idx, w, E, C = inputs(case, np.float32, seed=3)
     scale = np.random.default_rng(4).normal(size=(N * CASES[case][0], x.shape[1])).astype(np.float32)
@@ -108,7 +108,7 @@ def test_trace_time_errors(call, error, match):
             put(x, mesh1d()), put(idx, mesh1d()), put(w, mesh1d()))
 
 
-@pytest.mark.parametrize("case", ["random", "all-to-one-expert", "k8-eloc4"])
+@pytest.mark.parametrize("case", ["random", "all-to-one-expert", "k8-eloc4", "k12"])
 def test_the_arrival_schedule_gives_the_same_bits(case):
     """JACCL_MOE_SCHEDULE=arrival (combine reduces rows as they arrive instead of remote rows
     first): the same results as the reference, bit for bit."""

@@ -22,7 +22,8 @@ CASES = {
     "nothing-routed": (8, 8, 2, 8, 4, "none"),
     "k1": (12, 16, 1, 4, 12, "random"),
     "k8-eloc4": (10, 8, 8, 16, 9, "random"),
-    "k12": (10, 8, 12, 16, 40, "random"),  # more rows a token than one pass of the sum reads
+    # more rows a token than one pass of the sum reads; rows longer than a dot product's 32 lanes
+    "k12": (10, 40, 12, 16, 40, "random"),
     "eloc1": (10, 8, 2, 4, 20, "random"),
 }
 
