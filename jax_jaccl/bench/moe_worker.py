@@ -9,9 +9,10 @@ rank reports its own time and the record keeps each rank's median (`per_rank_s`)
 Each program is timed once every process's memory has stopped growing (warm_up): jaccl-run keeps
 what a process frees (JACCL_KEEP_FREED_MEMORY), so the heap grows over a program's first calls
 until every buffer they take has a place, and a call that grows it faults fresh pages in (at T =
-4096, H = 4096, 2 processes on this 2-core machine: such a dispatch took 0.55-0.9 s against 35 ms
-for one that did not). Timed from the first call, the medians measured that growth instead of
-the op; a call that still grows it after the warm-up is rare enough that the median skips it.
+4096, H = 4096, 2 processes on this 2-core machine: such a dispatch took 0.55-1.0 s against
+30-40 ms for one that did not). Timed from the first call, the medians measured that growth
+instead of the op; after the warm-up a call can still grow it (0-3 of 35 in loops of 40 here),
+which the median skips where a mean would not.
 """
 
 from __future__ import annotations

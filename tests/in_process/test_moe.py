@@ -116,3 +116,33 @@ def test_the_arrival_schedule_gives_the_same_bits(case):
 
     with _settings.override(moe_schedule="arrival"):
         test_dispatch_and_combine_match_reference(case, np.float32)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16], ids=dtype_id)
+def test_the_weights_gradient_sums_each_dot_in_element_order(dtype):
+    """combine's gradient for the weights, <dout[t], row(t, k)> per pair, sums over the elements
+    in ascending order in float32 (the GPU kernel's order): bitwise against that sum written out,
+    with 12 pairs a token (more than the CPU sums at once) and rows of 40 elements."""
+    x, idx, w, E, C = inputs("k12", dtype, seed=5)
+    rng = np.random.default_rng(6)  # magnitudes 2^-12..2^12: sums that round, in any type
+    s = (rng.normal(size=x.shape) * 2.0 ** rng.integers(-12, 13, size=x.shape)).astype(dtype)
+
+    def ours(x, i, w, s):
+        recv, _, handle = jaccl.moe_dispatch(x, i, w, num_experts=E, capacity=C, axis_name="x")
+        y = expert(recv)
+
+        def loss(w):
+            out = jaccl.moe_combine(y, handle, w, axis_name="x").astype(jnp.float32)
+            return jnp.sum(out * s.astype(jnp.float32))
+
+        rows, ok = ref.pair_products(y, i, jnp.ones_like(w), num_experts=E, capacity=C, axis="x")
+        return jax.grad(loss)(w), rows, ok
+
+    args = (put(a, mesh1d()) for a in (x, idx, w, s))
+    dw, rows, ok = (np.asarray(a) for a in smap(ours, 4, 3)(*args))
+    d = np.asarray(s, np.float32)
+    want = np.zeros(dw.shape, np.float32)
+    for i in range(x.shape[1]):  # one float32 product and one addition per element, in order
+        want = want + d[:, None, i] * rows[:, :, i]
+    want = np.where(ok, want, np.float32(0))
+    np.testing.assert_array_equal(dw.view(np.uint32), want.view(np.uint32))

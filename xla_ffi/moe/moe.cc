@@ -181,28 +181,45 @@ JACCL_VECTOR_CLONES void sum_rows(Dtype dtype, const float* acc_in, const float*
   });
 }
 
-// The partial sums of one dot product: element i goes to sum i mod kDotLanes, in order, and
-// the sums are added in order at the end. Independent chains a vector unit runs side by side
-// where one running sum waits on each addition (the weights' gradient at T = H = 4096, K = 8
-// spent 55% of its time in that one chain), in an order that is the same on every machine and
-// for every clone.
-constexpr size_t kDotLanes = 32;
-
-template <typename T>
-float dot(const T* a, const T* b, size_t n) {
-  float lanes[kDotLanes] = {};
-  size_t i = 0;
-  for (; i + kDotLanes <= n; i += kDotLanes) {
-    for (size_t j = 0; j < kDotLanes; ++j) lanes[j] += to_f32(a[i + j]) * to_f32(b[i + j]);
+// R dot products of one token at once: out[j] = <dout, rows[j]> for j < R, each summed over
+// the elements in ascending order in float32 (the order the GPU kernel and the reference use,
+// so the bits are theirs). One running sum waits on each addition; R of them side by side are
+// independent chains the core runs at once (the weights' gradient at T = H = 4096, K = 8 spent
+// 55% of its time in one chain per pair).
+template <typename T, int R>
+void dots(const T* dout, const void* const* rows, size_t n, float* out) {
+  const T* r[R];
+  float sum[R];
+  for (int j = 0; j < R; ++j) {
+    r[j] = static_cast<const T*>(rows[j]);
+    sum[j] = 0.0f;
   }
-  for (size_t j = 0; i + j < n; ++j) lanes[j] += to_f32(a[i + j]) * to_f32(b[i + j]);
-  float sum = 0.0f;
-  for (size_t j = 0; j < kDotLanes; ++j) sum += lanes[j];
-  return sum;
+  for (size_t i = 0; i < n; ++i) {
+    const float d = to_f32(dout[i]);
+    for (int j = 0; j < R; ++j) sum[j] = sum[j] + d * to_f32(r[j][i]);
+  }
+  for (int j = 0; j < R; ++j) out[j] = sum[j];
 }
 
-// out[t, k] = <dout[t], row(t, k)> in float32 (dot above), 0 for pairs without a row: the
-// weights' gradient, compiled for wider vectors where the CPU has them.
+template <typename T>
+void dots_of(const T* dout, const void* const* rows, int count, size_t n, float* out) {
+  switch (count) {
+    case 1: return dots<T, 1>(dout, rows, n, out);
+    case 2: return dots<T, 2>(dout, rows, n, out);
+    case 3: return dots<T, 3>(dout, rows, n, out);
+    case 4: return dots<T, 4>(dout, rows, n, out);
+    case 5: return dots<T, 5>(dout, rows, n, out);
+    case 6: return dots<T, 6>(dout, rows, n, out);
+    case 7: return dots<T, 7>(dout, rows, n, out);
+    case 8: return dots<T, 8>(dout, rows, n, out);
+    default: break;
+  }
+  throw_error(ErrorKind::kInternal, "MoE pair dot: ", count, " dots at once");
+}
+
+// out[t, k] = <dout[t], row(t, k)> (dots above), 0 for pairs without a row: the weights'
+// gradient, up to kRowsAtOnce pairs of a token at once, compiled for wider vectors where the CPU
+// has them.
 JACCL_VECTOR_CLONES void pair_dots(Dtype dtype, const MoeRequest& c,
                                    const std::vector<const void*>& pair_rows) {
   dispatch_float(dtype, [&](auto tag) {
@@ -211,10 +228,24 @@ JACCL_VECTOR_CLONES void pair_dots(Dtype dtype, const MoeRequest& c,
     const T* dout = static_cast<const T*>(c.extra);
     float* out = static_cast<float*>(c.out);
     for (size_t t = 0; t < c.out_rows; ++t) {
+      const void* rows[kRowsAtOnce];
+      size_t at[kRowsAtOnce];
+      int count = 0;
+      auto flush = [&] {
+        float sums[kRowsAtOnce];
+        dots_of(dout + t * h, rows, count, h, sums);
+        for (int j = 0; j < count; ++j) out[at[j]] = sums[j];
+        count = 0;
+      };
       for (size_t k = 0; k < topk; ++k) {
-        const T* row = static_cast<const T*>(pair_rows[t * topk + k]);
-        out[t * topk + k] = row != nullptr ? dot(dout + t * h, row, h) : 0.0f;
+        const size_t p = t * topk + k;
+        out[p] = 0.0f;
+        if (pair_rows[p] == nullptr) continue;
+        rows[count] = pair_rows[p];
+        at[count++] = p;
+        if (count == kRowsAtOnce) flush();
       }
+      if (count > 0) flush();
     }
   });
 }

@@ -44,9 +44,9 @@ void moe_dispatch(Call& call, const MoeRequest& request, MoeSchedule schedule);
 // pair they serve; recv_rows lists, per expert rank, the pair indices (t * topk + k) in stream
 // order. The weighted sum: out[t] = sum over k ascending of weights[t, k] * row(t, k)
 // (`extra`: float32 weights [out_rows, topk]), accumulated in float32, cast to y's dtype; pairs
-// without a row are skipped. With pair_dot: out[t, k] = <dout[t], row(t, k)> in float32, as 32
-// partial sums (element i in sum i mod 32) added in order (0 for pairs without a row; `extra`:
-// dout [out_rows, row_elems] of y's dtype).
+// without a row are skipped. With pair_dot: out[t, k] = <dout[t], row(t, k)> in float32, summed
+// over the elements in ascending order (0 for pairs without a row; `extra`: dout [out_rows,
+// row_elems] of y's dtype).
 void moe_combine(Call& call, const MoeRequest& request, MoeSchedule schedule);
 
 }  // namespace jaccl
