@@ -12,6 +12,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import jax_jaccl as jaccl
+from jax_jaccl import _ext
 import moe_reference as ref
 from moe_cases import CASES, expert, inputs, smap, stacked, tanh_expert_round_trips
 
@@ -22,6 +23,20 @@ from util import N, dtype_id, mesh1d, put
 @pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16, np.float16], ids=dtype_id)
 @pytest.mark.parametrize("case", CASES)
 def test_dispatch_and_combine_match_reference(case, dtype):
+    matches_reference(case, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16, np.float16], ids=dtype_id)
+def test_combine_streams_longer_than_their_rings_match_reference(dtype):
+    """Within a host each other rank's rows reach the combine through a ring of rows that the
+    sum empties token by token (xla_ffi/moe/moe.cc, RowRings): streams that wrap their rings
+    give the reference's bits, and every stream went through a ring."""
+    before = _ext.engine.moe_streams_through_rings()
+    matches_reference("rings", dtype)
+    assert _ext.engine.moe_streams_through_rings() - before == N * (N - 1)
+
+
+def matches_reference(case, dtype):
     x, idx, w, E, C = inputs(case, dtype)
 
     def ours(x, i, w):

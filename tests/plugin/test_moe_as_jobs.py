@@ -5,7 +5,7 @@ in the same job, bitwise on every device of every process, for float32, bfloat16
 dispatch in every scale format (one between hosts) against the reference's rows quantised in
 numpy; dropless dispatch and combine against the reference with room for every row; gradients
 of dispatch-expert-combine against the reference's, also in a shard_map manual over the
-expert axis only (within the host). Layouts: 2 processes x 2 devices on one
+expert axis only, and combine streams longer than the rings they pass through (within the host). Layouts: 2 processes x 2 devices on one
 host; 2 hosts x 2 processes on loopback over jaccl's TCP and in network namespaces (as root)
 over the OFI transport; the arrival schedule on one host (2 frames of 4 KiB in flight) and
 between hosts. Between hosts the live ranks also serve without a lost one (lost_ranks; capacity,
@@ -20,10 +20,11 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_jaccl as jaccl
+from jax_jaccl import _ext
 from job_layouts import OFI, SMALL_FRAMES, expected, layout, needs_ofi
 import moe_reference as ref
 import fp8_reference as fref
-from moe_cases import (CASES, FP8_CASE, FP8_FORMATS, dropless_dispatches, expert,
+from moe_cases import (CASES, FP8_CASE, FP8_FORMATS, WIDE_CASES, dropless_dispatches, expert,
                        fp8_dispatches, fp8_inputs, inputs, packed, routing,
                        tanh_expert_round_trips)
 from util import N, assert_equal
@@ -61,9 +62,9 @@ class Checks:
 ROW_DTYPES = (np.float32, jnp.bfloat16, np.float16)  # every dtype MoE rows take
 
 
-def check_every_case(c: Checks, dtypes=ROW_DTYPES) -> None:
-    """Each case of test_moe.CASES whose experts split over the job's devices, in `dtypes`."""
-    for case, (T, H, K, E, C, kind) in CASES.items():
+def check_every_case(c: Checks, dtypes=ROW_DTYPES, cases=CASES) -> None:
+    """Each case of `cases` whose experts split over the job's devices, in `dtypes`."""
+    for case, (T, H, K, E, C, kind) in cases.items():
         if E % c.n:
             continue
         for dtype in dtypes:
@@ -300,3 +301,16 @@ def test_moe_matches_reference(jax_job, request, nprocs, devices, hosts, transpo
     check_dropless(c)
     check_gradients(c)
     check_partly_manual_layer(c)
+    check_rings(c)
+
+
+def check_rings(c: Checks) -> None:
+    """Within a host each other rank's rows reach the combine through a ring of rows that the
+    sum empties token by token (xla_ffi/moe/moe.cc, RowRings): streams that wrap their rings,
+    between processes and within one, give the reference's bits, and every stream of this
+    process's devices went through a ring."""
+    before = _ext.engine.moe_streams_through_rings()
+    check_every_case(c, cases=WIDE_CASES)
+    devices = jax.local_device_count()
+    assert _ext.engine.moe_streams_through_rings() - before == \
+        devices * (c.n - 1) * len(ROW_DTYPES) * len(WIDE_CASES)

@@ -27,6 +27,12 @@ CASES = {
     "eloc1": (10, 8, 2, 4, 20, "random"),
 }
 
+# Streams longer than the rings a combine takes them through within a host (xla_ffi/moe/moe.cc,
+# RowRings: at least 2 MiB of rows, 256 float32 rows of this width), some rows dropped.
+WIDE_CASES = {
+    "rings": (512, 2048, 8, 16, 900, "random"),
+}
+
 
 def smap(fn, n_in, n_out):
     """fn under jit(shard_map) over the in-process 1-D mesh, every argument and result P("x")."""
@@ -76,7 +82,7 @@ def tanh_expert_round_trips(E, C, dropless=False):
 
 
 def inputs(case, dtype, seed=0):
-    T, H, K, E, C, kind = CASES[case]
+    T, H, K, E, C, kind = {**CASES, **WIDE_CASES}[case]
     rng = np.random.default_rng(seed)
     x = (rng.integers(-64, 64, size=(N * T, H)) / 16).astype(dtype)
     x[x == 0] = -0.0  # moved rows keep their bits: a -0 must arrive as -0

@@ -235,6 +235,7 @@ class PhaseRunner {
       const TaskState& d = states_[j];
       if (d.done < std::min(b, d.task->count)) return false;
     }
+    if (t.limit != nullptr && b > *t.limit) return false;  // IdleWork frees room
     if (s.sends_address) return send_address(s);
     if (s.copies_in_place()) {
       read_lent(call_, t, s.from[0], a, n, s.reading, runs_);

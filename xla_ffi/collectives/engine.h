@@ -99,6 +99,9 @@ struct Task {
   size_t count = 0;
   std::vector<int> after;  // indices of tasks (same phase) to stay behind, element for element
   size_t* delivered = nullptr;  // if set, kept equal to the elements done (for IdleWork)
+  // If set, the task does no element at or past *limit until it grows (a sink that takes
+  // elements only as fast as IdleWork frees room in it, e.g. a ring of rows).
+  const size_t* limit = nullptr;
   // Sender: the source stays unchanged until the receiver is done with it, so the receiver
   // may read it in place; receiver: its streams may come as addresses ("Single copy" above).
   bool single_copy = false;
@@ -123,7 +126,8 @@ struct Call {
 
 // Local work the engine does whenever no task can move (e.g. reducing rows that are
 // already here while the network drains). step() does a bounded slice and returns false
-// once nothing is left.
+// when it could do nothing; the engine then waits for a peer. A task held back by its
+// `limit` waits for step() alone, so step() must raise the limit whenever it can.
 class IdleWork {
  public:
   virtual ~IdleWork() = default;

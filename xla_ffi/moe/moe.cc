@@ -21,6 +21,7 @@ namespace {
 
 std::atomic<MoeSchedule> schedule_setting{MoeSchedule::kRemoteFirst};
 std::atomic<int> local_delay_us{0};
+std::atomic<uint64_t> streams_ringed{0};
 
 // Peers in the order their streams are listed: under remote-first, other hosts, then other
 // processes of this host, then devices of this process (rank order within each group).
@@ -106,6 +107,9 @@ void dispatch_float(Dtype dtype, Fn&& fn) {
                   "float16, not ", dtype_name(dtype));
   }
 }
+
+// A ring's places at least (RowRings): a few frames' worth, well within a core's share of cache.
+constexpr size_t kRingBytes = 2u << 20;
 
 // The most rows one pass of a token's weighted sum reads side by side.
 constexpr int kRowsAtOnce = 8;
@@ -250,6 +254,18 @@ JACCL_VECTOR_CLONES void pair_dots(Dtype dtype, const MoeRequest& c,
   });
 }
 
+// Whether every other rank's stream lists this rank's pairs in increasing order (token, then k):
+// what moe_routing.py's lists do, and what rings need (RowRings).
+bool in_pair_order(const RowLists& lists, const Communicator::Member& m) {
+  for (int q = 0; q < m.size; ++q) {
+    if (q == m.rank) continue;
+    for (int32_t i = lists.recv_offsets[q] + 1; i < lists.recv_offsets[q + 1]; ++i) {
+      if (lists.recv_rows[i] <= lists.recv_rows[i - 1]) return false;
+    }
+  }
+  return true;
+}
+
 // Where each (token, k) pair's row is, and whether it has arrived: local rows (this rank's
 // experts) are always there; a remote row is there once its stream delivered it.
 struct PairRows {
@@ -264,15 +280,30 @@ struct PairRows {
   }
 };
 
+// Rings of rows: where a peer's stream brings its rows token by token (moe_routing.py lists a
+// rank's rows in its senders' pair order), they land in a ring of `rows` rows instead of a
+// stretch of the staging area as long as the stream, and are summed while the ring still holds
+// them, in cache: written into memory and read back later, the rows that cross took 12 of a
+// combine's 32 ms at T = H = 4096 (2 processes). The stream's receiving task takes elements up
+// to `limit`; a row's place is free once its token's sum has passed it.
+struct RowRings {
+  size_t rows = 0;                    // places in each ring
+  std::vector<const int32_t*> pairs;  // per peer: its pairs in stream order (nullptr: no ring)
+  std::vector<size_t> count;          // per peer: rows its stream brings
+  std::vector<size_t> freed;          // per peer: leading rows whose places are free
+  std::vector<size_t> limit;          // per peer: elements its receiving task may take
+};
+
 // The weighted sum out[t] = sum over k ascending of w[t,k] * row(t,k), advanced token by
 // token as far as the rows in k order are here: while the network drains (IdleWork) under
 // remote-first, at the end under arrival. The order of additions never changes, so the
 // result does not depend on when rows arrive.
 class StreamingCombine : public IdleWork {
  public:
+  // `rings`: the rows of some peers come through rings; then tokens advance in order.
   StreamingCombine(const Call& call, const MoeRequest& c, const PairRows& pairs,
-                   std::vector<float>& accumulator)
-      : call_(call), pairs_(pairs), acc_(accumulator),
+                   std::vector<float>& accumulator, RowRings* rings)
+      : call_(call), pairs_(pairs), acc_(accumulator), rings_(rings),
         weights_(static_cast<const float*>(c.extra)), out_(static_cast<char*>(c.out)),
         tokens_(c.out_rows), topk_(static_cast<size_t>(c.topk)), h_(c.row_elems),
         line_(c.row_elems), next_k_(c.out_rows, 0), started_(c.out_rows, 0) {
@@ -280,11 +311,14 @@ class StreamingCombine : public IdleWork {
     // host slower at its local work.
     delay_us_ = local_delay_us.load(std::memory_order_relaxed);
     acc_.resize(tokens_ * h_);
-    for (size_t t = 0; t < tokens_; ++t) pending_.push_back(t);
+    if (rings_ == nullptr) {
+      for (size_t t = 0; t < tokens_; ++t) pending_.push_back(t);
+    }
   }
 
   // Advances up to kSlice tokens; false when none of them could move.
   bool step() override {
+    if (rings_ != nullptr) return step_in_order();
     bool moved = false;
     for (size_t visited = 0; visited < kSlice && !pending_.empty(); ++visited) {
       if (cursor_ >= pending_.size()) cursor_ = 0;
@@ -301,12 +335,44 @@ class StreamingCombine : public IdleWork {
   }
 
   void finish() {
-    for (size_t t : pending_) advance(t);
+    for (size_t t = 0; t < tokens_; ++t) {
+      if (next_k_[t] < topk_) advance(t);
+    }
     pending_.clear();
   }
 
  private:
   static constexpr size_t kSlice = 32;
+
+  // With rings: the tokens in order from the first unfinished one, as far as their rows are
+  // here, then the places of the rows summed are freed. The first unfinished token always gets
+  // its rows in the end: every row before it in a stream is summed and freed, so each ring has
+  // room for the token's own rows (a ring holds at least K rows past two chunks of its stream).
+  bool step_in_order() {
+    bool moved = false;
+    for (size_t n = 0; n < kSlice && first_ < tokens_; ++n) {
+      const size_t t = first_;
+      moved |= advance(t);
+      if (next_k_[t] < topk_) break;
+      ++first_;
+    }
+    if (moved) free_places();
+    return moved;
+  }
+
+  void free_places() {
+    RowRings& r = *rings_;
+    for (size_t q = 0; q < r.pairs.size(); ++q) {
+      if (r.pairs[q] == nullptr) continue;
+      size_t f = r.freed[q];
+      for (; f < r.count[q]; ++f) {
+        const size_t p = static_cast<size_t>(r.pairs[q][f]);
+        if (next_k_[p / topk_] <= p % topk_) break;  // its token's sum has not passed it
+      }
+      r.freed[q] = f;
+      r.limit[q] = std::min(r.count[q], f + r.rows) * h_;
+    }
+  }
 
   // A token advances in passes of up to kRowsAtOnce rows (sum_rows), over its rows in k order
   // as far as they are here. Its last pass writes the result; a token that has to wait for a
@@ -358,6 +424,7 @@ class StreamingCombine : public IdleWork {
   const Call& call_;
   const PairRows& pairs_;
   std::vector<float>& acc_;
+  RowRings* rings_;
   const float* weights_;  // [tokens, topk]
   char* out_;
   const size_t tokens_, topk_, h_;
@@ -366,6 +433,7 @@ class StreamingCombine : public IdleWork {
   std::vector<uint8_t> started_;
   std::vector<size_t> pending_;
   size_t cursor_ = 0;
+  size_t first_ = 0;  // with rings: the first unfinished token
   int delay_us_ = 0;
 };
 
@@ -387,6 +455,8 @@ MoeSchedule parse_moe_schedule(const std::string& name) {
 void set_moe_local_delay_us(int delay_us) {
   local_delay_us.store(delay_us, std::memory_order_relaxed);
 }
+
+uint64_t moe_streams_through_rings() { return streams_ringed.load(std::memory_order_relaxed); }
 
 void moe_dispatch(Call& call, const MoeRequest& c, MoeSchedule schedule) {
   const RowLists lists = lists_of(c);
@@ -476,10 +546,37 @@ void moe_combine(Call& call, const MoeRequest& c, MoeSchedule schedule) {
     pairs_at.row[lists.recv_rows[lists.recv_offsets[me] + i]] =
         y + static_cast<size_t>(lists.send_rows[lists.send_offsets[me] + i]) * row_bytes;
   }
-  size_t remote = 0;
-  for (int q = 0; q < m.size; ++q) remote += q == me ? 0 : listed(lists.recv_offsets, q);
+  // The other ranks' rows: in rings (RowRings) where ranks of this host bring them token by
+  // token under remote-first, else one after another in the staging area (at[q]: the first of
+  // rank q's places there, in rows).
+  const std::vector<int> peers = peer_order(call, schedule);
+  RowRings rings;
+  const bool ringed = schedule == MoeSchedule::kRemoteFirst && !c.pair_dot && m.num_hosts == 1 &&
+                      h > 0 && in_pair_order(lists, m);
+  std::vector<int32_t> ring_places;  // place of each row of a stream in its ring
+  if (ringed) {
+    size_t chunk_rows = 0, longest = 0;
+    for (int q : peers) {
+      chunk_rows = std::max(chunk_rows, m.from[q]->payload_capacity() / row_bytes + 2);
+      longest = std::max(longest, listed(lists.recv_offsets, q));
+    }
+    rings.rows = std::max(kRingBytes / row_bytes, 2 * chunk_rows + topk);
+    rings.pairs.assign(m.size, nullptr);
+    rings.count.assign(m.size, 0);
+    rings.freed.assign(m.size, 0);
+    rings.limit.assign(m.size, 0);
+    ring_places.resize(longest);
+    for (size_t i = 0; i < longest; ++i) ring_places[i] = static_cast<int32_t>(i % rings.rows);
+  }
+  std::vector<size_t> at(m.size, 0);
+  size_t places = 0;
+  for (int q : peers) {
+    at[q] = places;
+    const size_t n = listed(lists.recv_offsets, q);
+    places += ringed ? std::min(n, rings.rows) : n;
+  }
   Communicator::Member& member = *call.member;
-  if (member.scratch.size() < remote * row_bytes) member.scratch.resize(remote * row_bytes);
+  if (member.scratch.size() < places * row_bytes) member.scratch.resize(places * row_bytes);
   char* staging = member.scratch.data();
 
   // remote-first: one phase (sends to other hosts listed first), local rows reduced while
@@ -487,8 +584,7 @@ void moe_combine(Call& call, const MoeRequest& c, MoeSchedule schedule) {
   // rows where it stands in that order: sends to lower ranks, local work, then the rest.
   Phase early_sends, phase;
   std::vector<Task> receives;
-  size_t staged = 0;
-  for (int q : peer_order(call, schedule)) {
+  for (int q : peers) {
     Task send;
     send.count = listed(lists.send_offsets, q) * h;
     send.srcs = {Endpoint::local(Region::row_list(y, esize, h,
@@ -497,19 +593,29 @@ void moe_combine(Call& call, const MoeRequest& c, MoeSchedule schedule) {
     send.sinks = {send_to(call, q, stream_tag(2, 0, q), elem)};
     const bool early = schedule == MoeSchedule::kArrival && q < me;
     const size_t n = listed(lists.recv_offsets, q);
+    const int32_t* pairs_of_q = lists.recv_rows + lists.recv_offsets[q];
+    char* first = staging + at[q] * row_bytes;
     Task receive;
     receive.count = n * h;
     receive.srcs = {receive_from(call, q, stream_tag(2, 0, me), elem)};
-    receive.sinks = {Endpoint::local(Region::contiguous(staging, esize, receive.count,
-                                                        staged * h), elem)};
     receive.delivered = &pairs_at.delivered[q];
+    if (ringed) {
+      receive.sinks = {Endpoint::local(Region::row_list(first, esize, h, ring_places.data(), n),
+                                       elem)};
+      rings.pairs[q] = pairs_of_q;
+      rings.count[q] = n;
+      rings.limit[q] = std::min(n, rings.rows) * h;
+      receive.limit = &rings.limit[q];
+      if (n > 0) streams_ringed.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      receive.sinks = {Endpoint::local(Region::contiguous(first, esize, receive.count), elem)};
+    }
     for (size_t i = 0; i < n; ++i) {
-      const size_t p = lists.recv_rows[lists.recv_offsets[q] + i];
-      pairs_at.row[p] = staging + (staged + i) * row_bytes;
+      const size_t p = pairs_of_q[i];
+      pairs_at.row[p] = first + (ringed ? i % rings.rows : i) * row_bytes;
       pairs_at.stream[p] = q;
       pairs_at.index[p] = i;
     }
-    staged += n;
     (early ? early_sends : phase).push_back(std::move(send));
     if (schedule == MoeSchedule::kRemoteFirst) {
       receives.push_back(std::move(receive));
@@ -526,7 +632,7 @@ void moe_combine(Call& call, const MoeRequest& c, MoeSchedule schedule) {
     pair_dots(elem, c, pairs_at.row);
     return;
   }
-  StreamingCombine reduce(call, c, pairs_at, member.accumulator);
+  StreamingCombine reduce(call, c, pairs_at, member.accumulator, ringed ? &rings : nullptr);
   if (schedule == MoeSchedule::kArrival) {
     run_phases(call, first);
     while (reduce.step()) {

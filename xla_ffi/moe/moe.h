@@ -47,6 +47,13 @@ void moe_dispatch(Call& call, const MoeRequest& request, MoeSchedule schedule);
 // without a row are skipped. With pair_dot: out[t, k] = <dout[t], row(t, k)> in float32, summed
 // over the elements in ascending order (0 for pairs without a row; `extra`: dout [out_rows,
 // row_elems] of y's dtype).
+//
+// Under remote-first, within one host, each other rank's rows, which moe_routing.py lists token
+// by token, pass through a ring of rows that the sum empties as it goes, instead of being staged
+// whole (moe.cc, RowRings): the same sums, in cache.
 void moe_combine(Call& call, const MoeRequest& request, MoeSchedule schedule);
+
+// Combine streams this process received through rings since it started.
+uint64_t moe_streams_through_rings();
 
 }  // namespace jaccl

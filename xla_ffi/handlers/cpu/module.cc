@@ -239,6 +239,8 @@ NB_MODULE(_jaccl, m) {
         "{device id: the engine's seconds for each collective call kept, in call order}, emptied");
   m.def("streams_read_in_place", &jaccl::streams_read_in_place,
         "streams this process read out of a sender's memory (collectives/engine.h)");
+  m.def("moe_streams_through_rings", &jaccl::moe_streams_through_rings,
+        "MoE combine streams this process received through rings of rows (moe/moe.h)");
   m.def("flush_aborts", [](double seconds) {
     if (jaccl::World* world = jaccl::World::get()) world->flush_aborts(seconds);
   }, nb::arg("seconds"), nb::call_guard<nb::gil_scoped_release>());
