@@ -2,9 +2,9 @@
 
 Contract: route() runs inside shard_map on each device of a group of R ranks, with
 topk_idx [T, K] int32 (-1 = not routed) and E experts split contiguously (expert e lives on
-rank e // E_loc). It all-gathers the per-expert counts ([R, E]) and the expert of every pair
-([R, T * K]: a receiver lists its rows in its senders' order), its only communication, and
-returns a Routing of int32 arrays every rank derives consistently:
+rank e // E_loc). It all-gathers the per-expert counts ([R, E]), then every pair's destination
+rank and row there ([R, 2 T K]: a receiver lists its rows in its senders' order), its only
+communication, and returns a Routing of int32 arrays every rank derives consistently:
 
 - rows inside an expert are ordered by (source rank, source token); the rows of expert e from
   rank s take slots base[s, e] .. base[s, e] + counts[s, e), base = exclusive prefix over ranks;
@@ -47,7 +47,8 @@ def exclusive_cumsum(x, axis):
 
 
 def route(topk_idx, *, num_experts: int, capacity, ranks: int, axis_name, all_gather):
-    """capacity None: dropless (receive_rows_dropless); otherwise rows j * C + slot."""
+    """capacity None: dropless (rows of the experts' groups one after another); otherwise rows
+    j * C + slot."""
     T, K = topk_idx.shape
     E, R = num_experts, ranks
     C = T * K * R if capacity is None else capacity          # dropless: no expert overflows
@@ -60,11 +61,7 @@ def route(topk_idx, *, num_experts: int, capacity, ranks: int, axis_name, all_ga
     valid = (flat >= 0) & (flat < E)
     expert = jnp.where(valid, flat, E)                       # E: nowhere
     counts_local = jnp.zeros((E + 1,), i32).at[expert].add(1)[:E]
-    # one all_gather: every rank's counts and experts (each rank lists the rows it receives
-    # in its senders' pair order)
-    gathered = all_gather(jnp.concatenate([counts_local, expert]), axis_name)
-    gathered = gathered.reshape(R, E + P).astype(i32)
-    counts, experts_of = gathered[:, :E], gathered[:, E:]    # [R, E], [R, P]
+    counts = all_gather(counts_local, axis_name).reshape(R, E).astype(i32)
     base = exclusive_cumsum(counts, 0)                       # [R, E]
     kept_e = jnp.clip(C - base, 0, counts)                   # [R, E] rows that fit
 
@@ -80,51 +77,47 @@ def route(topk_idx, *, num_experts: int, capacity, ranks: int, axis_name, all_ga
     slot_sorted = base[me, jnp.minimum(e_sorted, E - 1)] + position
     kept_sorted = (e_sorted < E) & (slot_sorted < C)
     send_slot = jnp.full((P,), -1, i32).at[order].set(jnp.where(kept_sorted, slot_sorted, -1))
+    kept = send_slot >= 0
 
     # Send lists: kept pairs by destination rank, then pair.
-    dest = jnp.where(send_slot >= 0, expert // E_loc, R)
+    dest = jnp.where(kept, expert // E_loc, R)
     send_pairs = jnp.argsort(dest * P + pair, stable=True).astype(i32)
     send_tokens = send_pairs // K
     kept_to_rank = kept_e[me].reshape(R, E_loc).sum(axis=1)
     send_offsets = jnp.concatenate([jnp.zeros((1,), i32), jnp.cumsum(kept_to_rank).astype(i32)])
 
+    # The row each kept pair takes at its destination: j * C + slot in the [E_loc, C] buffers
+    # (j: the expert's index there), or dropless the start of expert j's group (the groups one
+    # after another) + slot. A second all_gather hands every rank its senders' rows in their
+    # pair order.
+    e = jnp.minimum(expert, E - 1)
+    if capacity is None:
+        groups = exclusive_cumsum(kept_e.sum(axis=0).reshape(R, E_loc), 1).reshape(E)
+        row = groups[e] + send_slot
+    else:
+        row = (e % E_loc) * C + send_slot
+    placed = all_gather(jnp.concatenate([dest, jnp.where(kept, row, 0)]), axis_name)
+    placed = placed.reshape(R, 2 * P).astype(i32)
+
     # Receive side: this rank's experts' rows by (source rank, source pair).
     local = me * E_loc + jnp.arange(E_loc, dtype=i32)         # global ids of local experts
-    mine_base = base[:, local]                                # [R, E_loc]
     mine_kept = kept_e[:, local]
     recv_count = mine_kept.sum(axis=0).astype(i32)
     dropped = (counts[:, local].sum(axis=0) - recv_count).astype(i32)
     from_rank = mine_kept.sum(axis=1)
     recv_offsets = jnp.concatenate([jnp.zeros((1,), i32), jnp.cumsum(from_rank).astype(i32)])
-    recv_rows = receive_rows(experts_of, base, me, E_loc, recv_count, C, capacity is None)
+    recv_rows = receive_rows(placed[:, :P] == me, placed[:, P:],
+                             C if capacity is None else E_loc * C)
 
     return Routing(counts, send_slot.reshape(T, K), send_pairs, send_tokens.astype(i32),
                    send_offsets, recv_rows, recv_offsets, recv_count, dropped)
 
 
-def receive_rows(experts_of, base, me, E_loc, recv_count, C, dropless):
-    """The receive list: for every source rank s and pair p of s routed to a local expert j
-    and kept, in (s, p) order, the row its slot takes: j * C + slot ([E_loc, C] buffers), or
-    dropless group_start[j] + slot (the local experts' groups one after another, the layout
-    jax.lax.ragged_dot takes with recv_count as group sizes). experts_of [R, P] is every rank's
-    expert of each pair (E: none), base [R, E] each rank's first slot in each expert. Entries
-    past the kept rows are 0 (never read)."""
+def receive_rows(mine, rows, n):
+    """The receive list, n entries: the rows of the pairs that are `mine` ([R, P]: every sender's
+    pairs that come to this rank), in (sender, pair) order; entries past them are 0 (never
+    read)."""
     i32 = jnp.int32
-    R, P = experts_of.shape
-    j = experts_of - me * E_loc                               # [R, P] local expert, if in range
-    ours = (j >= 0) & (j < E_loc)
-    jc = jnp.clip(j, 0, E_loc - 1)
-    onehot = (jc[:, :, None] == jnp.arange(E_loc, dtype=i32)) & ours[:, :, None]
-    # rank of each pair among its source's pairs of its expert, in pair order
-    rank = jnp.take_along_axis(exclusive_cumsum(onehot.astype(i32), 1), jc[:, :, None],
-                               axis=2)[:, :, 0]
-    slot = jnp.take_along_axis(base, me * E_loc + jc, axis=1) + rank
-    kept = (ours & (slot < C)).reshape(-1)
-    if dropless:
-        row = (exclusive_cumsum(recv_count, 0)[jc] + slot).reshape(-1)
-        n = R * P
-    else:
-        row = (jc * C + slot).reshape(-1)
-        n = E_loc * C
-    at = jnp.where(kept, exclusive_cumsum(kept.astype(i32), 0), n)
-    return jnp.zeros((n + 1,), i32).at[at].set(jnp.where(kept, row, 0))[:n]
+    mine, rows = mine.reshape(-1), rows.reshape(-1)
+    at = jnp.where(mine, exclusive_cumsum(mine.astype(i32), 0), n)
+    return jnp.zeros((n + 1,), i32).at[at].set(jnp.where(mine, rows, 0))[:n]
