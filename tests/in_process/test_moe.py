@@ -134,11 +134,15 @@ def test_the_arrival_schedule_gives_the_same_bits(case):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16], ids=dtype_id)
-def test_the_weights_gradient_sums_each_dot_in_element_order(dtype):
+@pytest.mark.parametrize("case", ["k12", "rings"])
+def test_the_weights_gradient_sums_each_dot_in_element_order(case, dtype):
     """combine's gradient for the weights, <dout[t], row(t, k)> per pair, sums over the elements
     in ascending order in float32 (the GPU kernel's order): bitwise against that sum written out,
-    with 12 pairs a token (more than the CPU sums at once) and rows of 40 elements."""
-    x, idx, w, E, C = inputs("k12", dtype, seed=5)
+    with 12 pairs a token (more than the CPU sums at once) and rows of 40 elements, and with
+    streams longer than the rings they pass through (every combine of the program took them so:
+    the gradient's, and the forward's where jax keeps it)."""
+    before = _ext.engine.moe_streams_through_rings()
+    x, idx, w, E, C = inputs(case, dtype, seed=5)
     rng = np.random.default_rng(6)  # magnitudes 2^-12..2^12: sums that round, in any type
     s = (rng.normal(size=x.shape) * 2.0 ** rng.integers(-12, 13, size=x.shape)).astype(dtype)
 
@@ -153,8 +157,13 @@ def test_the_weights_gradient_sums_each_dot_in_element_order(dtype):
         rows, ok = ref.pair_products(y, i, jnp.ones_like(w), num_experts=E, capacity=C, axis="x")
         return jax.grad(loss)(w), rows, ok
 
-    args = (put(a, mesh1d()) for a in (x, idx, w, s))
+    args = tuple(put(a, mesh1d()) for a in (x, idx, w, s))
     dw, rows, ok = (np.asarray(a) for a in smap(ours, 4, 3)(*args))
+    if case == "rings":
+        combines = smap(ours, 4, 3).lower(*args).compile().as_text().count(
+            'custom_call_target="jaccl_moe_combine"')
+        assert combines >= 1
+        assert _ext.engine.moe_streams_through_rings() - before == combines * N * (N - 1)
     d = np.asarray(s, np.float32)
     want = np.zeros(dw.shape, np.float32)
     for i in range(x.shape[1]):  # one float32 product and one addition per element, in order

@@ -221,17 +221,18 @@ void dots_of(const T* dout, const void* const* rows, int count, size_t n, float*
   throw_error(ErrorKind::kInternal, "MoE pair dot: ", count, " dots at once");
 }
 
-// out[t, k] = <dout[t], row(t, k)> (dots above), 0 for pairs without a row: the weights'
-// gradient, up to kRowsAtOnce pairs of a token at once, compiled for wider vectors where the CPU
-// has them.
+// out[t, k] = <dout[t], row(t, k)> (dots above), 0 for pairs without a row, for the tokens
+// [t0, t1): the weights' gradient, up to kRowsAtOnce pairs of a token at once, compiled for
+// wider vectors where the CPU has them.
 JACCL_VECTOR_CLONES void pair_dots(Dtype dtype, const MoeRequest& c,
-                                   const std::vector<const void*>& pair_rows) {
+                                   const std::vector<const void*>& pair_rows, size_t t0,
+                                   size_t t1) {
   dispatch_float(dtype, [&](auto tag) {
     using T = decltype(tag);
     const size_t h = c.row_elems, topk = static_cast<size_t>(c.topk);
     const T* dout = static_cast<const T*>(c.extra);
     float* out = static_cast<float*>(c.out);
-    for (size_t t = 0; t < c.out_rows; ++t) {
+    for (size_t t = t0; t < t1; ++t) {
       const void* rows[kRowsAtOnce];
       size_t at[kRowsAtOnce];
       int count = 0;
@@ -282,10 +283,11 @@ struct PairRows {
 
 // Rings of rows: where a peer's stream brings its rows token by token (moe_routing.py lists a
 // rank's rows in its senders' pair order), they land in a ring of `rows` rows instead of a
-// stretch of the staging area as long as the stream, and are summed while the ring still holds
-// them, in cache: written into memory and read back later, the rows that cross took 12 of a
-// combine's 32 ms at T = H = 4096 (2 processes). The stream's receiving task takes elements up
-// to `limit`; a row's place is free once its token's sum has passed it.
+// stretch of the staging area as long as the stream, and are summed (or dotted) while the ring
+// still holds them, in cache. Staged whole, written into memory and read back later, a combine
+// at T = H = 4096 (2 processes) took 36.7-40.8 ms, through rings 30.1-31.4 ms. The stream's
+// receiving task takes elements up to `limit`; a row's place is free once its token's sum has
+// passed it.
 struct RowRings {
   size_t rows = 0;                    // places in each ring
   std::vector<const int32_t*> pairs;  // per peer: its pairs in stream order (nullptr: no ring)
@@ -294,8 +296,9 @@ struct RowRings {
   std::vector<size_t> limit;          // per peer: elements its receiving task may take
 };
 
-// The weighted sum out[t] = sum over k ascending of w[t,k] * row(t,k), advanced token by
-// token as far as the rows in k order are here: while the network drains (IdleWork) under
+// The weighted sum out[t] = sum over k ascending of w[t,k] * row(t,k) (or, for the weights'
+// gradient, a token's dots once all its rows are here), advanced token by token as far as the
+// rows in k order are here: while the network drains (IdleWork) under
 // remote-first, at the end under arrival. The order of additions never changes, so the
 // result does not depend on when rows arrive.
 class StreamingCombine : public IdleWork {
@@ -303,14 +306,14 @@ class StreamingCombine : public IdleWork {
   // `rings`: the rows of some peers come through rings; then tokens advance in order.
   StreamingCombine(const Call& call, const MoeRequest& c, const PairRows& pairs,
                    std::vector<float>& accumulator, RowRings* rings)
-      : call_(call), pairs_(pairs), acc_(accumulator), rings_(rings),
+      : call_(call), request_(c), pairs_(pairs), acc_(accumulator), rings_(rings),
         weights_(static_cast<const float*>(c.extra)), out_(static_cast<char*>(c.out)),
         tokens_(c.out_rows), topk_(static_cast<size_t>(c.topk)), h_(c.row_elems),
         line_(c.row_elems), next_k_(c.out_rows, 0), started_(c.out_rows, 0) {
     // JACCL_MOE_LOCAL_DELAY_US (benchmarks only): a pause per token advanced, emulating a
     // host slower at its local work.
     delay_us_ = local_delay_us.load(std::memory_order_relaxed);
-    acc_.resize(tokens_ * h_);
+    if (!c.pair_dot) acc_.resize(tokens_ * h_);
     if (rings_ == nullptr) {
       for (size_t t = 0; t < tokens_; ++t) pending_.push_back(t);
     }
@@ -381,6 +384,12 @@ class StreamingCombine : public IdleWork {
   bool advance(size_t t) {
     const size_t h = h_, k0 = next_k_[t];
     if (delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
+    if (request_.pair_dot) {  // the weights' gradient: a token's dots once its rows are here
+      if (!all_here(t)) return false;
+      pair_dots(call_.dtype, request_, pairs_.row, t, t + 1);
+      next_k_[t] = static_cast<uint32_t>(topk_);
+      return true;
+    }
     float* acc = started_[t] || !all_here(t) ? acc_.data() + t * h : line_.data();
     char* out = out_ + t * h * dtype_size(call_.dtype);
     size_t k = k0;
@@ -422,6 +431,7 @@ class StreamingCombine : public IdleWork {
   }
 
   const Call& call_;
+  const MoeRequest& request_;
   const PairRows& pairs_;
   std::vector<float>& acc_;
   RowRings* rings_;
@@ -551,8 +561,8 @@ void moe_combine(Call& call, const MoeRequest& c, MoeSchedule schedule) {
   // rank q's places there, in rows).
   const std::vector<int> peers = peer_order(call, schedule);
   RowRings rings;
-  const bool ringed = schedule == MoeSchedule::kRemoteFirst && !c.pair_dot && m.num_hosts == 1 &&
-                      h > 0 && in_pair_order(lists, m);
+  const bool ringed = schedule == MoeSchedule::kRemoteFirst && m.num_hosts == 1 && h > 0 &&
+                      in_pair_order(lists, m);
   std::vector<int32_t> ring_places;  // place of each row of a stream in its ring
   if (ringed) {
     size_t chunk_rows = 0, longest = 0;
@@ -626,10 +636,10 @@ void moe_combine(Call& call, const MoeRequest& c, MoeSchedule schedule) {
   for (Task& t : receives) phase.push_back(std::move(t));
   std::vector<Phase> first{std::move(early_sends)}, rest{std::move(phase)};
 
-  if (c.pair_dot) {  // the weights' gradient: every pair on its own, once everything is here
+  if (c.pair_dot && !ringed) {  // the weights' gradient: every pair once everything is here
     run_phases(call, first);
     run_phases(call, rest);
-    pair_dots(elem, c, pairs_at.row);
+    pair_dots(elem, c, pairs_at.row, 0, tokens);
     return;
   }
   StreamingCombine reduce(call, c, pairs_at, member.accumulator, ringed ? &rings : nullptr);

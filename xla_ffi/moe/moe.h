@@ -49,8 +49,8 @@ void moe_dispatch(Call& call, const MoeRequest& request, MoeSchedule schedule);
 // row_elems] of y's dtype).
 //
 // Under remote-first, within one host, each other rank's rows, which moe_routing.py lists token
-// by token, pass through a ring of rows that the sum empties as it goes, instead of being staged
-// whole (moe.cc, RowRings): the same sums, in cache.
+// by token, pass through a ring of rows that the sums (or dots) empty as they go, instead of
+// being staged whole (moe.cc, RowRings): the same results, from cache.
 void moe_combine(Call& call, const MoeRequest& request, MoeSchedule schedule);
 
 // Combine streams this process received through rings since it started.
