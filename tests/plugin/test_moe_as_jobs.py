@@ -1,15 +1,14 @@
-"""MoE dispatch and combine across processes and emulated hosts, as pytest-plugin jobs: every
-case of tests/support/moe_cases.py against the jax.numpy reference (tests/support/moe_reference.py)
-in the same job, bitwise on every device of every process, for float32, bfloat16 and float16
-(float32 alone between hosts); FP8
-dispatch in every scale format (one between hosts) against the reference's rows quantised in
-numpy; dropless dispatch and combine against the reference with room for every row; gradients
-of dispatch-expert-combine against the reference's, also in a shard_map manual over the
-expert axis only, and combine streams longer than the rings they pass through (within the host). Layouts: 2 processes x 2 devices on one
-host; 2 hosts x 2 processes on loopback over jaccl's TCP and in network namespaces (as root)
-over the OFI transport; the arrival schedule on one host (2 frames of 4 KiB in flight) and
-between hosts. Between hosts the live ranks also serve without a lost one (lost_ranks; capacity,
-dropless and FP8) against the reference on the masked whole layout."""
+"""MoE dispatch and combine across processes and emulated hosts, as pytest-plugin jobs: every case
+of tests/support/moe_cases.py against the jax.numpy reference (tests/support/moe_reference.py) in
+the same job, bitwise on every device of every process, for float32, bfloat16 and float16 (float32
+alone between hosts); FP8 dispatch in every scale format (one between hosts) against the reference's
+rows quantised in numpy; dropless dispatch and combine against the reference with room for every
+row; gradients of dispatch-expert-combine against the reference's, also in a shard_map manual over
+the expert axis only, and combine streams longer than the rings they pass through (within the host).
+Layouts: 2 processes x 2 devices on one host; 2 hosts x 2 processes on loopback over jaccl's TCP and
+in network namespaces (as root) over the OFI transport; the arrival schedule on one host (2 frames
+of 4 KiB in flight) and between hosts. Between hosts the live ranks also serve without a lost one
+(lost_ranks; capacity, dropless and FP8) against the reference on the masked whole layout."""
 
 from __future__ import annotations
 
